@@ -1,0 +1,5 @@
+"""Allows `python -m msprobe`."""
+
+from msprobe.cli.main import main
+
+raise SystemExit(main())

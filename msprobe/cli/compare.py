@@ -1,0 +1,81 @@
+"""`msprobe compare`: options and the run of one compare (heavy modules are imported in run())."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+DESCRIPTION = ("Compare a target dump (the run under test, 'NPU') with a golden dump (the reference, 'Bench'). "
+               "The mode follows the dumps: statistics, md5 (CRC-32) or real tensor data.")
+EPILOG = """examples:
+  # one pair of dump files -> output/compare_result_<timestamp>.xlsx and advisor_<timestamp>.txt
+  msprobe compare -tp target/step0/rank0/dump.json -gp golden/step0/rank0/dump.json
+
+  # csv instead of xlsx, into ./out, printing one line per compared tensor (real-data dumps)
+  msprobe compare -tp npu/dump.json -gp gpu/dump.json -o out --csv -tensor_log
+
+  # table only, no advisor
+  msprobe compare -tp npu/dump.json -gp gpu/dump.json -c
+
+The result table has one row per tensor or scalar argument; Result is pass, warning or error and
+Err_message lists every rule that fired. See docs/compare.md for every column and rule."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-tp", "--target_path", required=True, metavar="PATH",
+                        help="target dump.json (or debug.json) of the run under test")
+    parser.add_argument("-gp", "--golden_path", required=True, metavar="PATH",
+                        help="golden dump.json (or debug.json) of the reference run")
+    parser.add_argument("-o", "--output_path", nargs="?", const="./output", default="./output", metavar="DIR",
+                        help="output directory, created if missing (default: ./output)")
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="write the table as .csv instead of .xlsx")
+    fmt.add_argument("--xlsx", action="store_true", help="write .xlsx (the default; accepted for compatibility)")
+    parser.add_argument("-tensor_log", "--is_print_compare_log", dest="tensor_log", action="store_true",
+                        help="real-data mode: log one line with the metrics of every compared tensor pair")
+    parser.add_argument("-c", "--compare_only", action="store_true",
+                        help="do not run the advisor (no advisor_<timestamp>.txt)")
+    parser.add_argument("-s", "--stack_mode", action="store_true",
+                        help="accepted for compatibility: NPU_Stack_Info is added whenever stack.json "
+                             "lies beside the target dump.json")
+    parser.add_argument("-j", "--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
+                        help="worker threads for reading and comparing tensor files (default: number of cores)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from msprobe.compare.pipeline import CompareOptions, compare_files
+    from msprobe.compare.summary import print_summary
+    from msprobe.dump.paths import check_input_file, prepare_output_dir
+    from msprobe.errors import UsageError
+    from msprobe.log import get_logger
+
+    logger = get_logger()
+    target, golden = args.target_path, args.golden_path
+    if os.path.isdir(target) != os.path.isdir(golden) and os.path.exists(target) and os.path.exists(golden):
+        raise UsageError("The target_path and golden_path need to be of the same type (both files).")
+    check_input_file(target, "target dump file")
+    check_input_file(golden, "golden dump file")
+    output_dir = prepare_output_dir(args.output_path or "./output")
+    options = CompareOptions(output_dir=output_dir, output_format="csv" if args.csv else "xlsx",
+                             tensor_log=args.tensor_log, compare_only=args.compare_only, jobs=args.jobs)
+    logger.info("Please check whether the input data belongs to you. If not, there may be security risks.")
+    summary = compare_files(target, golden, options)
+    print_summary([summary])
+    banner(logger, "msprobe compare ends successfully.")
+    return 0
+
+
+def banner(logger, message: str) -> None:
+    logger.info("*" * 84)
+    logger.info("*%s*", message.center(82))
+    logger.info("*" * 84)

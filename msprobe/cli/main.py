@@ -1,0 +1,78 @@
+"""`msprobe <command>`: the dispatcher. Command modules are imported lazily so that -h stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from msprobe import __version__
+
+# command name -> (module with add_arguments/run, one-line help). Only commands that exist are listed.
+COMMANDS = {
+    "compare": ("msprobe.cli.compare", "compare two dumps (dump.json pair) and write a result table"),
+}
+
+EPILOG = """examples:
+  msprobe compare -tp target/step0/rank0/dump.json -gp golden/step0/rank0/dump.json -o out
+  msprobe compare -h
+
+Run `msprobe <command> -h` for the options of a command."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: `msprobe compare: error: ... (see -h)`, exit code 2."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="msprobe", description="msprobe: find where two training runs part, by how much, and why.",
+                    epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-V", "--version", action="version", version=f"msprobe {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="<command>", parser_class=Parser)
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        sub = commands.add_parser(name, help=help_text, description=module.DESCRIPTION, epilog=module.EPILOG,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(sub)
+        sub.set_defaults(_module=module_name)
+    return parser
+
+
+def main(argv: list | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    from msprobe.errors import MsprobeError
+    from msprobe.log import get_logger, setup_logging
+
+    setup_logging()
+    module = importlib.import_module(args._module)
+    try:
+        return module.run(args) or 0
+    except MsprobeError as exc:
+        sys.stderr.write(f"msprobe {args.command}: error: {exc}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write(f"msprobe {args.command}: interrupted.\n")
+        return 130
+    except MemoryError:
+        sys.stderr.write(f"msprobe {args.command}: error: out of memory.\n")
+        return 1
+    except Exception as exc:  # last line of defence: one line, no traceback unless asked for
+        if os.environ.get("MSPROBE_DEBUG"):
+            raise
+        get_logger().debug("internal error", exc_info=True)
+        sys.stderr.write(f"msprobe {args.command}: internal error: {type(exc).__name__}: {exc} "
+                         "(set MSPROBE_DEBUG=1 to see the traceback, and please report it)\n")
+        return 3
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,73 @@
+"""The advisor: name the first error row in execution order and its likely cause (DECISIONS 6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_DETERMINISM_OPS = ("conv2d", "conv3d", "matmul", "nll_loss", "layer_norm", "lstm")
+
+ADVICE_OK = "All data in comparison result meets the accuracy requirements."
+ADVICE_DTYPE = ("The two runs use different dtypes here (for example bfloat16 against float32): a cast in the "
+                "model code, autocast/AMP settings or a different default dtype. If the precision change is "
+                "intended, judge this op by its statistics; otherwise align the dtypes and dump again.")
+ADVICE_SHAPE = ("The tensor shapes differ: the two runs do not execute the same computation here (different "
+                "model configuration, batch, sequence length or parallel split). Align the set-ups first.")
+ADVICE_FORWARD_INPUT = ("The input of this forward op already differs. Look upstream: the op that produced it, "
+                        "an in-place overwrite between the two calls, or memory corruption.")
+ADVICE_FORWARD_OUTPUT = ("The inputs agree but the output differs: the forward computation of this op is "
+                         "suspect. Reproduce it alone (same inputs, both devices) to confirm.")
+ADVICE_BACKWARD_INPUT = ("The incoming gradient of this op differs. Check first whether the forward results "
+                         "of the ops after it already differ.")
+ADVICE_BACKWARD_OUTPUT = ("The incoming gradient agrees but the outgoing gradient differs: the backward "
+                          "computation of this op is suspect.")
+ADVICE_DETERMINISM = ("This op has non-deterministic implementations on some devices. Enable deterministic "
+                      "computation in both runs and compare again before suspecting its precision.")
+ADVICE_BATCH_NORM = ("The running statistics of batch norm differ: check that both runs start from the same "
+                     "checkpoint and use the same momentum and training/eval mode.")
+ADVICE_PARAMETERS = ("The parameters differ: check weight loading and initialisation, or the optimizer update "
+                     "of the previous step.")
+ADVICE_NAN = ("The target produced NaN or Inf where the golden did not: look for an overflow (float16/bfloat16 "
+              "range), a division by zero or a log of zero in this op or just before it.")
+ADVICE_OTHER = "The values of this row differ beyond the thresholds; compare its inputs and outputs."
+
+
+@dataclass(frozen=True)
+class Advice:
+    row: int | None     # 1-based data row of the table, None when every row passes
+    node: str           # item name, "NA" when every row passes
+    text: str
+
+    def lines(self) -> list:
+        return [f"Line: {self.row if self.row is not None else 'NA'}", f"Suspect Nodes: {self.node}",
+                f"Expert Advice: {self.text}"]
+
+
+def advise(names: list, states: list, results: list, messages: list) -> Advice:
+    for row, result in enumerate(results):
+        if result == "error":
+            return Advice(row + 1, names[row], _advice_for(names[row], states[row], messages[row]))
+    return Advice(None, "NA", ADVICE_OK)
+
+
+def _advice_for(name: str, state: str, message: str) -> str:
+    if "dtype" in message:
+        return ADVICE_DTYPE
+    if "shape" in message:
+        return ADVICE_SHAPE
+    if "nan/inf" in message or "inf or nan" in message:
+        return ADVICE_NAN
+    lowered = name.lower()
+    determinism = any(op in lowered for op in _DETERMINISM_OPS)
+    if state in ("parameters", "parameters_grad"):
+        return ADVICE_PARAMETERS
+    if ".forward" in name:
+        if "batch_norm" in lowered and name.endswith(".input.1"):
+            return ADVICE_BATCH_NORM
+        if state == "output":
+            return ADVICE_DETERMINISM if determinism else ADVICE_FORWARD_OUTPUT
+        return ADVICE_FORWARD_INPUT
+    if ".backward" in name:
+        if state == "output":
+            return ADVICE_DETERMINISM if determinism else ADVICE_BACKWARD_OUTPUT
+        return ADVICE_BACKWARD_INPUT
+    return ADVICE_OTHER

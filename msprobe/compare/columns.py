@@ -1,0 +1,35 @@
+"""Column names and order of the result table per mode (spec §4.2 + DECISIONS 7)."""
+
+from __future__ import annotations
+
+STATISTICS = "statistics"
+TENSOR = "tensor"
+MD5 = "md5"
+
+BASIC = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
+         "NPU Requires_grad", "Bench Requires_grad"]
+STAT_DIFFS = ["Max diff", "Min diff", "Mean diff", "L2norm diff",
+              "MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr"]
+STAT_VALUES = ["NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean", "Bench l2norm"]
+TENSOR_METRICS = ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
+                  "Five Thousandths Err Ratio"]
+MD5_VALUES = ["NPU MD5", "BENCH MD5"]
+VERDICT = ["Requires_grad Consistent", "Result", "Err_message"]
+STACK = "NPU_Stack_Info"
+DATA_NAME = "Data_name"
+
+
+def columns_for(mode: str, with_stack: bool) -> list[str]:
+    if mode == STATISTICS:
+        columns = BASIC + STAT_DIFFS + STAT_VALUES + VERDICT
+    elif mode == TENSOR:
+        columns = BASIC + TENSOR_METRICS + STAT_VALUES + VERDICT
+    elif mode == MD5:
+        columns = BASIC + MD5_VALUES + VERDICT
+    else:
+        raise ValueError(mode)
+    if with_stack:
+        columns = columns + [STACK]
+    if mode == TENSOR:
+        columns = columns + [DATA_NAME]
+    return columns

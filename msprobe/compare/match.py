@@ -1,0 +1,60 @@
+"""Pair target items with golden items: exact keys with backward renumbering (spec §3.4-3.5, §3.7)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from msprobe.dump.flatten import Items
+from msprobe.frameworks.dtypes import dtype_rule_ok
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Rows of a result table: target item index and golden item index (-1 = no golden partner)."""
+
+    target: np.ndarray
+    golden: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.target)
+
+    @property
+    def matched(self) -> np.ndarray:
+        return self.golden >= 0
+
+
+def match_exact(target: Items, golden: Items, renumber_backward: bool = True,
+                cross_framework: bool = False, dtype_rule: bool = True) -> Pairs:
+    """Left join of target items on golden items by compare key; every duplicate combination is a row."""
+    golden_index: dict[str, list[int]] = {}
+    for position, key in enumerate(golden.keys(renumber_backward)):
+        golden_index.setdefault(key, []).append(position)
+    rows_t: list[int] = []
+    rows_g: list[int] = []
+    for position, key in enumerate(target.keys(renumber_backward)):
+        partners = golden_index.get(key)
+        if partners is None:
+            rows_t.append(position)
+            rows_g.append(-1)
+        elif len(partners) == 1:
+            rows_t.append(position)
+            rows_g.append(partners[0])
+        else:
+            rows_t.extend([position] * len(partners))
+            rows_g.extend(partners)
+    pairs = Pairs(np.asarray(rows_t, dtype=np.int64), np.asarray(rows_g, dtype=np.int64))
+    if dtype_rule:
+        apply_dtype_rule(pairs, target, golden, cross_framework)
+    return pairs
+
+
+def apply_dtype_rule(pairs: Pairs, target: Items, golden: Items, cross_framework: bool) -> None:
+    """Turn pairs whose dtypes are incompatible into unmatched rows, in place."""
+    t_dtype, g_dtype = target.dtype, golden.dtype
+    for row in np.flatnonzero(pairs.golden >= 0):
+        a = t_dtype[pairs.target[row]]
+        b = g_dtype[pairs.golden[row]]
+        if a != b and not dtype_rule_ok(a, b, cross_framework):
+            pairs.golden[row] = -1

@@ -1,0 +1,300 @@
+"""Compare one target/golden pair of dump files: read -> flatten -> match -> measure -> judge -> write."""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from msprobe.compare import columns as col
+from msprobe.compare.advisor import Advice, advise
+from msprobe.compare.match import Pairs, match_exact
+from msprobe.compare.rules import JudgeInput, judge
+from msprobe.compare.stats import stat_diff
+from msprobe.compare.tensor_metrics import METRICS, UNSUPPORTED, TensorResult, compare_arrays, fill
+from msprobe.dump.flatten import Items, entry_has_md5, flatten, tree_has_md5
+from msprobe.dump.reader import Dump, read_dump
+from msprobe.dump.tensors import TensorReadError, load_tensor
+from msprobe.errors import MsprobeError
+from msprobe.log import get_logger, progress
+from msprobe.report.atomic import write_text
+from msprobe.report.cells import NA, number_or_none
+from msprobe.report.table import ResultTable
+
+NPU_NO_FILE = "NPU does not have data file."
+BENCH_NO_FILE = "Bench does not have data file."
+BENCH_UNMATCHED = "Bench api/module unmatched."
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """Options of one compare run (the CLI builds it; other commands may too)."""
+
+    output_dir: str = "./output"
+    output_format: str = "xlsx"          # "xlsx" | "csv"
+    tensor_log: bool = False             # one log line per compared tensor pair
+    compare_only: bool = False           # no advisor
+    jobs: int = 2                        # worker threads for tensor pairs
+    write_output: bool = True
+
+
+@dataclass
+class CompareSummary:
+    """What one compare produced: counts, first error and where the outputs are."""
+
+    label: str
+    mode: str
+    rows: int = 0
+    matched: int = 0
+    results: dict = field(default_factory=dict)
+    first_error: str | None = None
+    first_error_row: int | None = None
+    output: str | None = None
+    advisor_file: str | None = None
+    advice: Advice | None = None
+    tensor_problems: int = 0
+
+
+def detect_mode(target: Dump, golden: Dump) -> str:
+    """statistics, md5 or tensor from the two dumps' task and content (spec §3.2)."""
+    if target.task != golden.task:
+        raise MsprobeError(f"Please check the dump task is consistent: target task is {target.task!r}, "
+                           f"golden task is {golden.task!r}.")
+    if target.task == "tensor":
+        return col.TENSOR
+    if target.task != "statistics":
+        raise MsprobeError(f"Compare applies only to task tensor or statistics, got {target.task!r}.")
+    has_md5 = [_has_md5(dump) for dump in (target, golden)]
+    if has_md5[0] != has_md5[1]:
+        raise MsprobeError("The dump mode of target and golden should both be statistics or both md5 "
+                           f"(target: {'md5' if has_md5[0] else 'statistics'}, "
+                           f"golden: {'md5' if has_md5[1] else 'statistics'}).")
+    return col.MD5 if has_md5[0] else col.STATISTICS
+
+
+def _has_md5(dump: Dump) -> bool:
+    if dump.is_debug:
+        return tree_has_md5(dump.data)
+    return any(entry_has_md5(body) for body in dump.data.values())
+
+
+def _take(values: list, index: np.ndarray) -> list:
+    return [values[i] for i in index.tolist()]
+
+
+def _take_or(values: list, index: np.ndarray, missing, none_as=None) -> list:
+    if none_as is None:
+        return [values[i] if i >= 0 else missing for i in index.tolist()]
+    out = []
+    for i in index.tolist():
+        if i < 0:
+            out.append(missing)
+        else:
+            value = values[i]
+            out.append(none_as if value is None else value)
+    return out
+
+
+def _na_if_none(values: list) -> list:
+    return [NA if v is None else v for v in values]
+
+
+def result_file_name(prefix: str, suffix: str, extension: str) -> str:
+    return f"{prefix}{suffix}_{time.strftime('%Y%m%d%H%M%S')}.{extension}"
+
+
+def compare_files(target_path: str, golden_path: str, options: CompareOptions, suffix: str = "",
+                  label: str = "") -> CompareSummary:
+    """Compare one pair of dump.json (or debug.json) files and write the result table."""
+    logger = get_logger()
+    base_t, base_g = os.path.basename(target_path), os.path.basename(golden_path)
+    if {base_t, base_g} == {"dump.json", "debug.json"}:
+        raise MsprobeError("The target and golden files must both be dump.json or both be debug.json.")
+    target = read_dump(target_path, "target", with_stack=True)
+    golden = read_dump(golden_path, "golden", with_stack=False)
+    mode = detect_mode(target, golden)
+    debug = target.is_debug and golden.is_debug
+    logger.info("%sCompare mode: %s.", label, "real data" if mode == col.TENSOR else mode)
+    t_items = flatten(target.data, target.path, debug)
+    g_items = flatten(golden.data, golden.path, debug)
+    if not len(t_items) or not len(g_items):
+        raise MsprobeError(f"No valid data found in the {'target' if not len(t_items) else 'golden'} dump "
+                           "(no entry with a recognised name holds any item); no result file generated.")
+    logger.info("%sMatching APIs/Modules in progress...", label)
+    cross = target.framework != golden.framework
+    pairs = match_exact(t_items, g_items, renumber_backward=not debug, cross_framework=cross)
+    logger.info("%sAPIs/Modules match done: %d rows, %d matched.", label, len(pairs), int(pairs.matched.sum()))
+    table, judge_input = build_table(mode, target, golden, t_items, g_items, pairs, options, label)
+    results, messages = judge(judge_input)
+    table.cells["Result"] = results
+    table.cells["Err_message"] = messages
+    summary = CompareSummary(label=label, mode=mode, rows=len(table), matched=int(pairs.matched.sum()))
+    for result in results:
+        summary.results[result] = summary.results.get(result, 0) + 1
+    summary.tensor_problems = len(judge_input.tensor_problems or ())
+    names = table.cells["NPU Name"]
+    states = _take(t_items.state, pairs.target)
+    advice = advise(names, states, results, messages)
+    summary.advice = advice
+    if advice.row is not None:
+        summary.first_error, summary.first_error_row = advice.node, advice.row
+    if options.write_output:
+        prefix = "debug_compare_result" if debug else "compare_result"
+        extension = "csv" if options.output_format == "csv" else "xlsx"
+        path = os.path.join(options.output_dir, result_file_name(prefix, suffix, extension))
+        logger.info("%sSaving result file in progress...", label)
+        write_table(table, path)
+        summary.output = path
+        logger.info("%sThe result file path is: %s.", label, path)
+        if not options.compare_only:
+            advisor_path = os.path.join(options.output_dir, result_file_name("advisor", suffix, "txt"))
+            write_text(advisor_path, "\n".join(advice.lines()) + "\n")
+            summary.advisor_file = advisor_path
+    return summary
+
+
+def write_table(table: ResultTable, path: str) -> None:
+    if path.endswith(".csv"):
+        from msprobe.report.csv_writer import write_csv
+
+        write_csv(table, path)
+    else:
+        from msprobe.report.xlsx_writer import write_xlsx
+
+        write_xlsx(table, path)
+
+
+def build_table(mode: str, target: Dump, golden: Dump, t_items: Items, g_items: Items, pairs: Pairs,
+                options: CompareOptions, label: str = "") -> tuple[ResultTable, JudgeInput]:
+    """Measure every row and lay out the columns of the mode (Result/Err_message are added by judge)."""
+    t, g = pairs.target, pairs.golden
+    matched = pairs.matched
+    with_stack = target.stack is not None
+    columns = col.columns_for(mode, with_stack)
+    cells: dict = {}
+    cells["NPU Name"] = _take(t_items.name, t)
+    cells["Bench Name"] = _take_or(g_items.name, g, NA)
+    t_dtype, g_dtype = _take(t_items.dtype, t), _take_or(g_items.dtype, g, None)
+    t_shape, g_shape = _take(t_items.shape, t), _take_or(g_items.shape, g, None)
+    t_grad, g_grad = _take(t_items.requires_grad, t), _take_or(g_items.requires_grad, g, None)
+    cells["NPU Dtype"], cells["Bench Dtype"] = _na_if_none(t_dtype), _na_if_none(g_dtype)
+    cells["NPU Tensor Shape"], cells["Bench Tensor Shape"] = _na_if_none(t_shape), _na_if_none(g_shape)
+    cells["NPU Requires_grad"], cells["Bench Requires_grad"] = _na_if_none(t_grad), _na_if_none(g_grad)
+    stat_names = ("max", "min", "mean", "l2norm")
+    stat_lists_t = (t_items.stat_max, t_items.stat_min, t_items.stat_mean, t_items.stat_norm)
+    stat_lists_g = (g_items.stat_max, g_items.stat_min, g_items.stat_mean, g_items.stat_norm)
+    for stat, values_t, values_g in zip(stat_names, stat_lists_t, stat_lists_g):
+        cells[f"NPU {stat}"] = _take(values_t, t)
+        cells[f"Bench {stat}"] = _take_or(values_g, g, NA)
+    cells["Requires_grad Consistent"] = [a is None or b is None or a == b for a, b in zip(t_grad, g_grad)]
+    judge_input = JudgeInput(
+        mode=mode, entry=np.asarray(_take(t_items.entry, t), dtype=np.int64), entry_names=t_items.entry_names,
+        is_output=np.asarray([s == "output" for s in _take(t_items.state, t)], dtype=bool), matched=matched,
+        bench_names=cells["Bench Name"], dtypes=(t_dtype, g_dtype), shapes=(t_shape, g_shape),
+        grads=(t_grad, g_grad), npu_max=cells["NPU max"], npu_min=cells["NPU min"],
+        bench_max=cells["Bench max"], bench_min=cells["Bench min"])
+    numeric = set(col.STAT_VALUES)
+    if mode == col.STATISTICS:
+        for diff_name, rel_name, stat in zip(col.STAT_DIFFS[:4], col.STAT_DIFFS[4:], stat_names):
+            diffs, rels, fractions = stat_diff(cells[f"NPU {stat}"], cells[f"Bench {stat}"])
+            cells[diff_name], cells[rel_name] = diffs, rels
+            if stat == "l2norm":
+                judge_input.norm_rel = fractions
+    elif mode == col.MD5:
+        cells["NPU MD5"] = _na_if_none(_take(t_items.md5, t))
+        cells["BENCH MD5"] = _take_or(g_items.md5, g, NA, none_as=NA)
+        judge_input.md5 = (cells["NPU MD5"], cells["BENCH MD5"])
+    else:
+        results, problems = measure_tensors(target, golden, t_items, g_items, pairs, options, label)
+        for index, name in enumerate(METRICS):
+            cells[name] = [r.cells[index] for r in results]
+        numeric.update(METRICS)
+        judge_input.cosine = np.asarray([_as_float(r.cells[0]) for r in results])
+        judge_input.thousandth = np.asarray([_as_float(r.cells[4]) for r in results])
+        judge_input.tensor_problems = problems
+        t_names = _take(t_items.data_name, t)
+        g_names = _take_or(g_items.data_name, g, NA)
+        cells[col.DATA_NAME] = [str([a, b]) for a, b in zip(t_names, g_names)]
+    if with_stack:
+        cells[col.STACK] = stack_column(target.stack, t_items, judge_input.entry)
+    return ResultTable(columns=columns, cells=cells, numeric_columns=frozenset(numeric)), judge_input
+
+
+def _as_float(value) -> float:
+    number = number_or_none(value)
+    return np.nan if number is None else number
+
+
+def stack_column(stacks: dict, items: Items, entry: np.ndarray) -> list:
+    """The entry's stack on its first row, N/A elsewhere."""
+    column = [NA] * len(entry)
+    previous = -1
+    cache: dict = {}
+    for row, index in enumerate(entry.tolist()):
+        if index != previous:
+            name = items.entry_names[index]
+            if name in stacks:
+                text = cache.get(id(stacks[name]))
+                if text is None:
+                    text = cache[id(stacks[name])] = str(stacks[name])
+                column[row] = text
+            previous = index
+    return column
+
+
+def measure_tensors(target: Dump, golden: Dump, t_items: Items, g_items: Items, pairs: Pairs,
+                    options: CompareOptions, label: str = "") -> tuple[list, list]:
+    """Real-data metrics per row; tensor pairs are read and compared by a pool of threads, in order."""
+    logger = get_logger()
+    rows = len(pairs)
+    results: list = [None] * rows
+    tasks = []
+    for row, (i, j) in enumerate(zip(pairs.target.tolist(), pairs.golden.tolist())):
+        t_name = t_items.data_name[i]
+        if t_name == "-1":
+            results[row] = fill(UNSUPPORTED, [NPU_NO_FILE])
+        elif j < 0:
+            results[row] = fill(UNSUPPORTED, [BENCH_UNMATCHED])
+        elif g_items.data_name[j] == "-1":
+            results[row] = fill(UNSUPPORTED, [BENCH_NO_FILE])
+        else:
+            tasks.append((row, t_name, g_items.data_name[j]))
+    for directory, side in ((target.tensor_dir, "target"), (golden.tensor_dir, "golden")):
+        if tasks and not os.path.isdir(directory):
+            logger.warning("%sThe %s tensor directory %s does not exist; its tensors cannot be compared.",
+                           label, side, directory)
+    logger.info("%sCompare real data in progress... (%d tensor pairs)", label, len(tasks))
+
+    def run(task):
+        row, t_name, g_name = task
+        try:
+            array_t = load_tensor(target.tensor_dir, t_name)
+            array_g = load_tensor(golden.tensor_dir, g_name)
+        except TensorReadError as exc:
+            return row, fill(UNSUPPORTED, [str(exc)], "unreadable")
+        return row, compare_arrays(array_t, array_g)
+
+    problems = []
+    bar = progress(total=len(tasks), desc=f"{label}API/Module Item Compare Process")
+    workers = max(1, min(options.jobs, len(tasks)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for row, result in pool.map(run, tasks, chunksize=1) if workers > 1 else map(run, tasks):
+            results[row] = result
+            if result.problem in ("unreadable", "nan_position"):
+                problems.append((row, result.problem, "; ".join(result.notes)))
+            if options.tensor_log:
+                _log_tensor(logger, t_items.name[pairs.target[row]], result)
+            bar.update(1)
+    bar.close()
+    logger.info("%sCompare real data done.", label)
+    problems.sort()
+    return results, problems
+
+
+def _log_tensor(logger, name: str, result: TensorResult) -> None:
+    values = ", ".join(f"{metric} {value}" for metric, value in zip(METRICS, result.cells))
+    note = " ".join(result.notes)
+    logger.info("[%s] Compare result: %s%s", name, values, f", {note}" if note else "")

@@ -1,0 +1,252 @@
+"""Turn dump entries into items: one row per leaf (tensor or scalar), in a columnar table (spec §2.4-2.6, §3.3)."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+from msprobe.dump.naming import (
+    BACKWARD,
+    PARAMETERS_GRAD,
+    EntryName,
+    is_formula_like,
+    renumber_call_direction,
+    split_entry_name,
+)
+from msprobe.errors import DumpFormatError
+
+MAX_DEPTH = 400
+P2P_CLASS = "torch.distributed.P2POp"
+PEER_KEYS = ("src", "dst", "group_src", "group_dst")
+
+# Body sections in the order their items appear in a result table: inputs, parameters, outputs.
+SECTIONS = (("input_args", "input", "input"), ("input_kwargs", "input", "input"), ("input", "input", "input"),
+            ("parameters", "parameters", "parameters"), ("output", "output", "output"))
+
+
+def crc32_text(text: str) -> str:
+    return format(zlib.crc32(text.encode("utf-8", "surrogatepass")), "08x")
+
+
+EMPTY_CRC = crc32_text("")
+
+
+@dataclass
+class Items:
+    """Columnar item table of one dump; every list has one element per item, in dump order."""
+
+    name: list = field(default_factory=list)        # item name (data_name-derived when present)
+    entry: list = field(default_factory=list)       # index into entry_names
+    state: list = field(default_factory=list)       # input | output | parameters | parameters_grad | debug
+    dtype: list = field(default_factory=list)       # dtype text or None
+    shape: list = field(default_factory=list)       # shape text or None
+    requires_grad: list = field(default_factory=list)  # "True" / "False" / None
+    stat_max: list = field(default_factory=list)    # recorded statistics, raw JSON values
+    stat_min: list = field(default_factory=list)
+    stat_mean: list = field(default_factory=list)
+    stat_norm: list = field(default_factory=list)
+    md5: list = field(default_factory=list)         # md5/CRC-32 text or None (null leaf)
+    data_name: list = field(default_factory=list)   # tensor file name or "-1"
+    is_tensor: list = field(default_factory=list)   # bool
+    extra: dict = field(default_factory=dict)       # item index -> P2P fields (op, peer, tag, group_id)
+    entry_names: list = field(default_factory=list)
+    entry_parts: list = field(default_factory=list)  # EntryName per entry
+    entry_first: list = field(default_factory=list)  # index of the first item of each entry (or -1)
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+    def keys(self, renumber_backward: bool) -> list:
+        """Compare keys: item names, with backward call counts renumbered per op (spec §3.4)."""
+        if not renumber_backward:
+            return list(self.name)
+        entry_keys = []
+        seen: dict[str, int] = {}
+        for entry_name, parts in zip(self.entry_names, self.entry_parts):
+            if parts.direction != BACKWARD:
+                entry_keys.append(None)
+                continue
+            number = seen.get(parts.op_no_number, 0)
+            seen[parts.op_no_number] = number + 1
+            entry_keys.append(f"{parts.op_no_number}.{renumber_call_direction(parts.call_direction, number)}")
+        keys = []
+        for name, entry in zip(self.name, self.entry):
+            renamed = entry_keys[entry]
+            original = self.entry_names[entry]
+            if renamed is not None and name.startswith(original):
+                keys.append(renamed + name[len(original):])
+            else:
+                keys.append(name)
+        return keys
+
+
+class _Flattener:
+    def __init__(self, items: Items, source: str):
+        self.items = items
+        self.source = source
+
+    def leaf(self, name: str, record, state: str, entry: int) -> None:
+        items = self.items
+        if record is None:
+            dtype = shape = grad = md5 = None
+            stats = (None, None, None, None)
+            data_name = "-1"
+            tensor = False
+        else:
+            if record.get("class_type") == P2P_CLASS:
+                items.extra[len(items.name)] = {k: record.get(k) for k in ("op", "peer", "tag", "group_id")}
+                record = record.get("tensor") or {}
+            data_name = record.get("data_name")
+            if data_name:
+                if not isinstance(data_name, str):
+                    raise DumpFormatError(f"{self.source}: data_name of {name} must be a string.")
+                name = data_name.rsplit(".", 1)[0] if "." in data_name else data_name
+            else:
+                data_name = "-1"
+            dtype = record.get("dtype")
+            if dtype is not None:
+                tensor = True
+                dtype = str(dtype)
+                shape = record.get("shape")
+                if not isinstance(shape, list):
+                    raise DumpFormatError(f"{self.source}: shape of {name} must be a list.")
+                shape = str(shape)
+                grad = record.get("requires_grad")
+                if grad is not None:
+                    if not isinstance(grad, bool):
+                        raise DumpFormatError(f"{self.source}: requires_grad of {name} must be true or false.")
+                    grad = "True" if grad else "False"
+                stats = (record.get("Max"), record.get("Min"), record.get("Mean"), record.get("Norm"))
+                md5 = record.get("md5")
+                md5 = EMPTY_CRC if md5 is None else str(md5)
+            else:
+                tensor = False
+                dtype, shape, stats, md5 = self.scalar(name, record)
+                grad = None
+        items.name.append(name)
+        items.entry.append(entry)
+        items.state.append(state)
+        items.dtype.append(dtype)
+        items.shape.append(shape)
+        items.requires_grad.append(grad)
+        items.stat_max.append(stats[0])
+        items.stat_min.append(stats[1])
+        items.stat_mean.append(stats[2])
+        items.stat_norm.append(stats[3])
+        items.md5.append(md5)
+        items.data_name.append(data_name)
+        items.is_tensor.append(tensor)
+
+    def scalar(self, name: str, record: dict):
+        kind = record.get("type")
+        value = record.get("value")
+        if isinstance(value, str) and is_formula_like(value):
+            raise DumpFormatError(f"{self.source}: data info of {name} contains special characters.")
+        if kind == "torch.Size":
+            return kind, str(value), (None, None, None, None), crc32_text(str(value))
+        if kind == "slice":
+            return kind, f"({len(value)},)" if isinstance(value, list) else "()", (None,) * 4, crc32_text(str(value))
+        if kind == "ellipsis":
+            return kind, "[]", ("...",) * 4, crc32_text("...")
+        if name.rsplit(".", 1)[-1] in PEER_KEYS:
+            text = str(value)
+            return str(kind), "[]", (text,) * 4, text
+        if kind == "torch.ProcessGroup":
+            text = str(record.get("group_ranks"))
+            return kind, "[]", (text,) * 4, text
+        return f"<class '{_python_type_name(value)}'>", "[]", (value,) * 4, crc32_text(str(value))
+
+    def walk(self, name: str, value, state: str, entry: int, depth: int, skip_list_index: bool = False) -> None:
+        if depth > MAX_DEPTH:
+            raise DumpFormatError(f"{self.source}: {name} is nested deeper than {MAX_DEPTH} levels.")
+        if isinstance(value, dict):
+            if isinstance(value.get("type"), str) or value.get("class_type") == P2P_CLASS:
+                self.leaf(name, value, state, entry)
+                return
+            for key, child in value.items():
+                self.walk(f"{name}.{key}", child, state, entry, depth + 1)
+        elif isinstance(value, list):
+            if skip_list_index:
+                for child in value:
+                    self.walk(name, child, state, entry, depth + 1)
+            else:
+                for index, child in enumerate(value):
+                    self.walk(f"{name}.{index}", child, state, entry, depth + 1)
+        elif value is None:
+            self.leaf(name, None, state, entry)
+        else:
+            raise DumpFormatError(f"{self.source}: unexpected value of type {type(value).__name__} at {name}.")
+
+
+def _python_type_name(value) -> str:
+    if value is None:
+        return "NoneType"
+    return type(value).__name__
+
+
+def flatten(data: dict, source: str = "dump.json", debug: bool = False) -> Items:
+    """Flatten every entry of data (dump.json 'data') into items; entries with unparsable names are skipped."""
+    items = Items()
+    walker = _Flattener(items, source)
+    for entry_name, body in data.items():
+        if is_formula_like(entry_name):
+            raise DumpFormatError(f"{source}: api name {entry_name!r} contains special characters.")
+        parts = split_entry_name(entry_name, debug)
+        if parts is None:
+            continue
+        entry = len(items.entry_names)
+        items.entry_names.append(entry_name)
+        items.entry_parts.append(parts)
+        first = len(items.name)
+        if debug:
+            walker.walk(entry_name, body, "debug", entry, 0)
+        elif parts.direction == PARAMETERS_GRAD:
+            if isinstance(body, dict):
+                for param, value in body.items():
+                    walker.walk(f"{entry_name}.{param}", value, PARAMETERS_GRAD, entry, 1, skip_list_index=True)
+            elif body is not None:
+                raise DumpFormatError(f"{source}: entry {entry_name} must be an object.")
+        elif isinstance(body, dict):
+            for key, segment, state in SECTIONS:
+                section = body.get(key)
+                if section is None:
+                    continue
+                walker.walk(f"{entry_name}.{segment}", section, state, entry, 1)
+        elif body is not None:
+            raise DumpFormatError(f"{source}: entry {entry_name} must be an object, got {type(body).__name__}.")
+        items.entry_first.append(first if len(items.name) > first else -1)
+    return items
+
+
+def entry_has_md5(body) -> bool:
+    """md5-mode detection (spec §3.2): an 'md5' key among the direct elements of a section."""
+    if not isinstance(body, dict):
+        return False
+    for section in body.values():
+        if isinstance(section, list):
+            for element in section:
+                if isinstance(element, dict) and "md5" in element:
+                    return True
+        elif isinstance(section, dict):
+            if "md5" in section:
+                return True
+            for element in section.values():
+                if isinstance(element, dict) and "md5" in element:
+                    return True
+    return False
+
+
+def tree_has_md5(value, depth: int = 0) -> bool:
+    """md5 search over a whole tree (debug.json)."""
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(value, dict):
+        if "md5" in value:
+            return True
+        return any(tree_has_md5(v, depth + 1) for v in value.values())
+    if isinstance(value, list):
+        return any(tree_has_md5(v, depth + 1) for v in value)
+    return False
+
+
+__all__ = ["Items", "flatten", "entry_has_md5", "tree_has_md5", "EntryName", "crc32_text"]

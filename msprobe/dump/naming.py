@@ -1,0 +1,59 @@
+"""The entry-name grammar of dump.json (spec compare.md §2.3, §3.3-3.4): split names and renumber backward calls."""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+FORWARD = "forward"
+BACKWARD = "backward"
+PARAMETERS_GRAD = "parameters_grad"
+
+# A text starting with a formula character, or containing ';' followed by one (spec §7.3).
+_BLACKLIST = re.compile(r"^[+\-=%@\uff0b\uff0d\uff1d\uff05\uff20]|;[+\-=%@\uff0b\uff0d\uff1d\uff05\uff20]")
+
+
+class EntryName(NamedTuple):
+    op_no_number: str   # entry name without call count and direction
+    call_direction: str  # "0.forward" (API), "forward.0" (module), "parameters_grad" or the name (debug)
+    direction: str       # "forward", "backward", "parameters_grad" or the name (debug)
+
+
+def split_entry_name(name: str, debug: bool = False) -> EntryName | None:
+    """Split an entry name; None when the name follows no known shape (such entries are skipped)."""
+    if debug:
+        return EntryName(name, name, name)
+    parts = name.split(".")
+    if len(parts) >= 2 and PARAMETERS_GRAD in (parts[-1], parts[-2]):
+        return EntryName(".".join(parts[:-1]), PARAMETERS_GRAD, PARAMETERS_GRAD)
+    if len(parts) >= 3:
+        for word in (parts[-1], parts[-2]):
+            if word in (FORWARD, BACKWARD):
+                return EntryName(".".join(parts[:-2]), ".".join(parts[-2:]), word)
+    return None
+
+
+def renumber_call_direction(call_direction: str, number: int) -> str:
+    """Replace the call count inside "N.backward" or "backward.N" by number."""
+    first, second = call_direction.split(".", 1)
+    if first.isdigit():
+        return f"{number}.{second}"
+    return f"{first}.{number}"
+
+
+def is_formula_like(text: str) -> bool:
+    """True when text could be taken for a spreadsheet formula (numbers such as -1.5 are fine)."""
+    if not _BLACKLIST.search(text):
+        return False
+    for part in text.split(";"):
+        try:
+            float(part)
+        except ValueError:
+            return True
+    return False
+
+
+def api_name_of(item_name: str) -> str:
+    """Second dot segment of a name ("Torch.empty.0.forward.input.0" -> "empty")."""
+    parts = item_name.split(".", 2)
+    return parts[1] if len(parts) > 1 else ""

@@ -1,0 +1,79 @@
+"""Checks on user-given paths: existence, kind, symlinks, readability, size; safe tensor-file names."""
+
+from __future__ import annotations
+
+import os
+
+from msprobe.errors import PathError
+
+GIB = 1024 ** 3
+# Reject a file whose size reaches these limits (spec compare.md §7.2).
+SIZE_LIMITS = {".yaml": GIB, ".yml": GIB, ".csv": GIB, ".xlsx": GIB, ".ir": GIB, ".pkl": GIB, ".db": 100 * GIB}
+DEFAULT_SIZE_LIMIT = 10 * GIB
+
+
+def _check_not_symlink(path: str, what: str) -> None:
+    if os.path.islink(path):
+        raise PathError(f"{what} {path} is a symbolic link; pass the real path instead.")
+
+
+def check_input_file(path: str, what: str = "input file") -> str:
+    """Return the absolute path of an existing, readable, non-symlinked regular file of sane size."""
+    if not path:
+        raise PathError(f"{what}: no path given.")
+    if not os.path.lexists(path):
+        raise PathError(f"{what} {path} does not exist.")
+    _check_not_symlink(path, what)
+    if os.path.isdir(path):
+        raise PathError(f"{what} {path} is a directory, a file is expected.")
+    if not os.path.isfile(path):
+        raise PathError(f"{what} {path} is not a regular file.")
+    if not os.access(path, os.R_OK):
+        raise PathError(f"{what} {path} is not readable.")
+    ext = os.path.splitext(path)[1].lower()
+    limit = SIZE_LIMITS.get(ext, DEFAULT_SIZE_LIMIT)
+    size = os.path.getsize(path)
+    if size >= limit:
+        raise PathError(f"The size ({size}) of {path} exceeds ({limit}) bytes, tools not support.")
+    return os.path.abspath(path)
+
+
+def check_input_dir(path: str, what: str = "input directory") -> str:
+    if not path:
+        raise PathError(f"{what}: no path given.")
+    if not os.path.lexists(path):
+        raise PathError(f"{what} {path} does not exist.")
+    _check_not_symlink(path, what)
+    if not os.path.isdir(path):
+        raise PathError(f"{what} {path} is a file, a directory is expected.")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise PathError(f"{what} {path} is not readable.")
+    return os.path.abspath(path)
+
+
+def prepare_output_dir(path: str) -> str:
+    """Create the output directory if needed and check that it is a writable directory."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise PathError(f"output path {path} exists and is not a directory.")
+    if os.path.islink(path):
+        raise PathError(f"output path {path} is a symbolic link; pass the real path instead.")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise PathError(f"cannot create output directory {path}: {exc.strerror}.") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise PathError(f"output directory {path} is not writable.")
+    return os.path.abspath(path)
+
+
+def safe_tensor_path(tensor_dir: str, data_name: str) -> tuple[str | None, str]:
+    """Resolve data_name inside tensor_dir; return (path, "") or (None, reason) when unsafe or missing."""
+    if (not data_name or "/" in data_name or "\\" in data_name or data_name in (".", "..")
+            or "\x00" in data_name):
+        return None, f"invalid data_name {data_name!r}: it must be a plain file name inside dump_tensor_data."
+    path = os.path.join(tensor_dir, data_name)
+    if os.path.islink(path):
+        return None, f"tensor file {data_name} is a symbolic link; refused."
+    if not os.path.isfile(path):
+        return None, f"tensor file {data_name} not found in {tensor_dir}."
+    return path, ""

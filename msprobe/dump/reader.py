@@ -1,0 +1,136 @@
+"""Read dump.json / debug.json, stack.json and construct.json once each, with clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import orjson
+
+from msprobe.dump.naming import is_formula_like
+from msprobe.dump.paths import check_input_file
+from msprobe.errors import DumpFormatError
+from msprobe.log import get_logger
+
+FRAMEWORKS = ("pytorch", "mindspore", "mindtorch")
+TENSOR_DIR_NAME = "dump_tensor_data"
+
+
+def load_json(path: str, what: str = "json file"):
+    """Parse a JSON file (orjson; the stdlib parser for NaN/Infinity tokens that orjson refuses)."""
+    path = check_input_file(path, what)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise DumpFormatError(f"cannot read {path}: {exc.strerror}.") from None
+    if not raw.strip():
+        raise DumpFormatError(f"{path} is empty.")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DumpFormatError(f"{path} is not valid JSON ({exc}).") from None
+    except RecursionError:
+        raise DumpFormatError(f"{path} is nested too deeply.") from None
+
+
+@dataclass(frozen=True)
+class Dump:
+    """One side of a compare: the parsed dump file and what lies beside it."""
+
+    path: str                      # absolute path of dump.json / debug.json
+    task: str                      # "statistics" | "tensor" | ...
+    level: str
+    framework: str                 # "pytorch" | "mindspore" | "mindtorch"
+    data: dict                     # entry name -> entry body, in call order
+    is_debug: bool                 # debug.json of the single-point save tool
+    stack: dict | None = None      # entry name -> list of stack lines; None when no stack.json
+    construct: dict | None = None  # entry name -> parent; None when no construct.json
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def directory(self) -> str:
+        return os.path.dirname(self.path)
+
+    @property
+    def tensor_dir(self) -> str:
+        return os.path.join(self.directory, TENSOR_DIR_NAME)
+
+
+def read_dump(path: str, side: str, with_stack: bool = True, with_construct: bool = False) -> Dump:
+    """Read a dump.json or debug.json and, when present beside it, stack.json (and construct.json)."""
+    what = f"{side} dump file"
+    content = load_json(path, what)
+    if not isinstance(content, dict):
+        raise DumpFormatError(f"{path} is not a msprobe dump: the top level must be an object "
+                              f"with 'task' and 'data'.")
+    if "data" not in content:
+        raise DumpFormatError(f"{path} is not a msprobe dump: missing 'data'.")
+    if not isinstance(content["data"], dict):
+        raise DumpFormatError(f"{path}: 'data' must be an object of entries, got {type(content['data']).__name__}.")
+    task = content.get("task")
+    if not task or not isinstance(task, str):
+        raise DumpFormatError(f"{path}: 'task' is missing or empty.")
+    framework = content.get("framework")
+    if not framework:
+        get_logger().warning("%s has no 'framework'; assuming pytorch.", path)
+        framework = "pytorch"
+    if framework not in FRAMEWORKS:
+        raise DumpFormatError(f"{path}: unknown framework {framework!r} (expected one of {', '.join(FRAMEWORKS)}).")
+    level = content.get("level") or ""
+    is_debug = os.path.basename(path) == "debug.json" or level == "debug"
+    directory = os.path.dirname(os.path.abspath(path))
+    stack = None
+    construct = None
+    stack_path = os.path.join(directory, "stack.json")
+    if with_stack and os.path.lexists(stack_path):
+        stack = read_stack(stack_path)
+    construct_path = os.path.join(directory, "construct.json")
+    if with_construct and os.path.lexists(construct_path):
+        construct = read_construct(construct_path)
+    return Dump(path=os.path.abspath(path), task=task, level=str(level), framework=framework,
+                data=content["data"], is_debug=is_debug, stack=stack, construct=construct)
+
+
+def read_stack(path: str) -> dict:
+    """stack.json in the grouped 26.x format ({"0": [[entries], [lines]]}) or the older per-entry format."""
+    content = load_json(path, "stack file")
+    if not isinstance(content, dict):
+        raise DumpFormatError(f"The format of {path} is incorrect: the outermost layer must be an object.")
+    stacks: dict[str, list] = {}
+    if content.get("0"):
+        for group in content.values():
+            if (not isinstance(group, list) or len(group) != 2 or not isinstance(group[0], list)
+                    or not isinstance(group[1], list)):
+                continue  # malformed groups are skipped
+            lines = _checked_lines(group[1], path)
+            for entry in group[0]:
+                if isinstance(entry, str):
+                    stacks[entry] = lines
+        return stacks
+    for entry, lines in content.items():
+        if not isinstance(lines, list):
+            raise DumpFormatError(f"{path}: the stack of {entry} must be a list of lines.")
+        stacks[entry] = _checked_lines(lines, path, entry)
+    return stacks
+
+
+def _checked_lines(lines: list, path: str, entry: str = "") -> list:
+    for line in lines:
+        if not isinstance(line, str):
+            raise DumpFormatError(f"{path}: stack lines must be strings{' (entry ' + entry + ')' if entry else ''}.")
+        if is_formula_like(line):
+            raise DumpFormatError(f"{path}: stack info of {entry or 'an entry'} contains special characters.")
+    return lines
+
+
+def read_construct(path: str) -> dict:
+    content = load_json(path, "construct file")
+    if not isinstance(content, dict):
+        raise DumpFormatError(f"The format of {path} is incorrect: the outermost layer must be an object.")
+    return content

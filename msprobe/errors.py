@@ -1,0 +1,21 @@
+"""The one exception tree for errors a user can cause; the CLI prints them as one line."""
+
+
+class MsprobeError(Exception):
+    """An error caused by the input or the options; printed without a traceback, exit code 1."""
+
+    exit_code = 1
+
+
+class UsageError(MsprobeError):
+    """Wrong command-line usage; exit code 2."""
+
+    exit_code = 2
+
+
+class DumpFormatError(MsprobeError):
+    """A dump file (dump.json, stack.json, construct.json) is malformed or not a dump."""
+
+
+class PathError(MsprobeError):
+    """A path is missing, of the wrong kind, unsafe or not accessible."""

@@ -1,0 +1,50 @@
+"""Logging set-up and the progress helper shared by every command."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+LOGGER_NAME = "msprobe"
+_LEVELS = {"0": logging.DEBUG, "1": logging.INFO, "2": logging.WARNING, "3": logging.ERROR}
+
+
+def get_logger() -> logging.Logger:
+    return logging.getLogger(LOGGER_NAME)
+
+
+def setup_logging() -> None:
+    """Log lines `YYYY-mm-dd HH:MM:SS (pid) [LEVEL] message`; level from MSPROBE_LOG_LEVEL (0-3)."""
+    logger = get_logger()
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(asctime)s (%(process)d) [%(levelname)s] %(message)s",
+                                           "%Y-%m-%d %H:%M:%S"))
+    logger.addHandler(handler)
+    logger.setLevel(_LEVELS.get(os.environ.get("MSPROBE_LOG_LEVEL", "1"), logging.INFO))
+    logger.propagate = False
+
+
+def progress(iterable=None, total=None, desc=""):
+    """A tqdm bar on stderr when it is a terminal; a plain pass-through otherwise."""
+    if not sys.stderr.isatty():
+        return iterable if iterable is not None else _NullBar()
+    from tqdm import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, leave=False, dynamic_ncols=True)
+
+
+class _NullBar:
+    def update(self, n=1):
+        pass
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -1,0 +1,18 @@
+"""The judged result table that every writer takes: named columns of equal length, nothing computed here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ResultTable:
+    columns: list                            # column names in output order
+    cells: dict                              # column name -> list of cell values (str, float, int, bool, None)
+    numeric_columns: frozenset = field(default_factory=frozenset)  # written as numbers in xlsx when they are
+
+    def __len__(self) -> int:
+        return len(self.cells[self.columns[0]]) if self.columns else 0
+
+    def column(self, name: str) -> list:
+        return self.cells[name]
