@@ -102,19 +102,44 @@ def _na_if_none(values: list) -> list:
     return [NA if v is None else v for v in values]
 
 
-def result_file_name(prefix: str, suffix: str, extension: str) -> str:
-    return f"{prefix}{suffix}_{time.strftime('%Y%m%d%H%M%S')}.{extension}"
+def timestamp() -> str:
+    return time.strftime("%Y%m%d%H%M%S")
+
+
+def result_file_name(prefix: str, suffix: str, extension: str, stamp: str) -> str:
+    return f"{prefix}{suffix}_{stamp}.{extension}"
 
 
 def compare_files(target_path: str, golden_path: str, options: CompareOptions, suffix: str = "",
                   label: str = "") -> CompareSummary:
-    """Compare one pair of dump.json (or debug.json) files and write the result table."""
+    """Compare one pair of dump.json (or debug.json) files and write the result table (and the advisor)."""
     logger = get_logger()
     base_t, base_g = os.path.basename(target_path), os.path.basename(golden_path)
     if {base_t, base_g} == {"dump.json", "debug.json"}:
         raise MsprobeError("The target and golden files must both be dump.json or both be debug.json.")
     target = read_dump(target_path, "target", with_stack=True)
     golden = read_dump(golden_path, "golden", with_stack=False)
+    table, summary = compare_dumps(target, golden, options, label)
+    if options.write_output:
+        prefix = "debug_compare_result" if target.is_debug and golden.is_debug else "compare_result"
+        extension = "csv" if options.output_format == "csv" else "xlsx"
+        stamp = timestamp()
+        path = os.path.join(options.output_dir, result_file_name(prefix, suffix, extension, stamp))
+        logger.info("%sSaving result file in progress...", label)
+        write_table(table, path)
+        summary.output = path
+        logger.info("%sThe result file path is: %s.", label, path)
+        if not options.compare_only:
+            advisor_path = os.path.join(options.output_dir, result_file_name("advisor", suffix, "txt", stamp))
+            write_text(advisor_path, "\n".join(summary.advice.lines()) + "\n")
+            summary.advisor_file = advisor_path
+    return summary
+
+
+def compare_dumps(target: Dump, golden: Dump, options: CompareOptions,
+                  label: str = "") -> tuple[ResultTable, CompareSummary]:
+    """The judged result table of two read dumps, and its summary; nothing is written."""
+    logger = get_logger()
     mode = detect_mode(target, golden)
     debug = target.is_debug and golden.is_debug
     logger.info("%sCompare mode: %s.", label, "real data" if mode == col.TENSOR else mode)
@@ -135,25 +160,11 @@ def compare_files(target_path: str, golden_path: str, options: CompareOptions, s
     for result in results:
         summary.results[result] = summary.results.get(result, 0) + 1
     summary.tensor_problems = len(judge_input.tensor_problems or ())
-    names = table.cells["NPU Name"]
-    states = _take(t_items.state, pairs.target)
-    advice = advise(names, states, results, messages)
+    advice = advise(table.cells["NPU Name"], _take(t_items.state, pairs.target), results, messages)
     summary.advice = advice
     if advice.row is not None:
         summary.first_error, summary.first_error_row = advice.node, advice.row
-    if options.write_output:
-        prefix = "debug_compare_result" if debug else "compare_result"
-        extension = "csv" if options.output_format == "csv" else "xlsx"
-        path = os.path.join(options.output_dir, result_file_name(prefix, suffix, extension))
-        logger.info("%sSaving result file in progress...", label)
-        write_table(table, path)
-        summary.output = path
-        logger.info("%sThe result file path is: %s.", label, path)
-        if not options.compare_only:
-            advisor_path = os.path.join(options.output_dir, result_file_name("advisor", suffix, "txt"))
-            write_text(advisor_path, "\n".join(advice.lines()) + "\n")
-            summary.advisor_file = advisor_path
-    return summary
+    return table, summary
 
 
 def write_table(table: ResultTable, path: str) -> None:

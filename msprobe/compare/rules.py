@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from msprobe.compare.columns import MD5, STATISTICS, TENSOR
+from msprobe.compare.columns import MD5, TENSOR
 from msprobe.frameworks.dtypes import canonical
 from msprobe.report.cells import NA, cell_text
 

@@ -62,7 +62,7 @@ class Items:
             return list(self.name)
         entry_keys = []
         seen: dict[str, int] = {}
-        for entry_name, parts in zip(self.entry_names, self.entry_parts):
+        for parts in self.entry_parts:
             if parts.direction != BACKWARD:
                 entry_keys.append(None)
                 continue

@@ -27,8 +27,8 @@ def write_xlsx(table: ResultTable, path: str, highlight_column: str | None = "Re
                                                    "strings_to_formulas": False, "strings_to_urls": False,
                                                    "nan_inf_to_errors": False})
         header = workbook.add_format({"bold": True})
-        fills = {"error": (workbook.add_format({"bg_color": RED}), None),
-                 "warning": (workbook.add_format({"bg_color": YELLOW}), None)}
+        fills = {"error": workbook.add_format({"bg_color": RED}),
+                 "warning": workbook.add_format({"bg_color": YELLOW})}
         sheets = [("Sheet1", 0, rows)] if rows <= MAX_SHEET_ROWS else [
             (f"part_{i + 1}", start, min(start + MAX_SHEET_ROWS, rows))
             for i, start in enumerate(range(0, rows, MAX_SHEET_ROWS))]
@@ -37,17 +37,19 @@ def write_xlsx(table: ResultTable, path: str, highlight_column: str | None = "Re
             sheet = workbook.add_worksheet(sheet_name)
             sheet.write_row(0, 0, table.columns, header)
             for out_row, row in enumerate(range(start, stop), start=1):
-                fmt = fills[highlight[row]][0] if highlight is not None and highlight[row] in fills else None
+                fmt = fills[highlight[row]] if highlight is not None and highlight[row] in fills else None
                 for col, (_name, raw, text, numeric) in enumerate(columns):
                     value = raw[row]
                     kind = type(value)
-                    if kind is bool:
+                    if numeric:
+                        if (kind is float or kind is int) and math.isfinite(value):
+                            sheet.write_number(out_row, col, value, fmt)
+                            continue
+                    elif kind is bool:  # a verdict such as Requires_grad Consistent; bool statistics stay text
                         sheet.write_boolean(out_row, col, value, fmt)
-                    elif numeric and (kind is float or kind is int) and math.isfinite(value):
-                        sheet.write_number(out_row, col, value, fmt)
-                    else:
-                        cell = text[row]
-                        if len(cell) > MAX_CELL_CHARS:
-                            cell = cell[:MAX_CELL_CHARS - 3] + "..."
-                        sheet.write_string(out_row, col, cell, fmt)
+                        continue
+                    cell = text[row]
+                    if len(cell) > MAX_CELL_CHARS:
+                        cell = cell[:MAX_CELL_CHARS - 3] + "..."
+                    sheet.write_string(out_row, col, cell, fmt)
         workbook.close()

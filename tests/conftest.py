@@ -1,0 +1,59 @@
+"""Shared test helpers: fixture paths, running the CLI in-process, reading result tables."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def fixture_pair(case: str) -> tuple[str, str]:
+    base = FIXTURES / case
+    return str(base / "target" / "dump.json"), str(base / "golden" / "dump.json")
+
+
+def read_csv(path) -> list:
+    path = str(path)
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="", encoding="utf-8") as handle:
+        return list(csv.reader(handle))
+
+
+def run_cli(args: list) -> int:
+    from msprobe.cli.main import main
+
+    return main([str(a) for a in args])
+
+
+def only_file(directory, pattern: str) -> Path:
+    found = sorted(Path(directory).glob(pattern))
+    assert len(found) == 1, f"expected one {pattern} in {directory}, found {[p.name for p in found]}"
+    return found[0]
+
+
+@pytest.fixture(scope="session")
+def tensor_mix(tmp_path_factory) -> tuple[str, str]:
+    """The real tensor-mode dump pair (.pt files), extracted once per session."""
+    base = tmp_path_factory.mktemp("tensor_mix")
+    for side in ("target", "golden"):
+        with tarfile.open(FIXTURES / "tensor_mix_step0" / f"{side}.tar.gz") as archive:
+            archive.extractall(base, filter="data")
+    paths = []
+    for side in ("target", "golden"):
+        step = base / side / "step0"
+        (proc,) = [p for p in step.iterdir() if p.is_dir()]
+        paths.append(str(proc / "dump.json"))
+    return paths[0], paths[1]
+
+
+@pytest.fixture(autouse=True)
+def _quiet_cwd(tmp_path, monkeypatch):
+    """Run every test in its own directory so a default ./output never lands in the repository."""
+    monkeypatch.chdir(tmp_path)
+    os.environ.pop("MSPROBE_DEBUG", None)
