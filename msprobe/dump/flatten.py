@@ -116,7 +116,7 @@ class _Flattener:
                     if not isinstance(grad, bool):
                         raise DumpFormatError(f"{self.source}: requires_grad of {name} must be true or false.")
                     grad = "True" if grad else "False"
-                stats = (record.get("Max"), record.get("Min"), record.get("Mean"), record.get("Norm"))
+                stats = tuple(_tensor_stat(record.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
                 md5 = record.get("md5")
                 md5 = EMPTY_CRC if md5 is None else str(md5)
             else:
@@ -176,6 +176,13 @@ class _Flattener:
             self.leaf(name, None, state, entry)
         else:
             raise DumpFormatError(f"{self.source}: unexpected value of type {type(value).__name__} at {name}.")
+
+
+def _tensor_stat(value):
+    """Statistics of bool tensors (any/all) are kept as text, as the reference writes them."""
+    if value is True or value is False:
+        return str(value)
+    return value
 
 
 def _python_type_name(value) -> str:

@@ -41,12 +41,11 @@ def write_xlsx(table: ResultTable, path: str, highlight_column: str | None = "Re
                 for col, (_name, raw, text, numeric) in enumerate(columns):
                     value = raw[row]
                     kind = type(value)
-                    if numeric:
-                        if (kind is float or kind is int) and math.isfinite(value):
-                            sheet.write_number(out_row, col, value, fmt)
-                            continue
-                    elif kind is bool:  # a verdict such as Requires_grad Consistent; bool statistics stay text
+                    if kind is bool:
                         sheet.write_boolean(out_row, col, value, fmt)
+                        continue
+                    if numeric and (kind is float or kind is int) and math.isfinite(value):
+                        sheet.write_number(out_row, col, value, fmt)
                         continue
                     cell = text[row]
                     if len(cell) > MAX_CELL_CHARS:
