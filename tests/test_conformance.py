@@ -87,7 +87,7 @@ def test_tensor_table_equals_reference_except_decision_13(tensor_mix, tmp_path):
     ratio = header.index("One Thousandth Err Ratio")
     rows = {row for row, *_ in found}
     assert rows, "the fixture contains outputs in [0.1, 0.6): the decision must show"
-    for row, name, column, ref_text, our_text in found:
+    for row, name, column, _ref_text, _our_text in found:
         assert column in ("Result", "Err_message"), (row, name, column)
         assert 0.1 <= float(ours[row][ratio]) < 0.6
         assert reference[row][header.index("Result")] == "pass"

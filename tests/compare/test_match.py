@@ -1,0 +1,51 @@
+"""Exact matching, N/A rows, duplicates and the dtype rule."""
+
+from __future__ import annotations
+
+from msprobe.compare.match import match_exact
+from msprobe.dump.flatten import flatten
+from msprobe.frameworks.dtypes import canonical, dtype_rule_ok
+
+
+def t(dtype="torch.float32"):
+    return {"type": "torch.Tensor", "dtype": dtype, "shape": [2], "Max": 1.0, "Min": 0.0, "Mean": 0.5, "Norm": 1.0}
+
+
+def test_left_join_in_target_order_and_golden_only_dropped():
+    target = flatten({"A.op.0.forward": {"input_args": [t(), t()]}, "A.new.0.forward": {"input_args": [t()]}})
+    golden = flatten({"A.old.0.forward": {"input_args": [t()]}, "A.op.0.forward": {"input_args": [t(), t()]}})
+    pairs = match_exact(target, golden)
+    assert pairs.target.tolist() == [0, 1, 2]
+    assert pairs.golden.tolist() == [1, 2, -1]
+
+
+def test_backward_calls_align_after_renumbering():
+    # the target recomputed activations: its backward call counts differ, the order is the same
+    target = flatten({"F.relu.4.backward": {"input": [t()]}, "F.relu.9.backward": {"input": [t()]}})
+    golden = flatten({"F.relu.0.backward": {"input": [t()]}, "F.relu.1.backward": {"input": [t()]}})
+    assert match_exact(target, golden).golden.tolist() == [0, 1]
+    assert match_exact(target, golden, renumber_backward=False).golden.tolist() == [-1, -1]
+
+
+def test_duplicate_keys_give_every_combination():
+    target = flatten({"A.op.0.forward": {"input_args": [t()]}})
+    golden = flatten({"A.op.0.forward": {"input_args": [t()]}, "x": {}})
+    golden.name.append(golden.name[0])
+    for column in ("entry", "state", "dtype", "shape", "requires_grad", "data_name"):
+        getattr(golden, column).append(getattr(golden, column)[0])
+    assert match_exact(target, golden).golden.tolist() == [0, 1]
+
+
+def test_dtype_rule():
+    target = flatten({"A.op.0.forward": {"input_args": [t("torch.bfloat16"), t("torch.int64"), t("torch.int32")]}})
+    golden = flatten({"A.op.0.forward": {"input_args": [t("torch.float32"), t("torch.float32"), t("torch.int64")]}})
+    assert match_exact(target, golden).golden.tolist() == [0, -1, -1]
+    assert match_exact(target, golden, cross_framework=True).golden.tolist() == [0, -1, 2]
+
+
+def test_dtype_spellings_normalise():
+    assert canonical("Float32") == canonical("torch.float32") == canonical("float32") == "float32"
+    assert canonical("mindspore.bfloat16") == canonical("BFloat16") == "bfloat16"
+    assert canonical("<class 'int'>") == "<class 'int'>" and canonical("torch.Size") == "torch.Size"
+    assert dtype_rule_ok("Float16", "torch.float32", cross_framework=True)
+    assert not dtype_rule_ok("Bool", "torch.float32", cross_framework=True)

@@ -1,0 +1,63 @@
+"""Statistics-mode diff and relative-error texts (spec §4.4), case by case."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from msprobe.compare.stats import stat_diff
+
+INF = math.inf
+NAN = math.nan
+
+
+@pytest.mark.parametrize("target, golden, diff, rel", [
+    (2.5, 2.0, "0.5", "25.0%"),
+    (1.5, -2.0, "3.5", "175.0%"),
+    (60, 59, "1", "1.694915254237288%"),     # integers: exact, no decimal point
+    (60, 60, "0", "0"),
+    (3.0, 0.0, "3.0", "inf"),                # golden 0 -> inf
+    (1, 1.0, "0.0", "0.0%"),                 # texts differ ("1" vs "1.0"), values equal
+    (None, None, "0", "0"),                  # equal texts
+    (NAN, 1.0, "Nan", "Nan"),
+    (1.0, NAN, "Nan", "Nan"),
+    (NAN, NAN, "0", "0"),                    # texts "Nan" == "Nan"
+    (INF, 1.0, "inf", "inf"),
+    (INF, -INF, "inf", "inf"),
+    (-INF, 1.0, "-inf", "-inf"),
+    (-INF, INF, "-inf", "-inf"),
+    (1.0, INF, "-inf", "-inf"),
+    (1.0, -INF, "inf", "inf"),
+    (INF, INF, "0", "0"),
+    (1.0, "N/A", "N/A", "N/A"),
+    ("npu:0", "npu:1", "N/A", "N/A"),        # two devices
+    ("npu:0", 1.0, "Diff", "Diff"),
+    (True, False, "Diff", "Diff"),           # booleans are not numbers
+    ("True", "False", "Diff", "Diff"),
+    ("abc", "abd", "Diff", "Diff"),
+    (None, 1.0, "Diff", "Diff"),
+    ("...", "...", "0", "0"),
+])
+def test_stat_diff_cases(target, golden, diff, rel):
+    diffs, rels, _ = stat_diff([target], [golden])
+    assert (diffs[0], rels[0]) == (diff, rel)
+
+
+def test_relative_fraction_for_rules():
+    _, _, fractions = stat_diff([2.5, 1.0, 3.0, None, 1.0], [2.0, 1.0, 0.0, 1.0, "N/A"])
+    assert fractions[0] == pytest.approx(0.25)
+    assert fractions[1] == 0.0
+    assert fractions[2] == INF
+    assert math.isnan(fractions[3]) and math.isnan(fractions[4])
+
+
+def test_diff_is_float_repr_of_the_difference():
+    diffs, rels, _ = stat_diff([2.96875], [2.9653379917144775])
+    assert diffs == [repr(2.96875 - 2.9653379917144775)]
+    assert rels == [f"{abs((2.96875 - 2.9653379917144775) / 2.9653379917144775 * 100)!r}%"]
+
+
+def test_huge_integers_stay_exact():
+    diffs, _, _ = stat_diff([2 ** 62 + 1], [2 ** 62])
+    assert diffs == ["1"]
