@@ -23,9 +23,11 @@ Err_message lists every rule that fired. See docs/compare.md for every column an
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-tp", "--target_path", required=True, metavar="PATH",
-                        help="target dump.json (or debug.json) of the run under test")
+                        help="the run under test: a dump.json or debug.json, a rank folder, a step folder of "
+                             "rank*/proc* folders, a dump root of step* folders, or a root with graph/ and "
+                             "pynative/ halves")
     parser.add_argument("-gp", "--golden_path", required=True, metavar="PATH",
-                        help="golden dump.json (or debug.json) of the reference run")
+                        help="the reference run, of the same kind as --target_path")
     parser.add_argument("-o", "--output_path", nargs="?", const="./output", default="./output", metavar="DIR",
                         help="output directory, created if missing (default: ./output)")
     fmt = parser.add_mutually_exclusive_group()
@@ -39,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accepted for compatibility: NPU_Stack_Info is added whenever stack.json "
                              "lies beside the target dump.json")
     parser.add_argument("-j", "--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
-                        help="worker threads for reading and comparing tensor files (default: number of cores)")
+                        help="parallel workers: rank processes for directories, threads for tensor files "
+                             "(default: number of cores)")
 
 
 def _positive_int(text: str) -> int:
@@ -53,24 +56,38 @@ def _positive_int(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from msprobe.compare.pipeline import CompareOptions, compare_files
+    from msprobe.compare.batch import run_jobs, succeeded
+    from msprobe.compare.pipeline import CompareOptions
     from msprobe.compare.summary import print_summary
-    from msprobe.dump.paths import check_input_file, prepare_output_dir
-    from msprobe.errors import UsageError
+    from msprobe.dump.locate import locate
+    from msprobe.dump.paths import prepare_output_dir
+    from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
 
     logger = get_logger()
-    target, golden = args.target_path, args.golden_path
-    if os.path.isdir(target) != os.path.isdir(golden) and os.path.exists(target) and os.path.exists(golden):
-        raise UsageError("The target_path and golden_path need to be of the same type (both files).")
-    check_input_file(target, "target dump file")
-    check_input_file(golden, "golden dump file")
+    located = locate(args.target_path, args.golden_path)
     output_dir = prepare_output_dir(args.output_path or "./output")
     options = CompareOptions(output_dir=output_dir, output_format="csv" if args.csv else "xlsx",
                              tensor_log=args.tensor_log, compare_only=args.compare_only, jobs=args.jobs)
     logger.info("Please check whether the input data belongs to you. If not, there may be security risks.")
-    summary = compare_files(target, golden, options)
-    print_summary([summary])
+    for problem in located.problems:
+        logger.warning("%s", problem)
+    if not located.jobs:
+        raise MsprobeError("nothing to compare: " + "; ".join(located.problems))
+    if len(located.jobs) == 1 and not located.problems and not located.jobs[0].out_subdir \
+            and not located.jobs[0].suffix:
+        from msprobe.compare.pipeline import compare_files
+
+        summaries = [compare_files(located.jobs[0].target, located.jobs[0].golden, options)]
+        failures = []
+    else:
+        logger.info("Comparing %d dump pairs with %d workers.", len(located.jobs), min(args.jobs, len(located.jobs)))
+        results = run_jobs(located.jobs, options, args.jobs)
+        summaries = succeeded(results)
+        failures = [r for r in results if r not in summaries]
+    print_summary(summaries, failures, located.problems)
+    if not summaries:
+        raise MsprobeError(f"no dump pair could be compared ({len(failures)} failed).")
     banner(logger, "msprobe compare ends successfully.")
     return 0
 

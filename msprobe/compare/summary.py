@@ -5,23 +5,31 @@ from __future__ import annotations
 from msprobe.log import get_logger
 
 
-def print_summary(summaries: list) -> None:
+def summary_line(summary) -> str:
+    counts = ", ".join(f"{summary.results.get(k, 0)} {k}" for k in ("pass", "warning", "error"))
+    label = summary.label.strip("[] ") or "result"
+    line = (f"{label}: {summary.rows} rows ({summary.matched} matched, {summary.rows - summary.matched} without "
+            f"golden partner): {counts}")
+    if summary.first_error is not None:
+        line += f"; first error: {summary.first_error} (row {summary.first_error_row})"
+    if summary.tensor_problems:
+        line += f"; {summary.tensor_problems} tensor pairs not comparable (see Err_message)"
+    if summary.output:
+        line += f" -> {summary.output}"
+    return line
+
+
+def print_summary(summaries: list, failures: list = (), problems: list = ()) -> None:
     logger = get_logger()
     for summary in summaries:
-        counts = ", ".join(f"{summary.results.get(k, 0)} {k}" for k in ("pass", "warning", "error"))
-        label = summary.label.strip("[] ") or "result"
-        logger.info("%s: %d rows (%d matched, %d without golden partner): %s.", label, summary.rows,
-                    summary.matched, summary.rows - summary.matched, counts)
-        if summary.tensor_problems:
-            logger.warning("%s: %d tensor pairs could not be compared; their rows say why (Err_message).",
-                           label, summary.tensor_problems)
-        if summary.advice is not None and summary.first_error is not None:
-            logger.info("First error in execution order: %s (table row %d).", summary.first_error,
-                        summary.first_error_row)
-            logger.info("Advice: %s", summary.advice.text)
-        elif summary.advice is not None:
-            logger.info("No error rows. %s", summary.advice.text)
-        if summary.output:
-            logger.info("Result table: %s", summary.output)
-        if summary.advisor_file:
-            logger.info("Advisor: %s", summary.advisor_file)
+        logger.info("%s", summary_line(summary))
+    if len(summaries) == 1 and summaries[0].advice is not None:
+        advice = summaries[0].advice
+        logger.info("Advice: %s", advice.text)
+        if summaries[0].advisor_file:
+            logger.info("Advisor file: %s", summaries[0].advisor_file)
+    if len(summaries) + len(failures) > 1 or problems:
+        logger.info("Compared %d of %d dump pairs; %d failed; %d skipped.", len(summaries),
+                    len(summaries) + len(failures), len(failures), len(problems))
+    for failure in failures:
+        logger.error("%sfailed: %s", failure.label, failure.message)

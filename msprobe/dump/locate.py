@@ -1,0 +1,141 @@
+"""What a path means: a dump file, a rank folder, a step folder of ranks, a dump root of steps, or graph/pynative
+halves. `locate` turns a target/golden pair of paths into compare jobs (spec §2.1, §3.10)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from msprobe.dump.paths import check_input_dir, check_input_file
+from msprobe.errors import PathError, UsageError
+
+RANK_DIR = re.compile(r"^rank(0|[1-9]\d*)?$")
+PROC_DIR = re.compile(r"^proc\d+$")
+STEP_DIR = re.compile(r"^step\d+$")
+MIXED_HALVES = ("graph", "pynative")
+DUMP_FILES = ("dump.json", "debug.json")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One pair of dump files to compare, and where its results go."""
+
+    target: str
+    golden: str
+    out_subdir: str = ""   # relative to the output directory, e.g. "step0" or "graph/step1"
+    suffix: str = ""       # result file suffix, e.g. "_rank0" or "_proc1234"
+    label: str = ""        # log prefix, e.g. "[step0/rank1] "
+
+
+@dataclass
+class Located:
+    jobs: list = field(default_factory=list)
+    problems: list = field(default_factory=list)   # human-readable reasons why some parts are not compared
+
+
+def _rank_key(name: str):
+    digits = name[4:]
+    return -1 if not digits else int(digits)
+
+
+def _subdirs(path: str, pattern: re.Pattern) -> list:
+    try:
+        names = os.listdir(path)
+    except OSError as exc:
+        raise PathError(f"cannot list {path}: {exc.strerror}.") from None
+    return [n for n in names if pattern.match(n) and os.path.isdir(os.path.join(path, n))
+            and not os.path.islink(os.path.join(path, n))]
+
+
+def dump_file_in(directory: str) -> str | None:
+    for name in DUMP_FILES:
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def locate(target: str, golden: str) -> Located:
+    """Compare jobs for a target/golden pair of paths (both files, or both directories)."""
+    if not os.path.lexists(target):
+        raise PathError(f"target path {target} does not exist.")
+    if not os.path.lexists(golden):
+        raise PathError(f"golden path {golden} does not exist.")
+    if os.path.isdir(target) != os.path.isdir(golden):
+        raise UsageError("The target_path and golden_path need to be of the same type: two dump files or two "
+                         "directories.")
+    if not os.path.isdir(target):
+        check_input_file(target, "target dump file")
+        check_input_file(golden, "golden dump file")
+        return Located([Job(os.path.abspath(target), os.path.abspath(golden))])
+    target = check_input_dir(target, "target directory")
+    golden = check_input_dir(golden, "golden directory")
+    located = Located()
+    halves = [h for h in MIXED_HALVES if os.path.isdir(os.path.join(target, h)) and os.path.isdir(os.path.join(golden, h))]
+    if halves:
+        for half in halves:
+            _locate_root(os.path.join(target, half), os.path.join(golden, half), half, located)
+        for half in MIXED_HALVES:
+            if half not in halves and (os.path.isdir(os.path.join(target, half)) or os.path.isdir(os.path.join(golden, half))):
+                located.problems.append(f"{half}/ exists on one side only; not compared.")
+    else:
+        _locate_root(target, golden, "", located)
+    if not located.jobs and not located.problems:
+        located.problems.append(f"no dump.json or debug.json found under {target} and {golden}.")
+    return located
+
+
+def _locate_root(target: str, golden: str, prefix: str, located: Located) -> None:
+    """A dump root of step folders, a step folder of rank folders, or a rank folder."""
+    steps_t, steps_g = set(_subdirs(target, STEP_DIR)), set(_subdirs(golden, STEP_DIR))
+    if steps_t or steps_g:
+        for step in sorted(steps_t | steps_g, key=lambda s: int(s[4:])):
+            if step not in steps_t or step not in steps_g:
+                side = "target" if step in steps_t else "golden"
+                located.problems.append(f"{_join(prefix, step)} exists only in the {side} dump; not compared.")
+                continue
+            _locate_step(os.path.join(target, step), os.path.join(golden, step), _join(prefix, step), located)
+        return
+    _locate_step(target, golden, prefix, located)
+
+
+def _locate_step(target: str, golden: str, out_subdir: str, located: Located) -> None:
+    ranks_t, ranks_g = _subdirs(target, RANK_DIR), _subdirs(golden, RANK_DIR)
+    if ranks_t or ranks_g:
+        for rank in sorted(set(ranks_t) | set(ranks_g), key=_rank_key):
+            if rank not in ranks_t or rank not in ranks_g:
+                side = "target" if rank in ranks_t else "golden"
+                located.problems.append(f"{_join(out_subdir, rank)} exists only in the {side} dump; not compared.")
+                continue
+            _add_job(os.path.join(target, rank), os.path.join(golden, rank), out_subdir, rank, located)
+        return
+    procs_t, procs_g = _subdirs(target, PROC_DIR), _subdirs(golden, PROC_DIR)
+    if procs_t or procs_g:
+        if len(procs_t) == 1 and len(procs_g) == 1:
+            _add_job(os.path.join(target, procs_t[0]), os.path.join(golden, procs_g[0]), out_subdir, procs_t[0],
+                     located)
+        else:
+            located.problems.append(f"{out_subdir or target}: expected exactly one proc<pid> folder on each side "
+                                    f"(target has {len(procs_t)}, golden has {len(procs_g)}); not compared.")
+        return
+    if dump_file_in(target) or dump_file_in(golden):
+        _add_job(target, golden, out_subdir, "", located)
+        return
+    located.problems.append(f"{out_subdir or target}: no rank*, proc* or step* folder and no dump.json; "
+                            "nothing to compare.")
+
+
+def _add_job(target_dir: str, golden_dir: str, out_subdir: str, rank: str, located: Located) -> None:
+    name = _join(out_subdir, rank) or os.path.basename(target_dir)
+    target_file, golden_file = dump_file_in(target_dir), dump_file_in(golden_dir)
+    if target_file is None or golden_file is None:
+        side = "target" if target_file is None else "golden"
+        located.problems.append(f"{name}: the {side} folder holds no dump.json or debug.json; not compared.")
+        return
+    suffix = f"_{rank}" if rank else ""
+    located.jobs.append(Job(target_file, golden_file, out_subdir, suffix, f"[{name}] "))
+
+
+def _join(*parts: str) -> str:
+    return "/".join(p for p in parts if p)
