@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--csv", action="store_true", help="write the table as .csv instead of .xlsx")
     fmt.add_argument("--xlsx", action="store_true", help="write .xlsx (the default; accepted for compatibility)")
+    parser.add_argument("-fm", "--fuzzy_match", action="store_true",
+                        help="pair API calls by name and order under the same parent module, ignoring call "
+                             "counts (for runs whose call counts differ)")
     parser.add_argument("-tensor_log", "--is_print_compare_log", dest="tensor_log", action="store_true",
                         help="real-data mode: log one line with the metrics of every compared tensor pair")
     parser.add_argument("-c", "--compare_only", action="store_true",
@@ -68,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     located = locate(args.target_path, args.golden_path)
     output_dir = prepare_output_dir(args.output_path or "./output")
     options = CompareOptions(output_dir=output_dir, output_format="csv" if args.csv else "xlsx",
-                             tensor_log=args.tensor_log, compare_only=args.compare_only, jobs=args.jobs)
+                             tensor_log=args.tensor_log, compare_only=args.compare_only, jobs=args.jobs,
+                             fuzzy=args.fuzzy_match)
     logger.info("Please check whether the input data belongs to you. If not, there may be security risks.")
     for problem in located.problems:
         logger.warning("%s", problem)

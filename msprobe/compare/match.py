@@ -27,13 +27,27 @@ class Pairs:
 
 def match_exact(target: Items, golden: Items, renumber_backward: bool = True,
                 cross_framework: bool = False, dtype_rule: bool = True) -> Pairs:
+    """Left join of target items on golden items by item name (backward calls renumbered)."""
+    return match_keys(target, golden, target.keys(renumber_backward), golden.keys(renumber_backward),
+                      cross_framework, dtype_rule)
+
+
+def match_fuzzy(target: Items, golden: Items, target_construct: dict | None, golden_construct: dict | None,
+                cross_framework: bool = False) -> Pairs:
+    """Pair API calls by name and order under the same parent module, ignoring call counts (-fm)."""
+    return match_keys(target, golden, target.fuzzy_keys(target_construct), golden.fuzzy_keys(golden_construct),
+                      cross_framework, True)
+
+
+def match_keys(target: Items, golden: Items, target_keys: list, golden_keys: list, cross_framework: bool = False,
+               dtype_rule: bool = True) -> Pairs:
     """Left join of target items on golden items by compare key; every duplicate combination is a row."""
     golden_index: dict[str, list[int]] = {}
-    for position, key in enumerate(golden.keys(renumber_backward)):
+    for position, key in enumerate(golden_keys):
         golden_index.setdefault(key, []).append(position)
     rows_t: list[int] = []
     rows_g: list[int] = []
-    for position, key in enumerate(target.keys(renumber_backward)):
+    for position, key in enumerate(target_keys):
         partners = golden_index.get(key)
         if partners is None:
             rows_t.append(position)

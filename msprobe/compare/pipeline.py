@@ -11,7 +11,7 @@ import numpy as np
 
 from msprobe.compare import columns as col
 from msprobe.compare.advisor import Advice, advise
-from msprobe.compare.match import Pairs, match_exact
+from msprobe.compare.match import Pairs, match_exact, match_fuzzy
 from msprobe.compare.rules import JudgeInput, judge
 from msprobe.compare.stats import stat_diff
 from msprobe.compare.tensor_metrics import METRICS, UNSUPPORTED, TensorResult, compare_arrays, fill
@@ -37,6 +37,7 @@ class CompareOptions:
     output_format: str = "xlsx"          # "xlsx" | "csv"
     tensor_log: bool = False             # one log line per compared tensor pair
     compare_only: bool = False           # no advisor
+    fuzzy: bool = False                  # -fm: pair API calls by order under their parent module
     jobs: int = 2                        # worker threads for tensor pairs
     write_output: bool = True
 
@@ -117,8 +118,8 @@ def compare_files(target_path: str, golden_path: str, options: CompareOptions, s
     base_t, base_g = os.path.basename(target_path), os.path.basename(golden_path)
     if {base_t, base_g} == {"dump.json", "debug.json"}:
         raise MsprobeError("The target and golden files must both be dump.json or both be debug.json.")
-    target = read_dump(target_path, "target", with_stack=True)
-    golden = read_dump(golden_path, "golden", with_stack=False)
+    target = read_dump(target_path, "target", with_stack=True, with_construct=options.fuzzy)
+    golden = read_dump(golden_path, "golden", with_stack=False, with_construct=options.fuzzy)
     table, summary = compare_dumps(target, golden, options, label)
     if options.write_output:
         prefix = "debug_compare_result" if target.is_debug and golden.is_debug else "compare_result"
@@ -150,7 +151,10 @@ def compare_dumps(target: Dump, golden: Dump, options: CompareOptions,
                            "(no entry with a recognised name holds any item); no result file generated.")
     logger.info("%sMatching APIs/Modules in progress...", label)
     cross = target.framework != golden.framework
-    pairs = match_exact(t_items, g_items, renumber_backward=not debug, cross_framework=cross)
+    if options.fuzzy and not debug:
+        pairs = match_fuzzy(t_items, g_items, target.construct, golden.construct, cross_framework=cross)
+    else:
+        pairs = match_exact(t_items, g_items, renumber_backward=not debug, cross_framework=cross)
     logger.info("%sAPIs/Modules match done: %d rows, %d matched.", label, len(pairs), int(pairs.matched.sum()))
     table, judge_input = build_table(mode, target, golden, t_items, g_items, pairs, options, label)
     results, messages = judge(judge_input)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from msprobe.dump.naming import (
     BACKWARD,
+    FORWARD,
     PARAMETERS_GRAD,
     EntryName,
     is_formula_like,
@@ -78,6 +79,29 @@ class Items:
             else:
                 keys.append(name)
         return keys
+
+
+    def fuzzy_keys(self, construct: dict | None) -> list:
+        """Keys that ignore API call counts: the n-th call of an API under one parent module pairs with the
+        n-th call of the same API under the same parent on the other side (DECISIONS 10). Modules, cells and
+        parameter gradients keep their exact names."""
+        construct = construct or {}
+        counters: dict[tuple, int] = {}
+        entry_keys = []
+        for name, parts in zip(self.entry_names, self.entry_parts):
+            if name.startswith(("Module.", "Cell.")) or parts.direction not in (FORWARD, BACKWARD):
+                entry_keys.append(name)
+                continue
+            parent = construct.get(name)
+            if isinstance(parent, list):  # Megatron dumps: [parent, micro_step]
+                parent = parent[0] if parent else None
+            group = (parent or "", parts.op_no_number, parts.direction)
+            number = counters.get(group, 0)
+            counters[group] = number + 1
+            entry_keys.append(f"{parent or ''}|{parts.op_no_number}.{number}.{parts.direction}")
+        return [entry_keys[entry] + name[len(self.entry_names[entry]):]
+                if name.startswith(self.entry_names[entry]) else name
+                for name, entry in zip(self.name, self.entry)]
 
 
 class _Flattener:
