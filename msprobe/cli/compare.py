@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         results = run_jobs(located.jobs, options, args.jobs)
         summaries = succeeded(results)
         failures = [r for r in results if r not in summaries]
-    print_summary(summaries, failures, located.problems)
+    print_summary(summaries, failures, located.problems, advice=not args.compare_only)
     if not summaries:
         raise MsprobeError(f"no dump pair could be compared ({len(failures)} failed).")
     banner(logger, "msprobe compare ends successfully.")

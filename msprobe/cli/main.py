@@ -34,18 +34,22 @@ def build_parser() -> argparse.ArgumentParser:
                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-V", "--version", action="version", version=f"msprobe {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="<command>", parser_class=Parser)
+    parser.subcommands = {}
     for name, (module_name, help_text) in COMMANDS.items():
         module = importlib.import_module(module_name)
         sub = commands.add_parser(name, help=help_text, description=module.DESCRIPTION, epilog=module.EPILOG,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(sub)
         sub.set_defaults(_module=module_name)
+        parser.subcommands[name] = sub
     return parser
 
 
 def main(argv: list | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        (parser.subcommands.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not args.command:
         parser.print_help()
         return 2

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 _DETERMINISM_OPS = ("conv2d", "conv3d", "matmul", "nll_loss", "layer_norm", "lstm")
 
 ADVICE_OK = "All data in comparison result meets the accuracy requirements."
+ADVICE_NOTHING_MATCHED = ("No target item found a golden partner: check that both dumps come from the same model, "
+                          "step and dump level, or try fuzzy matching (-fm) when call counts differ.")
 ADVICE_DTYPE = ("The two runs use different dtypes here (for example bfloat16 against float32): a cast in the "
                 "model code, autocast/AMP settings or a different default dtype. If the precision change is "
                 "intended, judge this op by its statistics; otherwise align the dtypes and dump again.")
@@ -42,7 +44,9 @@ class Advice:
                 f"Expert Advice: {self.text}"]
 
 
-def advise(names: list, states: list, results: list, messages: list) -> Advice:
+def advise(names: list, states: list, results: list, messages: list, matched: int = 1) -> Advice:
+    if not matched:
+        return Advice(None, "NA", ADVICE_NOTHING_MATCHED)
     for row, result in enumerate(results):
         if result == "error":
             return Advice(row + 1, names[row], _advice_for(names[row], states[row], messages[row]))

@@ -164,7 +164,10 @@ def compare_dumps(target: Dump, golden: Dump, options: CompareOptions,
     for result in results:
         summary.results[result] = summary.results.get(result, 0) + 1
     summary.tensor_problems = len(judge_input.tensor_problems or ())
-    advice = advise(table.cells["NPU Name"], _take(t_items.state, pairs.target), results, messages)
+    advice = advise(table.cells["NPU Name"], _take(t_items.state, pairs.target), results, messages,
+                    summary.matched)
+    if not summary.matched:
+        logger.warning("%sCan't match any op: no target item has a golden partner.", label)
     summary.advice = advice
     if advice.row is not None:
         summary.first_error, summary.first_error_row = advice.node, advice.row

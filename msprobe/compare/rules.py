@@ -122,7 +122,7 @@ def judge(data: JudgeInput) -> tuple[list, list]:
 
     if data.mode == MD5:
         npu_md5, bench_md5 = data.md5
-        for row in range(rows):
+        for row in np.flatnonzero(per_row_scope).tolist():
             if npu_md5[row] != bench_md5[row]:
                 if npu_md5[row] in (NA, "Nan", "", None) or bench_md5[row] in (NA, "Nan", "", None):
                     flag(row, WARNING, MSG_MD5_MISSING)
@@ -146,6 +146,8 @@ def judge(data: JudgeInput) -> tuple[list, list]:
     if data.mode == TENSOR:
         _rule_cosine(data, group_runs, flag)
         for row, kind, reason in data.tensor_problems or ():
+            if not per_row_scope[row]:
+                continue
             if kind == "nan_position":
                 flag(row, ERROR, MSG_NAN_POSITION)
             else:

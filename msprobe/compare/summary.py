@@ -7,7 +7,7 @@ from msprobe.log import get_logger
 
 def summary_line(summary) -> str:
     counts = ", ".join(f"{summary.results.get(k, 0)} {k}" for k in ("pass", "warning", "error"))
-    label = summary.label.strip("[] ") or "result"
+    label = summary.label.strip("[] ") or "compare"
     line = (f"{label}: {summary.rows} rows ({summary.matched} matched, {summary.rows - summary.matched} without "
             f"golden partner): {counts}")
     if summary.first_error is not None:
@@ -19,11 +19,11 @@ def summary_line(summary) -> str:
     return line
 
 
-def print_summary(summaries: list, failures: list = (), problems: list = ()) -> None:
+def print_summary(summaries: list, failures: list = (), problems: list = (), advice: bool = True) -> None:
     logger = get_logger()
     for summary in summaries:
         logger.info("%s", summary_line(summary))
-    if len(summaries) == 1 and summaries[0].advice is not None:
+    if advice and len(summaries) == 1 and summaries[0].advice is not None:
         advice = summaries[0].advice
         logger.info("Advice: %s", advice.text)
         if summaries[0].advisor_file:
