@@ -17,6 +17,15 @@ EPILOG = """examples:
   # table only, no advisor
   msprobe compare -tp npu/dump.json -gp gpu/dump.json -c
 
+  # a step folder of rank folders: one table per rank, ranks compared in parallel
+  msprobe compare -tp npu_dump/step0 -gp gpu_dump/step0 -o out
+
+  # where do the runs first part, and on which rank? (writes diff_analyze_<timestamp>.json)
+  msprobe compare -tp npu_dump/step0 -gp gpu_dump/step0 -o out -da
+
+  # call counts differ (e.g. an extra op in the target): pair API calls by order under their module
+  msprobe compare -tp npu/dump.json -gp gpu/dump.json -fm
+
 The result table has one row per tensor or scalar argument; Result is pass, warning or error and
 Err_message lists every rule that fired. See docs/compare.md for every column and rule."""
 
@@ -36,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-fm", "--fuzzy_match", action="store_true",
                         help="pair API calls by name and order under the same parent module, ignoring call "
                              "counts (for runs whose call counts differ)")
+    parser.add_argument("-da", "--diff_analyze", action="store_true",
+                        help="first-divergence analysis: find the first op whose outputs differ, on which rank, "
+                             "and how it spreads through communication ops; writes compare_result*.json and "
+                             "diff_analyze_<timestamp>.json instead of tables")
     parser.add_argument("-tensor_log", "--is_print_compare_log", dest="tensor_log", action="store_true",
                         help="real-data mode: log one line with the metrics of every compared tensor pair")
     parser.add_argument("-c", "--compare_only", action="store_true",
@@ -78,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         logger.warning("%s", problem)
     if not located.jobs:
         raise MsprobeError("nothing to compare: " + "; ".join(located.problems))
+    if args.diff_analyze:
+        return run_diff_analyze(located, options, args.jobs)
     if len(located.jobs) == 1 and not located.problems and not located.jobs[0].out_subdir \
             and not located.jobs[0].suffix:
         from msprobe.compare.pipeline import compare_files
@@ -93,6 +108,33 @@ def run(args: argparse.Namespace) -> int:
     if not summaries:
         raise MsprobeError(f"no dump pair could be compared ({len(failures)} failed).")
     banner(logger, "msprobe compare ends successfully.")
+    return 0
+
+
+def run_diff_analyze(located, options, workers: int) -> int:
+    from msprobe.compare.batch import JobFailure, run_jobs
+    from msprobe.compare.diff_analyze import analyze_job, describe, find_origin, write_analysis
+    from msprobe.compare.pipeline import timestamp
+    from msprobe.errors import MsprobeError
+    from msprobe.log import get_logger
+
+    logger = get_logger()
+    results = run_jobs(located.jobs, options, workers, analyze_job, timestamp())
+    groups: dict = {}
+    for job, result in zip(located.jobs, results):
+        if isinstance(result, JobFailure):
+            logger.error("%sfailed: %s", result.label, result.message)
+            continue
+        groups.setdefault(job.out_subdir, []).append(result)
+    if not groups:
+        raise MsprobeError("no dump pair could be analysed.")
+    for out_subdir, digests in groups.items():
+        finding = find_origin(digests)
+        if out_subdir:
+            logger.info("%s:", out_subdir)
+        for line in describe(finding):
+            logger.info("%s", line)
+        write_analysis(finding, os.path.join(options.output_dir, out_subdir))
     return 0
 
 

@@ -6,7 +6,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
-from msprobe.compare.pipeline import CompareOptions, CompareSummary, compare_files
+from msprobe.compare.pipeline import CompareOptions, compare_files
 from msprobe.dump.locate import Job
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger, progress
@@ -30,10 +30,11 @@ def run_job(job: Job, options: CompareOptions):
         return JobFailure(job.label, f"{exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}".strip(": "))
 
 
-def run_jobs(jobs: list, options: CompareOptions, workers: int) -> list:
-    """Summaries (or failures) in job order; jobs run in parallel processes when there are several."""
+def run_jobs(jobs: list, options: CompareOptions, workers: int, worker=run_job, *extra) -> list:
+    """worker(job, options, *extra) for every job, results in job order (failures as JobFailure); jobs run in
+    parallel processes when there are several."""
     if len(jobs) == 1:
-        return [run_job(jobs[0], options)]
+        return [worker(jobs[0], options, *extra)]
     workers = max(1, min(workers, len(jobs)))
     # Tensor threads share the cores with the rank processes.
     inner = replace(options, jobs=max(1, options.jobs // workers))
@@ -41,11 +42,11 @@ def run_jobs(jobs: list, options: CompareOptions, workers: int) -> list:
     bar = progress(total=len(jobs), desc="Ranks")
     if workers == 1:
         for index, job in enumerate(jobs):
-            results[index] = run_job(job, inner)
+            results[index] = worker(job, inner, *extra)
             bar.update(1)
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(run_job, job, inner): index for index, job in enumerate(jobs)}
+            futures = {pool.submit(worker, job, inner, *extra): index for index, job in enumerate(jobs)}
             for future in as_completed(futures):
                 index = futures[future]
                 try:
@@ -61,4 +62,4 @@ def run_jobs(jobs: list, options: CompareOptions, workers: int) -> list:
 
 
 def succeeded(results: list) -> list:
-    return [r for r in results if isinstance(r, CompareSummary)]
+    return [r for r in results if not isinstance(r, JobFailure)]

@@ -1,0 +1,290 @@
+"""First-divergence analysis (-da, spec §5, DECISIONS 14): where do the two runs first part, on which rank,
+and how does the divergence travel through communication ops."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field, replace
+
+from msprobe.compare import columns as col
+from msprobe.compare.match import match_exact, match_fuzzy
+from msprobe.compare.pipeline import CompareOptions, build_table, detect_mode
+from msprobe.dump.flatten import flatten
+from msprobe.dump.locate import Job
+from msprobe.dump.reader import read_dump
+from msprobe.errors import MsprobeError
+from msprobe.log import get_logger
+from msprobe.report.atomic import write_text
+from msprobe.report.cells import NA
+
+COMM_PREFIXES = ("Distributed.", "MintDistributed.", "communication.comm_func")
+COLLECTIVES = frozenset({"send", "recv", "broadcast", "all_reduce", "reduce", "all_gather", "gather", "isend",
+                         "irecv", "scatter", "reduce_scatter", "_reduce_scatter_base", "_all_gather_base",
+                         "all_to_all_single", "all_to_all", "all_gather_into_tensor", "reduce_scatter_tensor",
+                         "send_object_list", "recv_object_list", "batch_isend_irecv"})
+SKIPPED = ("Torch.empty", "Torch.fill", "Tensor.__setitem__", "Tensor.empty", "Torch.empty_like")
+LARGE_RELATIVE_ERROR = 0.5       # the spec's threshold for a large difference (relative, of Max/Min/Mean/Norm)
+EXTRA_COLUMNS = ("state", "api_origin_name", "NPU P2POp op", "Bench P2POp op", "NPU P2POp peer", "Bench P2POp peer")
+IGNORED_OUTPUTS = {"npu_fusion_attention": (4, 5)}
+
+
+@dataclass
+class Node:
+    """The digest of one entry of one rank."""
+
+    name: str
+    position: int            # execution order within the rank
+    layer: int               # communication entries before it
+    is_comm: bool
+    differs: bool            # some output not exactly equal (md5 or statistics)
+    inputs_differ: bool
+    large: bool              # some output relative error above LARGE_RELATIVE_ERROR (or md5 differs)
+    max_relative: float      # largest output relative error (fraction), 0 when none numeric
+    group: str = ""          # rank group of a communication op, e.g. "[0, 1, 2, 3]"
+    data_info: dict = field(default_factory=dict)
+    stack: list | None = None
+
+
+@dataclass
+class RankDigest:
+    label: str
+    rank: int
+    first: Node | None
+    first_large: Node | None
+    json_file: str
+    entries: int
+
+
+def rank_number(job: Job) -> int:
+    match = re.search(r"rank(\d+)$", job.suffix)
+    return int(match.group(1)) if match else 0
+
+
+def analyze_job(job: Job, options: CompareOptions, stamp: str):
+    """Diff-mode table of one rank, written as JSON; returns the rank's digest."""
+    from msprobe.compare.batch import JobFailure
+
+    output_dir = os.path.join(options.output_dir, job.out_subdir) if job.out_subdir else options.output_dir
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        return _analyze(job, replace(options, output_dir=output_dir), stamp)
+    except MsprobeError as exc:
+        return JobFailure(job.label, str(exc))
+
+
+def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
+    target = read_dump(job.target, "target", with_stack=True, with_construct=options.fuzzy)
+    golden = read_dump(job.golden, "golden", with_stack=False, with_construct=options.fuzzy)
+    mode = detect_mode(target, golden)
+    table_mode = col.MD5 if mode == col.MD5 else col.STATISTICS   # tensor dumps are analysed by statistics
+    debug = target.is_debug and golden.is_debug
+    t_items = flatten(target.data, target.path, debug)
+    g_items = flatten(golden.data, golden.path, debug)
+    if options.fuzzy and not debug:
+        pairs = match_fuzzy(t_items, g_items, target.construct, golden.construct, target.framework != golden.framework)
+    else:
+        pairs = match_exact(t_items, g_items, not debug, target.framework != golden.framework)
+    table, judge_input = build_table(table_mode, target, golden, t_items, g_items, pairs, options, job.label)
+    rows = len(table)
+    cells = table.cells
+    states = [t_items.state[i] for i in pairs.target.tolist()]
+    matched = pairs.matched.tolist()
+    row_differs = _row_differences(table_mode, cells, matched, rows)
+    rel_columns = [cells[name] for name in col.STAT_DIFFS[4:]] if table_mode == col.STATISTICS else []
+    stacks = target.stack or {}
+    entries: dict = {}
+    nodes: list[Node] = []
+    layer = 0
+    entry_of_row = judge_input.entry.tolist()
+    start = 0
+    while start < rows:
+        entry = entry_of_row[start]
+        stop = start
+        while stop < rows and entry_of_row[stop] == entry:
+            stop += 1
+        name = t_items.entry_names[entry]
+        node, items = _entry_node(name, start, stop, len(nodes), layer, table_mode, cells, states, matched,
+                                  row_differs, rel_columns, stacks, t_items, pairs)
+        if name.count(".") >= 3:
+            entries[name] = {"is_same": not node.differs, "op_items": items}
+        nodes.append(node)
+        if node.is_comm:
+            layer += 1
+        start = stop
+    json_file = os.path.join(options.output_dir, f"compare_result{job.suffix}_{stamp}.json")
+    write_text(json_file, json.dumps(entries, indent=4, ensure_ascii=False, default=str))
+    get_logger().info("%sSaving json file to disk: %s", job.label, json_file)
+    candidates = [n for n in nodes if not n.name.startswith(SKIPPED)]
+    first = next((n for n in candidates if n.differs), None)
+    first_large = next((n for n in candidates if n.large), None)
+    for node in nodes:
+        if node is not first and node is not first_large:
+            node.data_info = {}
+            node.stack = None
+    return RankDigest(job.label, rank_number(job), first, first_large, json_file, len(nodes))
+
+
+def _row_differences(mode: str, cells: dict, matched: list, rows: int) -> list:
+    if mode == col.MD5:
+        return [m and a != b for m, a, b in zip(matched, cells["NPU MD5"], cells["BENCH MD5"])]
+    diffs = [cells[name] for name in col.STAT_DIFFS[:4]]
+    return [matched[r] and any(d[r] != "0" for d in diffs) for r in range(rows)]
+
+
+def _relative(text) -> float:
+    if isinstance(text, str) and text.endswith("%"):
+        try:
+            return float(text[:-1]) / 100
+        except ValueError:
+            return 0.0
+    if text in ("inf", "-inf"):
+        return float("inf")
+    return 0.0
+
+
+def is_communication(name: str) -> bool:
+    if not name.startswith(COMM_PREFIXES):
+        return False
+    parts = name.split(".")
+    return len(parts) > 1 and parts[1] in COLLECTIVES
+
+
+def _entry_node(name, start, stop, position, layer, mode, cells, states, matched, row_differs, rel_columns, stacks,
+                t_items, pairs):
+    api = name.split(".")[-3] if name.count(".") >= 3 else ""
+    ignored = IGNORED_OUTPUTS.get(api, ())
+    has_outputs = any(states[r] == "output" for r in range(start, stop))
+    differs = inputs_differ = large = False
+    max_relative = 0.0
+    group = ""
+    output_index = 0
+    items = []
+    data_info: dict = {"input": {}, "output": {}}
+    peer_key = "NPU P2POp peer"
+    for row in range(start, stop):
+        state = states[row]
+        is_output = state == "output" or (not has_outputs and state in ("parameters_grad", "debug"))
+        if state == "output":
+            skip = output_index in ignored
+            output_index += 1
+        else:
+            skip = False
+        item_name = cells["NPU Name"][row]
+        if item_name.endswith(".group") and cells["NPU max"][row] not in (None, NA):
+            group = str(cells["NPU max"][row])
+        if row_differs[row] and not skip:
+            if is_output:
+                differs = True
+                if mode == col.MD5:
+                    large = True
+                else:
+                    relative = max(abs(_relative(column[row])) for column in rel_columns)
+                    max_relative = max(max_relative, relative)
+                    large = large or relative > LARGE_RELATIVE_ERROR
+            else:
+                inputs_differ = True
+        extra = t_items.extra.get(int(pairs.target[row]), {})
+        golden_row = int(pairs.golden[row])
+        record = {column: cells[column][row] for column in cells if column not in ("Result", "Err_message")}
+        if "NPU_Stack_Info" in record:
+            lines = stacks.get(name)
+            record["NPU_Stack_Info"] = lines if row == start and lines is not None else NA
+        record["Result"] = ("Different" if row_differs[row] else "pass") if mode == col.MD5 else ""
+        record["Err_message"] = "" if matched[row] else "No bench data matched."
+        if matched[row] and cells["NPU Requires_grad"][row] != cells["Bench Requires_grad"][row] \
+                and NA not in (cells["NPU Requires_grad"][row], cells["Bench Requires_grad"][row]):
+            record["Err_message"] = "Requires_grad inconsistent. "
+        record.update({"state": state, "api_origin_name": name, "NPU P2POp op": str(extra.get("op")),
+                       "Bench P2POp op": str(extra.get("op")) if golden_row >= 0 else NA,
+                       "NPU P2POp peer": str(extra.get("peer")),
+                       "Bench P2POp peer": str(extra.get("peer")) if golden_row >= 0 else NA})
+        items.append(record)
+        if mode == col.MD5:
+            info = {"NPU MD5": cells["NPU MD5"][row]}
+        else:
+            info = {f"NPU {s}": cells[f"NPU {s}"][row] for s in ("max", "min", "mean", "l2norm")}
+            info[peer_key] = record[peer_key]
+        data_info["output" if is_output else "input"][item_name] = info
+    node = Node(name, position, layer, is_communication(name), differs, inputs_differ, large, max_relative, group,
+                data_info, stacks.get(name))
+    return node, items
+
+
+@dataclass
+class Finding:
+    """The answer for one group of ranks (one step)."""
+
+    origin: list           # RankDigest of the rank(s) where the divergence starts
+    received: list         # RankDigest of ranks whose first divergence came through a communication op
+    clean: list            # ranks without divergence
+
+
+def find_origin(digests: list) -> Finding:
+    diverged = [d for d in digests if d.first is not None]
+    clean = [d for d in digests if d.first is None]
+    own = [d for d in diverged if not (d.first.is_comm and not d.first.inputs_differ)]
+    received = [d for d in diverged if d not in own]
+    pool = own or received
+    if not pool:
+        return Finding([], [], clean)
+    best = min((d.first.layer, d.first.position) for d in pool)
+    origin = [d for d in pool if (d.first.layer, d.first.position) == best]
+    return Finding(origin, [d for d in diverged if d not in origin], clean)
+
+
+def node_record(node: Node, role: str) -> dict:
+    return {"op_name": node.name, "data_info": node.data_info, "stack_info": node.stack, "role": role,
+            "communication_layer": node.layer, "max_output_relative_error": node.max_relative}
+
+
+def write_analysis(finding: Finding, output_dir: str) -> str | None:
+    logger = get_logger()
+    if not finding.origin:
+        logger.info("Cannot find any diff node, no need to generate analyze file.")
+        return None
+    result: dict = {}
+    for digest in finding.origin:
+        result[f"rank_{digest.rank}"] = [node_record(digest.first, "origin")]
+        if digest.first_large is not None and digest.first_large is not digest.first:
+            result[f"rank_{digest.rank}"].append(node_record(digest.first_large, "first large difference"))
+    for digest in finding.received:
+        role = ("received through communication" if digest.first.is_comm and not digest.first.inputs_differ
+                else "diverged later")
+        result.setdefault(f"rank_{digest.rank}", []).append(node_record(digest.first, role))
+    path = os.path.join(output_dir, f"diff_analyze_{time.strftime('%Y%m%d%H%M%S')}_{time.time_ns() % 10**9:09d}.json")
+    write_text(path, json.dumps(result, indent=2, ensure_ascii=False, default=str))
+    logger.info("The analyze result is saved in: %s", path)
+    return path
+
+
+def describe(finding: Finding) -> list:
+    """Console lines that answer: where do the runs first part, by how much, and how did it spread."""
+    lines = []
+    if not finding.origin:
+        return ["No divergence found: every compared output is identical (statistics or md5)."]
+    for digest in finding.origin:
+        node = digest.first
+        rank = digest.label.strip("[] ") or f"rank {digest.rank}"
+        how = (f"max relative error of its outputs {node.max_relative:.4%}" if node.max_relative
+               else "outputs differ (md5 or statistics not identical)")
+        cause = "its inputs already differ" if node.inputs_differ else "its inputs are identical"
+        lines.append(f"Divergence starts on {rank} at {node.name} (entry {node.position + 1}, after "
+                     f"{node.layer} communication ops): {how}; {cause}.")
+        large = digest.first_large
+        if large is not None and large is not node:
+            lines.append(f"  First difference above {LARGE_RELATIVE_ERROR:.0%} on {rank}: {large.name} "
+                         f"(entry {large.position + 1}, {large.max_relative:.4%}).")
+    for digest in finding.received:
+        node = digest.first
+        rank = digest.label.strip("[] ") or f"rank {digest.rank}"
+        if node.is_comm and not node.inputs_differ:
+            lines.append(f"{rank} receives the divergence through {node.name}"
+                         f"{' (group ' + node.group + ')' if node.group else ''}.")
+        else:
+            lines.append(f"{rank} diverges later at {node.name} (after {node.layer} communication ops).")
+    for digest in finding.clean:
+        lines.append(f"{digest.label.strip('[] ') or 'rank ' + str(digest.rank)}: no divergence.")
+    return lines
