@@ -14,12 +14,20 @@ def get_logger() -> logging.Logger:
     return logging.getLogger(LOGGER_NAME)
 
 
+class _StdoutHandler(logging.StreamHandler):
+    """Writes to whatever sys.stdout is at the time of the record (redirections and test captures)."""
+
+    def emit(self, record):
+        self.stream = sys.stdout
+        super().emit(record)
+
+
 def setup_logging() -> None:
     """Log lines `YYYY-mm-dd HH:MM:SS (pid) [LEVEL] message`; level from MSPROBE_LOG_LEVEL (0-3)."""
     logger = get_logger()
     if logger.handlers:
         return
-    handler = logging.StreamHandler(sys.stdout)
+    handler = _StdoutHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(asctime)s (%(process)d) [%(levelname)s] %(message)s",
                                            "%Y-%m-%d %H:%M:%S"))
     logger.addHandler(handler)

@@ -57,3 +57,12 @@ def _quiet_cwd(tmp_path, monkeypatch):
     """Run every test in its own directory so a default ./output never lands in the repository."""
     monkeypatch.chdir(tmp_path)
     os.environ.pop("MSPROBE_DEBUG", None)
+
+
+@pytest.fixture(scope="session")
+def multirank_step0(tmp_path_factory) -> tuple[Path, Path]:
+    """The real 4-rank step0 folders (target, golden), extracted once per session."""
+    base = tmp_path_factory.mktemp("multirank")
+    with tarfile.open(FIXTURES / "multirank_step0.tar.gz") as archive:
+        archive.extractall(base, filter="data")
+    return base / "target" / "step0", base / "golden" / "step0"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 
 from msprobe.report.atomic import atomic_path
 from msprobe.report.cells import cell_text
@@ -10,8 +11,15 @@ from msprobe.report.safety import check_cells
 from msprobe.report.table import ResultTable
 
 
+def csv_text(value) -> str:
+    """Cell text in CSV: float infinities are written " inf" / " -inf", as the reference msprobe writes them."""
+    if type(value) is float and value in (math.inf, -math.inf):
+        return " inf" if value > 0 else " -inf"
+    return cell_text(value)
+
+
 def table_texts(table: ResultTable) -> dict:
-    return {name: [cell_text(v) for v in table.cells[name]] for name in table.columns}
+    return {name: [csv_text(v) for v in table.cells[name]] for name in table.columns}
 
 
 def write_csv(table: ResultTable, path: str) -> None:

@@ -1,0 +1,65 @@
+"""First-divergence analysis (-da) on the real dumps: the known first divergent op of every case."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import FIXTURES, fixture_pair, only_file, run_cli
+
+
+def analysis(out):
+    return json.loads(only_file(out, "diff_analyze_*.json").read_text())
+
+
+@pytest.mark.parametrize("case, first", [
+    ("stats_L1_step0", "Functional.linear.2.forward"),
+    ("stats_mix_step0", "Functional.linear.2.forward"),
+    ("md5_mix_step0", "Functional.linear.2.forward"),
+    ("stats_L0_step0", "Module.blocks.0.mlp.fc1.CastLinear.forward.0"),
+])
+def test_single_process_file_pair(case, first, tmp_path):
+    target, golden = fixture_pair(case)
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path, "-da"]) == 0
+    result = analysis(tmp_path)
+    assert list(result) == ["rank_0"]
+    assert result["rank_0"][0]["op_name"] == first and result["rank_0"][0]["role"] == "origin"
+    per_rank = json.loads(only_file(tmp_path, "compare_result_*.json").read_text())
+    assert per_rank[first]["is_same"] is False
+    assert not list(tmp_path.glob("*.csv")) and not list(tmp_path.glob("*.xlsx"))
+
+
+def test_step_folder_with_proc_dirs(tmp_path):
+    for side in ("target", "golden"):
+        shutil.copytree(FIXTURES / "stats_mix_step0" / side, tmp_path / side / "proc42")
+    assert run_cli(["compare", "-tp", tmp_path / "target", "-gp", tmp_path / "golden", "-o", tmp_path / "o", "-da"]) == 0
+    assert analysis(tmp_path / "o")["rank_0"][0]["op_name"] == "Functional.linear.2.forward"
+
+
+def test_tensor_dump(tensor_mix, tmp_path):
+    target, golden = tensor_mix
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path, "-da"]) == 0
+    assert analysis(tmp_path)["rank_0"][0]["op_name"] == "Functional.linear.2.forward"
+
+
+def test_multirank_origin_and_spread(multirank_step0, tmp_path, capsys):
+    target, golden = multirank_step0
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path, "-da"]) == 0
+    result = analysis(tmp_path)
+    assert list(result)[0] == "rank_1"
+    assert result["rank_1"][0] == {**result["rank_1"][0], "op_name": "Functional.linear.2.forward", "role": "origin"}
+    for rank in (0, 2, 3):
+        (node,) = result[f"rank_{rank}"]
+        assert node["op_name"] == "Distributed.all_reduce.0.forward"
+        assert node["role"] == "received through communication"
+    assert "Divergence starts on rank1 at Functional.linear.2.forward" in capsys.readouterr().out
+    assert len(list(tmp_path.glob("compare_result_rank*.json"))) == 4
+
+
+def test_identical_dumps_have_no_divergence(tmp_path, capsys):
+    target, _ = fixture_pair("stats_L0_step0")
+    assert run_cli(["compare", "-tp", target, "-gp", target, "-o", tmp_path, "-da"]) == 0
+    assert not list(tmp_path.glob("diff_analyze_*.json"))
+    assert "No divergence found" in capsys.readouterr().out
