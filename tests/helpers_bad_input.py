@@ -69,7 +69,7 @@ def assert_one_error_line(run: Run, *keywords: str, codes=(1,)) -> str:
     holding every keyword (case-insensitive), no traceback, no internal error."""
     assert "Traceback" not in run.err and "Traceback" not in run.out, run.err + run.out
     lines = error_lines(run.err)
-    assert len(lines) == 1, f"expected exactly one stderr line, got {len(lines)}:\n{run.err}"
+    assert len(lines) == 1, f"exit code {run.code}; expected exactly one stderr line, got {len(lines)}:\n{run.err}"
     line = lines[0]
     assert line.startswith("msprobe compare: error: "), line
     assert "internal error" not in line, line

@@ -14,9 +14,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from test_conformance import differences
 
 from conftest import only_file, read_csv, run_cli
+from test_conformance import differences
 
 REFDATA = os.environ.get("MSPROBE_REFDATA")
 pytestmark = pytest.mark.skipif(not REFDATA, reason="set MSPROBE_REFDATA=<path to shared/refdata> to run")

@@ -23,6 +23,9 @@ EPILOG = """examples:
   # where do the runs first part, and on which rank? (writes diff_analyze_<timestamp>.json)
   msprobe compare -tp npu_dump/step0 -gp gpu_dump/step0 -o out -da
 
+  # MindSpore static-graph kernel dumps: ranks 0 and 1, all steps
+  msprobe compare -tp npu_kernel_dump -gp gpu_kernel_dump --rank 0,1
+
   # call counts differ (e.g. an extra op in the target): pair API calls by order under their module
   msprobe compare -tp npu/dump.json -gp gpu/dump.json -fm
 
@@ -49,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="first-divergence analysis: find the first op whose outputs differ, on which rank, "
                              "and how it spreads through communication ops; writes compare_result*.json and "
                              "diff_analyze_<timestamp>.json instead of tables")
+    parser.add_argument("--rank", nargs="?", const="", default=None, metavar="LIST",
+                        help="kernel compare of MindSpore static-graph dumps (directories): ranks to compare, "
+                             "e.g. 0,1; given without a value, all ranks")
+    parser.add_argument("--step", nargs="?", const="", default=None, metavar="LIST",
+                        help="kernel compare: steps to compare, e.g. 0,2 (default: all)")
     parser.add_argument("-tensor_log", "--is_print_compare_log", dest="tensor_log", action="store_true",
                         help="real-data mode: log one line with the metrics of every compared tensor pair")
     parser.add_argument("-c", "--compare_only", action="store_true",
@@ -81,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.log import get_logger
 
     logger = get_logger()
+    if args.rank is not None or args.step is not None:
+        return run_kernel_compare(args)
     located = locate(args.target_path, args.golden_path)
     output_dir = prepare_output_dir(args.output_path or "./output")
     options = CompareOptions(output_dir=output_dir, output_format="csv" if args.csv else "xlsx",
@@ -107,6 +117,41 @@ def run(args: argparse.Namespace) -> int:
     print_summary(summaries, failures, located.problems, advice=not args.compare_only)
     if not summaries:
         raise MsprobeError(f"no dump pair could be compared ({len(failures)} failed).")
+    banner(logger, "msprobe compare ends successfully.")
+    return 0
+
+
+def run_kernel_compare(args: argparse.Namespace) -> int:
+    from msprobe.compare.batch import JobFailure, run_jobs
+    from msprobe.compare.kernel import kernel_pairs, parse_id_list, run_kernel_pair
+    from msprobe.compare.pipeline import CompareOptions
+    from msprobe.dump.paths import check_input_dir, prepare_output_dir
+    from msprobe.errors import MsprobeError
+    from msprobe.log import get_logger
+
+    logger = get_logger()
+    target = check_input_dir(args.target_path, "target kernel dump directory")
+    golden = check_input_dir(args.golden_path, "golden kernel dump directory")
+    ranks, steps = parse_id_list(args.rank, "rank"), parse_id_list(args.step, "step")
+    pairs, problems = kernel_pairs(target, golden, ranks, steps)
+    for problem in problems:
+        logger.warning("%s", problem)
+    if not pairs:
+        raise MsprobeError("no (rank, step) of the kernel dumps could be paired"
+                           f"{' for the selected ranks/steps' if ranks or steps else ''}.")
+    options = CompareOptions(output_dir=prepare_output_dir(args.output_path or "./output"),
+                             output_format="csv" if args.csv else "xlsx", jobs=args.jobs)
+    results = run_jobs(pairs, options, args.jobs, run_kernel_pair)
+    done = [r for r in results if not isinstance(r, JobFailure)]
+    for result in results:
+        if isinstance(result, JobFailure):
+            logger.error("%sfailed: %s", result.label, result.message)
+        else:
+            counts = ", ".join(f"{n} {k}" for k, n in sorted(result.accuracy.items()))
+            logger.info("%s%d rows, Accuracy Reached or Not: %s -> %s", result.label, result.rows, counts,
+                        result.output)
+    if not done:
+        raise MsprobeError("no kernel dump pair could be compared.")
     banner(logger, "msprobe compare ends successfully.")
     return 0
 

@@ -16,6 +16,7 @@ from msprobe.compare.rules import JudgeInput, judge
 from msprobe.compare.stats import stat_diff
 from msprobe.compare.tensor_metrics import METRICS, UNSUPPORTED, TensorResult, compare_arrays, fill
 from msprobe.dump.flatten import Items, entry_has_md5, flatten, tree_has_md5
+from msprobe.dump.paths import is_plain_file_name, safe_tensor_path
 from msprobe.dump.reader import Dump, read_dump
 from msprobe.dump.tensors import TensorReadError, load_tensor
 from msprobe.errors import MsprobeError
@@ -174,7 +175,8 @@ def compare_dumps(target: Dump, golden: Dump, options: CompareOptions,
     return table, summary
 
 
-def write_table(table: ResultTable, path: str) -> None:
+def write_table(table: ResultTable, path: str, highlight_column: str = "Result", fills: dict | None = None) -> None:
+    """CSV or XLSX by the path's extension; xlsx rows are filled by the value of highlight_column."""
     if path.endswith(".csv"):
         from msprobe.report.csv_writer import write_csv
 
@@ -182,7 +184,7 @@ def write_table(table: ResultTable, path: str) -> None:
     else:
         from msprobe.report.xlsx_writer import write_xlsx
 
-        write_xlsx(table, path)
+        write_xlsx(table, path, highlight_column, fills)
 
 
 def build_table(mode: str, target: Dump, golden: Dump, t_items: Items, g_items: Items, pairs: Pairs,
@@ -275,7 +277,10 @@ def measure_tensors(target: Dump, golden: Dump, t_items: Items, g_items: Items, 
         if t_name == "-1":
             results[row] = fill(UNSUPPORTED, [NPU_NO_FILE])
         elif j < 0:
-            results[row] = fill(UNSUPPORTED, [BENCH_UNMATCHED])
+            if not is_plain_file_name(t_name):
+                results[row] = fill(UNSUPPORTED, [safe_tensor_path(target.tensor_dir, t_name)[1]], "unreadable")
+            else:
+                results[row] = fill(UNSUPPORTED, [BENCH_UNMATCHED])
         elif g_items.data_name[j] == "-1":
             results[row] = fill(UNSUPPORTED, [BENCH_NO_FILE])
         else:
@@ -295,20 +300,18 @@ def measure_tensors(target: Dump, golden: Dump, t_items: Items, g_items: Items, 
             return row, fill(UNSUPPORTED, [str(exc)], "unreadable")
         return row, compare_arrays(array_t, array_g)
 
-    problems = []
     bar = progress(total=len(tasks), desc=f"{label}API/Module Item Compare Process")
     workers = max(1, min(options.jobs, len(tasks)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for row, result in pool.map(run, tasks, chunksize=1) if workers > 1 else map(run, tasks):
             results[row] = result
-            if result.problem in ("unreadable", "nan_position"):
-                problems.append((row, result.problem, "; ".join(result.notes)))
             if options.tensor_log:
                 _log_tensor(logger, t_items.name[pairs.target[row]], result)
             bar.update(1)
     bar.close()
     logger.info("%sCompare real data done.", label)
-    problems.sort()
+    problems = [(row, result.problem, "; ".join(result.notes)) for row, result in enumerate(results)
+                if result.problem in ("unreadable", "nan_position")]
     return results, problems
 
 

@@ -30,6 +30,7 @@ MSG_COSINE_NAN = "Cannot compare by Cosine Similarity, the dump data has NaN."
 MSG_MAX_ABS_NAN = "Cannot compare by MaxAbsError, the data contains nan/inf/-inf in dump data."
 MSG_MAX_REL_NAN = "Cannot compare by MaxRelativeError, the data contains nan/inf/-inf in dump data."
 MSG_UNREADABLE = "Data is unreadable."
+MSG_ONE_ELEMENT = "This is a 1-d tensor of length 1."
 
 
 @dataclass
@@ -56,12 +57,13 @@ def _relative_dtype(a: np.dtype, b: np.dtype) -> np.dtype:
     return kind if kind.kind == "f" else np.dtype(np.float64)
 
 
-def compare_arrays(target: np.ndarray, golden: np.ndarray) -> TensorResult:
-    """Metrics of a target/golden pair of arrays; both are squeezed first."""
+def compare_arrays(target: np.ndarray, golden: np.ndarray, squeeze: bool = True) -> TensorResult:
+    """Metrics of a target/golden pair of arrays; both are squeezed first (not for kernel dumps)."""
     if target.size == 0:
         return fill(UNSUPPORTED, [MSG_EMPTY])
-    target = np.squeeze(target)
-    golden = np.squeeze(golden)
+    if squeeze:
+        target = np.squeeze(target)
+        golden = np.squeeze(golden)
     if target.shape != golden.shape:
         return fill(SHAPE_UNMATCHED, [MSG_SHAPE], "shape")
     if target.dtype.kind == "c" or golden.dtype.kind == "c":
@@ -154,6 +156,7 @@ class _Accumulator:
         norm_g = math.sqrt(self.norm_g)
         if size <= 1:
             cosine = UNSUPPORTED
+            notes.append(MSG_ONE_ELEMENT)
         elif norm_t <= FLOAT64_EPS and norm_g <= FLOAT64_EPS:
             cosine = 1.0
         elif norm_t <= FLOAT64_EPS:

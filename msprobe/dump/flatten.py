@@ -14,6 +14,7 @@ from msprobe.dump.naming import (
     renumber_call_direction,
     split_entry_name,
 )
+from msprobe.dump.paths import is_plain_file_name
 from msprobe.errors import DumpFormatError
 
 MAX_DEPTH = 400
@@ -124,7 +125,8 @@ class _Flattener:
             if data_name:
                 if not isinstance(data_name, str):
                     raise DumpFormatError(f"{self.source}: data_name of {name} must be a string.")
-                name = data_name.rsplit(".", 1)[0] if "." in data_name else data_name
+                if is_plain_file_name(data_name):  # a hostile name keeps the structural item name
+                    name = data_name.rsplit(".", 1)[0] if "." in data_name else data_name
             else:
                 data_name = "-1"
             dtype = record.get("dtype")

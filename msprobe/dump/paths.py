@@ -66,10 +66,14 @@ def prepare_output_dir(path: str) -> str:
     return os.path.abspath(path)
 
 
+def is_plain_file_name(name: str) -> bool:
+    """A file name without any directory part (no separators, not . or ..)."""
+    return bool(name) and "/" not in name and "\\" not in name and name not in (".", "..") and "\x00" not in name
+
+
 def safe_tensor_path(tensor_dir: str, data_name: str) -> tuple[str | None, str]:
     """Resolve data_name inside tensor_dir; return (path, "") or (None, reason) when unsafe or missing."""
-    if (not data_name or "/" in data_name or "\\" in data_name or data_name in (".", "..")
-            or "\x00" in data_name):
+    if not is_plain_file_name(data_name):
         return None, f"invalid data_name {data_name!r}: it must be a plain file name inside dump_tensor_data."
     path = os.path.join(tensor_dir, data_name)
     if os.path.islink(path):

@@ -36,7 +36,7 @@ def load_json(path: str, what: str = "json file"):
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DumpFormatError(f"{path} is not valid JSON ({exc}).") from None
     except RecursionError:
-        raise DumpFormatError(f"{path} is nested too deeply.") from None
+        raise DumpFormatError(f"{path} is nested too deeply (at most 400 levels are supported).") from None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,12 @@ RED = "#FF0000"
 YELLOW = "#FFFF00"
 
 
-def write_xlsx(table: ResultTable, path: str, highlight_column: str | None = "Result") -> None:
+VERDICT_FILLS = {"error": RED, "warning": YELLOW}
+
+
+def write_xlsx(table: ResultTable, path: str, highlight_column: str | None = "Result",
+               fills_by_value: dict | None = None) -> None:
+    """fills_by_value maps a value of highlight_column to the fill colour of its row (default: Result)."""
     import xlsxwriter
 
     texts = {name: [cell_text(v) for v in table.cells[name]] for name in table.columns}
@@ -27,8 +32,8 @@ def write_xlsx(table: ResultTable, path: str, highlight_column: str | None = "Re
                                                    "strings_to_formulas": False, "strings_to_urls": False,
                                                    "nan_inf_to_errors": False})
         header = workbook.add_format({"bold": True})
-        fills = {"error": workbook.add_format({"bg_color": RED}),
-                 "warning": workbook.add_format({"bg_color": YELLOW})}
+        fills = {value: workbook.add_format({"bg_color": color})
+                 for value, color in (fills_by_value or VERDICT_FILLS).items()}
         sheets = [("Sheet1", 0, rows)] if rows <= MAX_SHEET_ROWS else [
             (f"part_{i + 1}", start, min(start + MAX_SHEET_ROWS, rows))
             for i, start in enumerate(range(0, rows, MAX_SHEET_ROWS))]

@@ -1,0 +1,383 @@
+"""Kernel compare: MindSpore static-graph (kernel-by-kernel) dumps of .npy files or statistic.csv, paired by
+op name, task, input/output slot and call order (spec §2.11, §3.11, §4.10)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from msprobe.compare.tensor_metrics import compare_arrays
+from msprobe.errors import MsprobeError
+from msprobe.log import get_logger
+from msprobe.report.table import ResultTable
+
+NPY_COLUMNS = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
+               "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean",
+               "Bench l2norm", "Accuracy Reached or Not", "Err_message", "Cosine", "EucDist", "MaxAbsErr",
+               "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio"]
+STAT_COLUMNS = NPY_COLUMNS[:16] + ["Max diff", "Min diff", "Mean diff", "L2norm diff", "MaxRelativeErr",
+                                   "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr", "NPU CSV File",
+                                   "Bench CSV File"]
+ACCURACY = "Accuracy Reached or Not"
+KERNEL_FILLS = {"No": "#FF0000", "Unmatched": "#FFFF00"}
+MSG_NOT_ARRAY = "Dump file is not ndarray.\n"
+MSG_EMPTY = "This is empty data, can not compare.\n"
+MSG_SCALAR = "This is type of scalar data, can not compare.\n"
+MSG_SHAPE = "Shape of NPU and bench tensor do not match. Skipped.\n"
+MSG_DTYPE = "Dtype of NPU and bench tensor do not match. Skipped.\n"
+MSG_NAN = "The position of inf or nan in NPU and bench Tensor do not match.\n"
+MSG_MISSING = "Dump file not found.\n"
+MSG_STAT_SHAPE = "Tensor shapes do not match.\n"
+MSG_STAT_DTYPE = "Tensor dtypes do not match.\n"
+
+
+@dataclass(frozen=True)
+class KernelItem:
+    """One tensor of one kernel call: a .npy file or a statistic.csv row."""
+
+    key: str          # op_name.task_id.{input|output}.slot
+    sort_key: tuple
+    timestamp: int
+    name: str         # file path (npy) or the key (statistic)
+    stats: tuple = ()  # statistic mode: (dtype, shape, max, min, mean, norm)
+    csv_file: str = ""
+
+
+@dataclass
+class DataDir:
+    mode: str                                  # "npy" | "statistic"
+    items: list = field(default_factory=list)
+
+
+def parse_kernel_name(name: str):
+    """(op_type, op_name, task_id, stream_id, timestamp, io, slot) from a kernel .npy name, or None."""
+    if not name.endswith(".npy"):
+        return None
+    parts = name[:-4].split(".")
+    io_positions = [i for i, part in enumerate(parts) if part in ("input", "output")]
+    if not io_positions:
+        return None
+    io = io_positions[-1]
+    if io < 5 or io + 1 >= len(parts) or not parts[io + 1].isdigit():
+        return None
+    op_type, op_name, task_id, stream_id, timestamp = parts[0], parts[1], parts[2], parts[3], parts[4]
+    if not (task_id.isdigit() and stream_id.isdigit() and timestamp.isdigit()):
+        return None
+    return op_type, op_name, task_id, stream_id, int(timestamp), parts[io], int(parts[io + 1])
+
+
+def rank_step_of(directory: str) -> tuple[int, int]:
+    """Rank and step of a lowest-level data directory (spec §2.11); -1 when not derivable."""
+    parts = os.path.normpath(directory).split(os.sep)
+    if len(parts) < 4:
+        return -1, -1
+
+    def number(text: str) -> int:
+        return int(text) if text.isdigit() else -1
+    if "rank_" in directory:
+        rank = number(parts[-4].rsplit("_", 1)[-1])
+    else:
+        rank = number(parts[-4])
+        if rank < 0:
+            rank = number(parts[-3])
+    return rank, number(parts[-1])
+
+
+def scan(root: str) -> dict:
+    """(rank, step) -> list of data directories (lowest-level directories of the tree)."""
+    found: dict = {}
+    for directory, subdirs, _files in os.walk(root, followlinks=False):
+        subdirs[:] = [d for d in subdirs if not os.path.islink(os.path.join(directory, d))]
+        if subdirs:
+            continue
+        rank, step = rank_step_of(directory)
+        if rank >= 0 and step >= 0:
+            found.setdefault((rank, step), []).append(directory)
+    return found
+
+
+def read_data_dir(directory: str) -> DataDir | None:
+    names = os.listdir(directory)
+    mapping = {}
+    if "mapping.csv" in names:
+        with open(os.path.join(directory, "mapping.csv"), newline="", encoding="utf-8") as handle:
+            for row in csv.reader(handle):
+                if len(row) >= 2:
+                    mapping[row[0]] = row[1]
+    npys = [n for n in names if n.endswith(".npy")]
+    if npys:
+        items = []
+        for name in npys:
+            parsed = parse_kernel_name(mapping.get(name, name))
+            if parsed is None:
+                continue
+            _, op_name, task_id, _, timestamp, io, slot = parsed
+            items.append(KernelItem(f"{op_name}.{task_id}.{io}.{slot}", (op_name, task_id, io, slot), timestamp,
+                                    os.path.join(directory, name)))
+        return DataDir("npy", items)
+    if "statistic.csv" in names:
+        return DataDir("statistic", read_statistic_csv(os.path.join(directory, "statistic.csv")))
+    return None
+
+
+def _stat_value(text: str) -> float:
+    text = text.strip()
+    if text in ("null", "False", ""):
+        return 0.0
+    if text == "True":
+        return 1.0
+    try:
+        return float(np.float32(float(text)))
+    except ValueError:
+        return math.nan
+
+
+def read_statistic_csv(path: str) -> list:
+    logger = get_logger()
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    if not rows:
+        return []
+    header = rows[0]
+    positions = {}
+    for column in ("Data Type", "Shape", "Max Value", "Min Value", "Avg Value", "L2Norm Value"):
+        if column in header:
+            positions[column] = header.index(column)
+        else:
+            logger.warning("%s has no column %r; its values are NaN.", path, column)
+    items = []
+    for row in rows[1:]:
+        if len(row) < 13:
+            raise MsprobeError(f"{path} has been modified into incorrect format: a row has {len(row)} fields.")
+        op_name, task_id, timestamp, io, slot = row[1], row[2], row[4], row[5], row[6]
+
+        def value(column, row=row):
+            return _stat_value(row[positions[column]]) if column in positions else math.nan
+        dtype = row[positions["Data Type"]] if "Data Type" in positions else ""
+        shape = row[positions["Shape"]].replace("(", "[").replace(")", "]") if "Shape" in positions else ""
+        stats = (dtype, shape, value("Max Value"), value("Min Value"), value("Avg Value"), value("L2Norm Value"))
+        items.append(KernelItem(f"{op_name}.{task_id}.{io}.{slot}",
+                                (op_name, task_id, io, int(slot) if slot.isdigit() else -1),
+                                int(timestamp) if timestamp.isdigit() else 0, f"{op_name}.{task_id}.{io}.{slot}",
+                                stats, path))
+    return items
+
+
+def numbered(items: list) -> dict:
+    """(key, n) -> item, n = call order of the key by ascending timestamp."""
+    by_key: dict = {}
+    for item in items:
+        by_key.setdefault(item.key, []).append(item)
+    out = {}
+    for key, group in by_key.items():
+        for number, item in enumerate(sorted(group, key=lambda i: i.timestamp)):
+            out[(key, number)] = item
+    return out
+
+
+def accuracy(cosine, max_abs) -> str:
+    """Accuracy Reached or Not from Cosine and MaxAbsErr (spec §4.9.2)."""
+    if cosine == "shape unmatched":
+        return "Unmatched"
+    if cosine is None or max_abs is None:
+        return "None"
+    if "N/A" in (cosine, max_abs):
+        return "No"
+    try:
+        c, m = float(cosine), float(max_abs)
+    except (TypeError, ValueError):
+        return "None"
+    if c < 0.99 and m > 0.001:
+        return "No"
+    if c < 0.9 or m > 1:
+        return "No"
+    return "Yes"
+
+
+def shape_text(shape: tuple) -> str:
+    return str(shape).replace("(", "[").replace(")", "]")
+
+
+def npy_stats(array: np.ndarray) -> tuple:
+    if array.size == 0:
+        return str(array.dtype), shape_text(array.shape), None, None, None, None
+    return (str(array.dtype), shape_text(array.shape), str(array.max()), str(array.min()),
+            float(np.mean(array)), float(np.linalg.norm(array)))
+
+
+def _load(path: str):
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return None
+    return array if isinstance(array, np.ndarray) and array.dtype.kind in "biuf" else None
+
+
+def compare_npy_pair(target: KernelItem | None, golden: KernelItem | None) -> list:
+    """One npy-mode row in NPY_COLUMNS order."""
+    t_array = _load(target.name) if target else None
+    g_array = _load(golden.name) if golden else None
+    t_stats = npy_stats(t_array) if t_array is not None else ("", "", None, None, None, None)
+    g_stats = npy_stats(g_array) if g_array is not None else ("", "", None, None, None, None)
+    row = [target.name if target else "", golden.name if golden else "", t_stats[0], g_stats[0], t_stats[1],
+           g_stats[1], *t_stats[2:], *g_stats[2:]]
+    metrics = [""] * 6
+    verdict = ""
+    if target is None or golden is None:
+        message = MSG_MISSING
+    elif t_array is None or g_array is None:
+        message = MSG_NOT_ARRAY
+    elif t_array.size == 0 or g_array.size == 0:
+        message = MSG_EMPTY
+    elif t_array.ndim == 0 or g_array.ndim == 0:
+        message = MSG_SCALAR
+    elif t_array.shape != g_array.shape:
+        message = MSG_SHAPE
+    elif t_array.dtype != g_array.dtype:
+        message = MSG_DTYPE
+    else:
+        result = compare_arrays(t_array, g_array, squeeze=False)
+        if result.problem == "nan_position":
+            message = MSG_NAN
+        else:
+            metrics = list(result.cells)
+            message = "".join(result.notes)
+            verdict = accuracy(metrics[0], metrics[2])
+    return row + [verdict, message] + metrics
+
+
+def compare_stat_pair(target: KernelItem | None, golden: KernelItem | None) -> list:
+    empty = ("", "", None, None, None, None)
+    t_stats = target.stats if target else empty
+    g_stats = golden.stats if golden else empty
+    row = [target.name if target else "", golden.name if golden else "", t_stats[0], g_stats[0], t_stats[1],
+           g_stats[1], *t_stats[2:], *g_stats[2:]]
+    diffs = [""] * 8
+    verdict = ""
+    if target is None or golden is None:
+        message = MSG_MISSING
+    elif t_stats[1] in ("", "[]"):
+        message = MSG_SCALAR
+    elif t_stats[1] != g_stats[1]:
+        message = MSG_STAT_SHAPE
+    elif t_stats[0] != g_stats[0]:
+        message = MSG_STAT_DTYPE
+    else:
+        message = ""
+        for index, (n, b) in enumerate(zip(t_stats[2:], g_stats[2:])):
+            diff = n - b
+            diffs[index] = diff
+            if b == 0:
+                diffs[4 + index] = "N/A"
+            elif math.isnan(diff):
+                diffs[4 + index] = "Nan"
+            else:
+                diffs[4 + index] = f"{abs(diff / b * 100)!r}%"
+        both_nan = math.isnan(t_stats[2]) and math.isnan(g_stats[2])
+        ratio = diffs[0] / (max(t_stats[2], g_stats[2]) + 1e-10)
+        verdict = "Yes" if both_nan or ratio <= 0.5 else "No"
+    return row + [verdict, message] + diffs + [target.csv_file if target else "", golden.csv_file if golden else ""]
+
+
+@dataclass
+class KernelPair:
+    rank: int
+    step: int
+    target_dirs: list
+    golden_dirs: list
+
+    @property
+    def label(self) -> str:
+        return f"[rank {self.rank} step {self.step}] "
+
+
+def kernel_pairs(target_root: str, golden_root: str, ranks: list | None, steps: list | None):
+    """The (rank, step) keys present on both sides, filtered; plus problems for one-sided keys."""
+    found_t, found_g = scan(target_root), scan(golden_root)
+    problems = []
+    keys = sorted(set(found_t) | set(found_g))
+    if ranks:
+        keys = [k for k in keys if k[0] in ranks]
+    if steps:
+        keys = [k for k in keys if k[1] in steps]
+    pairs = []
+    for key in keys:
+        if key not in found_t or key not in found_g:
+            side = "target" if key in found_t else "golden"
+            problems.append(f"rank {key[0]} step {key[1]} exists only in the {side} dump; not compared.")
+            continue
+        pairs.append(KernelPair(key[0], key[1], found_t[key], found_g[key]))
+    return pairs, problems
+
+
+def build_kernel_table(pair: KernelPair) -> ResultTable:
+    """The result table of one (rank, step)."""
+    sides = []
+    for directories in (pair.target_dirs, pair.golden_dirs):
+        modes, items = set(), []
+        for directory in directories:
+            data = read_data_dir(directory)
+            if data is not None:
+                modes.add(data.mode)
+                items.extend(data.items)
+        sides.append((modes, items))
+    (t_modes, t_items), (g_modes, g_items) = sides
+    if not t_modes or not g_modes:
+        raise MsprobeError(f"rank {pair.rank} step {pair.step}: no .npy files or statistic.csv found.")
+    if t_modes != g_modes or len(t_modes) > 1:
+        raise MsprobeError(f"rank {pair.rank} step {pair.step}: NPU mode {'/'.join(sorted(t_modes))} not equal to "
+                           f"MATCH mode {'/'.join(sorted(g_modes))}.")
+    mode = t_modes.pop()
+    target, golden = numbered(t_items), numbered(g_items)
+    keys = sorted(set(target) | set(golden), key=lambda k: ((target.get(k) or golden.get(k)).sort_key, k[1]))
+    compare = compare_npy_pair if mode == "npy" else compare_stat_pair
+    columns = NPY_COLUMNS if mode == "npy" else STAT_COLUMNS
+    rows = [compare(target.get(k), golden.get(k)) for k in keys]
+    cells = {name: [row[i] for row in rows] for i, name in enumerate(columns)}
+    numeric = frozenset(columns[6:14]) | frozenset(columns[16:22])
+    return ResultTable(columns=list(columns), cells=cells, numeric_columns=numeric)
+
+
+@dataclass
+class KernelSummary:
+    label: str
+    rows: int
+    accuracy: dict
+    output: str
+
+
+def run_kernel_pair(pair: KernelPair, options) -> KernelSummary:
+    """Compare one (rank, step) and write compare_result_{rank}_{step}_{timestamp}.xlsx|csv."""
+    from msprobe.compare.batch import JobFailure
+    from msprobe.compare.pipeline import timestamp, write_table
+
+    label = pair.label
+    try:
+        table = build_kernel_table(pair)
+        extension = "csv" if options.output_format == "csv" else "xlsx"
+        path = os.path.join(options.output_dir, f"compare_result_{pair.rank}_{pair.step}_{timestamp()}.{extension}")
+        write_table(table, path, ACCURACY, KERNEL_FILLS)
+    except (MsprobeError, OSError) as exc:
+        return JobFailure(label, str(exc))
+    counts: dict = {}
+    for value in table.cells[ACCURACY]:
+        counts[value or "not compared"] = counts.get(value or "not compared", 0) + 1
+    get_logger().info("Compare rank: %d step: %d finish. Compare result: %s.", pair.rank, pair.step, path)
+    return KernelSummary(label, len(table), counts, path)
+
+
+def parse_id_list(text: str | None, what: str) -> list | None:
+    """'0,1, 3' -> [0, 1, 3]; None or '' -> None (all)."""
+    if text is None or not text.strip():
+        return None
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise MsprobeError(f"--{what} must be a comma-separated list of non-negative integers, got {text!r}.")
+        values.append(int(part))
+    return values

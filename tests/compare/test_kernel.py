@@ -1,0 +1,105 @@
+"""Kernel compare of MindSpore static-graph dumps (--rank/--step), npy and statistic.csv modes."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from msprobe.compare.kernel import accuracy, parse_kernel_name, rank_step_of
+
+from conftest import FIXTURES, only_file, read_csv, run_cli
+from test_conformance import cells_equal
+
+
+@pytest.fixture()
+def kernel_dump(tmp_path) -> Path:
+    with tarfile.open(FIXTURES / "kernel_l2.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    return tmp_path / "kernel_l2"
+
+
+def test_real_kernel_dump_equals_reference(kernel_dump, tmp_path):
+    out = tmp_path / "out"
+    assert run_cli(["compare", "-tp", kernel_dump / "target", "-gp", kernel_dump / "golden", "-o", out, "--rank",
+                    "0", "--csv"]) == 0
+    ours = read_csv(only_file(out, "compare_result_0_0_*.csv"))
+    reference = read_csv(kernel_dump / "reference.csv.gz")
+    assert ours[0] == reference[0]
+    assert len(ours) == len(reference) == 121
+    for mine, ref in zip(ours[1:], reference[1:]):
+        assert Path(mine[0]).name == Path(ref[0]).name          # paths differ by machine
+        for column, a, b in zip(ours[0][2:], ref[2:], mine[2:]):
+            assert cells_equal(a, b), (ref[0], column, a, b)
+    assert {r[14] for r in ours[1:]} == {"Yes", "", "None"}
+
+
+def test_differences_dtype_shape_and_missing_files(kernel_dump, tmp_path):
+    data = kernel_dump / "golden" / "rank_0" / "Net" / "0" / "0"
+    files = sorted(p for p in data.glob("*.npy") if np.load(p).ndim >= 2)
+    noisy, reshaped, retyped, removed = files[:4]
+    array = np.load(noisy)
+    np.save(noisy, -array)
+    np.save(reshaped, np.load(reshaped).reshape(-1))
+    np.save(retyped, np.load(retyped).astype(np.float64))
+    removed.unlink()
+    out = tmp_path / "out"
+    assert run_cli(["compare", "-tp", kernel_dump / "target", "-gp", kernel_dump / "golden", "-o", out, "--rank",
+                    "--csv"]) == 0
+    table = read_csv(only_file(out, "*.csv"))
+    by_name = {Path(r[0]).name: r for r in table[1:] if r[0]}
+    assert by_name[noisy.name][14] == "No"
+    assert by_name[reshaped.name][15] == "Shape of NPU and bench tensor do not match. Skipped.\n"
+    assert by_name[retyped.name][15] == "Dtype of NPU and bench tensor do not match. Skipped.\n"
+    assert by_name[removed.name][1] == "" and by_name[removed.name][15] == "Dump file not found.\n"
+
+
+def test_rank_and_step_filters(kernel_dump, tmp_path, capsys):
+    assert run_cli(["compare", "-tp", kernel_dump / "target", "-gp", kernel_dump / "golden", "-o", tmp_path,
+                    "--rank", "0", "--step", "1"]) == 1
+    assert "could be paired" in capsys.readouterr().err
+    assert run_cli(["compare", "-tp", kernel_dump / "target", "-gp", kernel_dump / "golden", "-o", tmp_path,
+                    "--rank", "x"]) == 1
+
+
+def write_statistic(directory: Path, rows: list) -> None:
+    directory.mkdir(parents=True)
+    header = ("Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,Max Value,Min Value,"
+              "Avg Value,L2Norm Value")
+    (directory / "statistic.csv").write_text(header + "\n" + "\n".join(rows) + "\n")
+
+
+def test_statistic_mode(tmp_path):
+    write_statistic(tmp_path / "t" / "rank_0" / "Net" / "0" / "0", [
+        "MatMul,Default_MatMul-op0,0,0,100,output,0,64,float32,\"(4, 4)\",2.0,-1.0,0.5,3.0",
+        "Add,Default_Add-op1,0,0,101,input,0,4,int32,(),1,1,1,1"])
+    write_statistic(tmp_path / "g" / "rank_0" / "Net" / "0" / "0", [
+        "MatMul,Default_MatMul-op0,0,0,200,output,0,64,float32,\"(4, 4)\",1.0,-1.0,0.5,3.0",
+        "Add,Default_Add-op1,0,0,201,input,0,4,int32,(),1,1,1,1"])
+    assert run_cli(["compare", "-tp", tmp_path / "t", "-gp", tmp_path / "g", "-o", tmp_path / "o", "--rank", "0",
+                    "--csv"]) == 0
+    table = read_csv(only_file(tmp_path / "o", "compare_result_0_0_*.csv"))
+    header = table[0]
+    add, matmul = table[1], table[2]
+    assert matmul[header.index("NPU Tensor Shape")] == "[4, 4]"
+    assert matmul[header.index("Max diff")] == "1.0" and matmul[header.index("MaxRelativeErr")] == "100.0%"
+    assert matmul[header.index("Accuracy Reached or Not")] == "Yes"   # 1 / (2 + 1e-10) <= 0.5
+    assert add[header.index("Err_message")] == "This is type of scalar data, can not compare.\n"
+
+
+def test_name_grammar_and_layout():
+    assert parse_kernel_name("AddExt.Default_AddExt-op0.0.0.1795261478647185.input.0.DefaultFormat.Float32.npy") == (
+        "AddExt", "Default_AddExt-op0", "0", "0", 1795261478647185, "input", 0)
+    assert parse_kernel_name("garbage.npy") is None
+    assert rank_step_of("/d/rank_3/Net/1/7") == (3, 7)
+    assert rank_step_of("/d/20240101/5/model/1/2") == (5, 2)
+    assert rank_step_of("/d/rank_0/execution_order") == (-1, -1)
+
+
+@pytest.mark.parametrize("cosine, max_abs, expected", [
+    ("shape unmatched", "x", "Unmatched"), (None, 0.0, "None"), ("N/A", 0.0, "No"), ("unsupported", 0.0, "None"),
+    (0.98, 0.01, "No"), (0.95, 0.0005, "Yes"), (0.85, 0.0, "No"), (0.999, 1.5, "No"), (1.0, 0.0, "Yes")])
+def test_accuracy_reached(cosine, max_abs, expected):
+    assert accuracy(cosine, max_abs) == expected

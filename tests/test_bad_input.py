@@ -1,0 +1,653 @@
+"""Robustness contract of `msprobe compare` on bad input.
+
+Every bad input ends in exactly one clear stderr line `msprobe compare: error: ...` and a non-zero exit
+code (or, for a problem of one tensor pair, a successful run whose row says why), never a traceback or a
+hang, never an output file or a `.tmp-*` left in the output directory, and never a change to an input file.
+Each error case runs in-process (main(argv)) and in a fresh `python -m msprobe` process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers_bad_input import (
+    ENTRY,
+    MD5_MIX,
+    METRIC_COLUMNS,
+    STATS_MIX,
+    assert_no_output,
+    assert_one_error_line,
+    assert_outputs,
+    assert_success,
+    copy_fixture_dump,
+    default_arrays,
+    extract_tensor_fixture,
+    listing,
+    npy_name,
+    read_csv_rows,
+    rows_with_data_name,
+    run_cli,
+    run_inproc,
+    snapshot,
+    stats_dump,
+    tensor_record,
+    write_json,
+    write_tensor_side,
+)
+
+VIA = pytest.mark.parametrize("via", ["inproc", "subprocess"])
+HANG_LIMIT = 120  # seconds for one in-process test
+
+
+@pytest.fixture(autouse=True)
+def _fresh_logger_and_alarm():
+    """main() installs its log handler once, on the sys.stdout of that moment; drop it around every test so
+    that capsys sees the log and no handler writes to a closed capture. Also fail (not hang) after HANG_LIMIT."""
+    logger = logging.getLogger("msprobe")
+
+    def clear():
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+
+    def on_alarm(signum, frame):
+        raise TimeoutError(f"test did not finish within {HANG_LIMIT}s (hang)")
+
+    clear()
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(HANG_LIMIT)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+    clear()
+
+
+@pytest.fixture
+def case(tmp_path, capsys, monkeypatch):
+    """Run a compare that must fail: one error line, no output, inputs untouched."""
+    monkeypatch.chdir(tmp_path)
+
+    def check(via, tp, gp, *keywords, codes=(1,), extra=(), out=None, inputs=(), fmt="--csv"):
+        out = tmp_path / "out" if out is None else out
+        watched = [p for p in (tp, gp, *inputs) if os.path.lexists(p)] + [STATS_MIX, MD5_MIX]
+        before = snapshot(*watched)
+        run = run_cli(via, ["compare", "-tp", tp, "-gp", gp, "-o", out, fmt, *extra], capsys, tmp_path)
+        line = assert_one_error_line(run, *keywords, codes=codes)
+        if os.path.isdir(out):
+            assert_no_output(out)
+        assert snapshot(*watched) == before, "an input file changed"
+        assert "output" not in listing(tmp_path), "default ./output created although -o was given"
+        return line
+
+    return check
+
+
+@pytest.fixture
+def good_pair(tmp_path):
+    """Writable copies of the stats_mix dump.json pair."""
+    return (copy_fixture_dump(STATS_MIX, "target", tmp_path / "in"),
+            copy_fixture_dump(STATS_MIX, "golden", tmp_path / "in"))
+
+
+# ------------------------------------------------------------------------------------------ 1. missing paths
+@VIA
+def test_missing_target_path(case, tmp_path, good_pair, via):
+    missing = tmp_path / "nowhere" / "dump.json"
+    case(via, missing, good_pair[1], "target", "does not exist", str(missing))
+
+
+@VIA
+def test_missing_golden_path(case, tmp_path, good_pair, via):
+    missing = tmp_path / "nowhere" / "dump.json"
+    case(via, good_pair[0], missing, "golden", "does not exist", str(missing))
+
+
+# ------------------------------------------------------------------------------------------ 2. dir vs file
+def _dir_or_type_message(line: str) -> None:
+    assert "directory" in line.lower() or "same type" in line.lower(), line
+
+
+@VIA
+def test_target_is_directory_golden_is_file(case, good_pair, via):
+    line = case(via, good_pair[0].parent, good_pair[1], codes=(1, 2))
+    _dir_or_type_message(line)
+
+
+@VIA
+def test_target_is_file_golden_is_directory(case, good_pair, via):
+    line = case(via, good_pair[0], good_pair[1].parent, codes=(1, 2))
+    _dir_or_type_message(line)
+
+
+@VIA
+def test_both_paths_are_directories_without_dumps(case, tmp_path, via):
+    """Two directories are a directory compare; with no dump inside there is nothing to compare."""
+    (tmp_path / "in" / "t").mkdir(parents=True)
+    (tmp_path / "in" / "g").mkdir(parents=True)
+    (tmp_path / "in" / "t" / "notes.txt").write_text("not a dump")
+    case(via, tmp_path / "in" / "t", tmp_path / "in" / "g", "nothing to compare", codes=(1, 2))
+
+
+# ------------------------------------------------------------------------------------------ 3. broken JSON
+@VIA
+@pytest.mark.parametrize("content, words", [
+    (b'{"task": "statistics", "data": {,}}', ("not valid json",)),
+    (b"{'task': 'statistics'}", ("not valid json",)),
+    (b"\xff\xfe\x00garbage\x00", ("not valid json",)),
+    (b"", ("is empty",)),
+    (b"  \n\t\n", ("is empty",)),
+], ids=["bad-syntax", "single-quotes", "binary", "empty", "whitespace-only"])
+def test_malformed_json_target(case, tmp_path, good_pair, via, content, words):
+    bad = tmp_path / "in" / "bad" / "dump.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(content)
+    case(via, bad, good_pair[1], str(bad), *words)
+
+
+@VIA
+@pytest.mark.parametrize("side", ["target", "golden"])
+def test_truncated_json(case, good_pair, via, side):
+    path = good_pair[0] if side == "target" else good_pair[1]
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) // 2])
+    case(via, *good_pair, str(path), "not valid json")
+
+
+# ------------------------------------------------------------------------------------------ 4. valid JSON, not a dump
+@VIA
+@pytest.mark.parametrize("content, words", [
+    ([{"task": "statistics", "data": {}}], ("not a msprobe dump", "top level")),
+    ({"task": "statistics", "level": "L1", "framework": "pytorch"}, ("missing 'data'",)),
+    ({"task": "statistics", "framework": "pytorch", "data": ["Functional.add.0.forward"]}, ("'data' must be",)),
+    ({"task": "statistics", "framework": "pytorch", "data": "nothing"}, ("'data' must be",)),
+    ({"task": "statistics", "framework": "pytorch", "data": None}, ("'data' must be",)),
+    ({"framework": "pytorch", "data": {}}, ("'task'",)),
+    ({"task": "", "framework": "pytorch", "data": {}}, ("'task'",)),
+    ({"task": ["statistics"], "framework": "pytorch", "data": {}}, ("'task'",)),
+    ("just a string", ("not a msprobe dump",)),
+    (42, ("not a msprobe dump",)),
+], ids=["list-top", "no-data", "data-list", "data-str", "data-null", "no-task", "empty-task", "task-list",
+        "string-top", "number-top"])
+def test_valid_json_not_a_dump(case, tmp_path, good_pair, via, content, words):
+    bad = write_json(tmp_path / "in" / "bad" / "dump.json", content)
+    case(via, bad, good_pair[1], *words)
+
+
+@VIA
+def test_golden_not_a_dump(case, tmp_path, good_pair, via):
+    bad = write_json(tmp_path / "in" / "bad" / "dump.json", {"task": "statistics", "framework": "pytorch"})
+    case(via, good_pair[0], bad, str(bad), "missing 'data'")
+
+
+@VIA
+def test_unknown_framework(case, tmp_path, good_pair, via):
+    bad = write_json(tmp_path / "in" / "bad" / "dump.json", stats_dump(framework="tensorflow"))
+    case(via, bad, good_pair[1], "unknown framework", "tensorflow")
+
+
+# ------------------------------------------------------------------------------------------ 5. mixed tasks / modes
+@VIA
+def test_statistics_vs_tensor_task(case, tmp_path, via):
+    tensor_dump = extract_tensor_fixture("target", tmp_path / "in")
+    case(via, tensor_dump, STATS_MIX / "golden" / "dump.json", "task", "tensor", "statistics")
+
+
+@VIA
+def test_tensor_vs_statistics_task(case, tmp_path, via):
+    tensor_dump = extract_tensor_fixture("golden", tmp_path / "in")
+    case(via, STATS_MIX / "target" / "dump.json", tensor_dump, "task", "tensor", "statistics")
+
+
+@VIA
+def test_md5_vs_statistics(case, via):
+    case(via, MD5_MIX / "target" / "dump.json", STATS_MIX / "golden" / "dump.json", "md5", "statistics")
+
+
+@VIA
+def test_statistics_vs_md5(case, via):
+    case(via, STATS_MIX / "target" / "dump.json", MD5_MIX / "golden" / "dump.json", "md5", "statistics")
+
+
+@VIA
+def test_unsupported_task(case, tmp_path, via):
+    tp = write_json(tmp_path / "in" / "t" / "dump.json", stats_dump(task="overflow_check"))
+    gp = write_json(tmp_path / "in" / "g" / "dump.json", stats_dump(task="overflow_check"))
+    case(via, tp, gp, "overflow_check")
+
+
+# ------------------------------------------------------------------------------------------ 6. unknown dtype
+@VIA
+def test_unknown_dtype_statistics_still_writes_table(tmp_path, capsys, good_pair, via):
+    import json
+
+    tp, gp = good_pair
+    for path, both in ((tp, True), (gp, False)):
+        content = json.loads(path.read_text())
+        entries = list(content["data"].values())
+        entries[0]["input_args"][0]["dtype"] = "torch.weird99"            # on both sides
+        if both:
+            entries[1]["input_args"][0]["dtype"] = "torch.weird99"        # on the target side only
+        path.write_text(json.dumps(content))
+    before = snapshot(tmp_path / "in")
+    out = tmp_path / "out"
+    run = run_cli(via, ["compare", "-tp", tp, "-gp", gp, "-o", out, "--csv"], capsys, tmp_path)
+    assert_success(run)
+    rows = read_csv_rows(assert_outputs(out, "csv"))
+    weird = [r for r in rows if r["NPU Dtype"] == "torch.weird99"]
+    assert len(weird) == 2, [r["NPU Name"] for r in weird]
+    assert weird[0]["Bench Dtype"] == "torch.weird99"
+    assert len(rows) > 1000
+    assert snapshot(tmp_path / "in") == before
+
+
+@VIA
+def test_unknown_dtype_tensor_still_writes_table(tmp_path, capsys, via):
+    name = npy_name("input", 0)
+    array = np.arange(1, 5, dtype=np.float32)
+    for side in ("target", "golden"):
+        write_tensor_side(tmp_path / "in" / side,
+                          records={"input.0": tensor_record(name, array, dtype="torch.weird99")})
+    run = _run_tensor(tmp_path, capsys, via)
+    rows = run["rows"]
+    assert len(rows) == 3
+    row = rows_with_data_name(rows, name)[0]
+    assert row["NPU Dtype"] == row["Bench Dtype"] == "torch.weird99"
+    assert float(row["Cosine"]) == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------------------ 7. tensor files
+def _run_tensor(tmp_path, capsys, via, extra=()):
+    """Compare tmp_path/in/{target,golden}; the run must succeed with a csv table and leave inputs as they were."""
+    before = snapshot(tmp_path / "in")
+    out = tmp_path / "out"
+    run = run_cli(via, ["compare", "-tp", tmp_path / "in" / "target" / "dump.json",
+                        "-gp", tmp_path / "in" / "golden" / "dump.json", "-o", out, "--csv", *extra],
+                  capsys, tmp_path)
+    assert_success(run)
+    rows = read_csv_rows(assert_outputs(out, "csv"))
+    assert snapshot(tmp_path / "in") == before, "an input file changed"
+    return {"run": run, "rows": rows}
+
+
+def _assert_refused_row(row, *words, cells=("unsupported",)):
+    for metric in METRIC_COLUMNS:
+        assert row[metric] in cells, (metric, row[metric])
+    assert row["Result"] in ("warning", "error"), row["Result"]
+    for word in words:
+        assert word.lower() in row["Err_message"].lower(), (word, row["Err_message"])
+
+
+def _other_rows_compared(rows, skip_name):
+    """The rows of the other, sound tensors are still compared (a bad tensor does not spoil its neighbours)."""
+    others = [r for r in rows if skip_name not in r["Data_name"]]
+    assert others
+    for row in others:
+        assert row["Cosine"] not in ("unsupported", "N/A", "shape unmatched"), row
+
+
+HOSTILE_NAMES = ["../../etc/passwd", "../outside.npy", "ABSOLUTE"]
+
+
+def _place_outside_file(tmp_path, side_dir: Path, hostile: str) -> str:
+    """Put a readable, valid .npy where the hostile data_name points (so only the name check can stop it)."""
+    outside = tmp_path / "outside.npy"
+    np.save(outside, np.arange(1, 5, dtype=np.float32))
+    np.save(side_dir / "outside.npy", np.arange(1, 5, dtype=np.float32))
+    return str(outside) if hostile == "ABSOLUTE" else hostile
+
+
+@VIA
+@pytest.mark.parametrize("hostile", HOSTILE_NAMES, ids=["etc-passwd", "dotdot-npy", "absolute"])
+def test_data_name_outside_tensor_dir_both_sides(tmp_path, capsys, via, hostile):
+    for side in ("target", "golden"):
+        side_dir = tmp_path / "in" / side
+        side_dir.mkdir(parents=True)
+        data_name = _place_outside_file(tmp_path, side_dir, hostile)
+        write_tensor_side(side_dir, records={"input.0": tensor_record(data_name, shape=[4])})
+    rows = _run_tensor(tmp_path, capsys, via)["rows"]
+    bad = rows_with_data_name(rows, data_name)
+    assert len(bad) == 1, [r["Data_name"] for r in rows]
+    _assert_refused_row(bad[0], "data_name")
+    _other_rows_compared(rows, data_name)
+
+
+@VIA
+@pytest.mark.parametrize("hostile", HOSTILE_NAMES, ids=["etc-passwd", "dotdot-npy", "absolute"])
+def test_data_name_outside_tensor_dir_target_only(tmp_path, capsys, via, hostile):
+    """Only the target dump is tampered with; the row of that tensor must still say what is wrong."""
+    write_tensor_side(tmp_path / "in" / "golden")
+    side_dir = tmp_path / "in" / "target"
+    side_dir.mkdir(parents=True)
+    data_name = _place_outside_file(tmp_path, side_dir, hostile)
+    write_tensor_side(side_dir, records={"input.0": tensor_record(data_name, shape=[4])})
+    rows = _run_tensor(tmp_path, capsys, via)["rows"]
+    bad = rows_with_data_name(rows, data_name)
+    assert len(bad) == 1, [r["Data_name"] for r in rows]
+    _assert_refused_row(bad[0], "data_name")
+
+
+@VIA
+@pytest.mark.parametrize("side", ["target", "golden"])
+def test_missing_npy(tmp_path, capsys, via, side):
+    for s in ("target", "golden"):
+        write_tensor_side(tmp_path / "in" / s)
+    name = npy_name("input", 1)
+    os.unlink(tmp_path / "in" / side / "dump_tensor_data" / name)
+    rows = _run_tensor(tmp_path, capsys, via)["rows"]
+    _assert_refused_row(rows_with_data_name(rows, name)[0], name, "not found")
+    _other_rows_compared(rows, name)
+
+
+@VIA
+@pytest.mark.parametrize("keep", ["half-data", "header-cut", "magic-only"])
+def test_truncated_npy(tmp_path, capsys, via, keep):
+    name = npy_name("output", 0)
+    big = {**default_arrays(), name: np.linspace(-3, 3, 1000, dtype=np.float32)}
+    for side in ("target", "golden"):
+        write_tensor_side(tmp_path / "in" / side, arrays=big)
+    path = tmp_path / "in" / "target" / "dump_tensor_data" / name
+    raw = path.read_bytes()
+    cut = {"half-data": len(raw) - 2000, "header-cut": 40, "magic-only": 6}[keep]
+    path.write_bytes(raw[:cut])
+    rows = _run_tensor(tmp_path, capsys, via)["rows"]
+    _assert_refused_row(rows_with_data_name(rows, name)[0], name)
+    _other_rows_compared(rows, name)
+
+
+@VIA
+def test_object_array_npy_is_refused_without_unpickling(tmp_path, capsys, via):
+    marker = tmp_path / "PICKLE_RAN"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.mkdir, (str(marker),))
+
+    for side in ("target", "golden"):
+        write_tensor_side(tmp_path / "in" / side)
+    name = npy_name("input", 0)
+    evil = np.empty(4, dtype=object)
+    evil[:] = [Payload(), 1, 2, 3]
+    np.save(tmp_path / "in" / "target" / "dump_tensor_data" / name, evil, allow_pickle=True)
+    rows = _run_tensor(tmp_path, capsys, via)["rows"]
+    assert not marker.exists(), "the pickle inside the .npy was executed"
+    _assert_refused_row(rows_with_data_name(rows, name)[0], name)
+    _other_rows_compared(rows, name)
+
+
+@VIA
+def test_symlinked_npy_is_refused(tmp_path, capsys, via):
+    for side in ("target", "golden"):
+        write_tensor_side(tmp_path / "in" / side)
+    name = npy_name("input", 0)
+    real = tmp_path / "elsewhere.npy"
+    np.save(real, np.arange(1, 5, dtype=np.float32))
+    link = tmp_path / "in" / "target" / "dump_tensor_data" / name
+    os.unlink(link)
+    os.symlink(real, link)
+    rows = _run_tensor(tmp_path, capsys, via)["rows"]
+    _assert_refused_row(rows_with_data_name(rows, name)[0], name, "symbolic link")
+    _other_rows_compared(rows, name)
+
+
+@VIA
+def test_shape_mismatch_between_sides(tmp_path, capsys, via):
+    name = npy_name("input", 0)
+    write_tensor_side(tmp_path / "in" / "target")
+    write_tensor_side(tmp_path / "in" / "golden", arrays={**default_arrays(), name: np.arange(1, 6, dtype=np.float32)})
+    rows = _run_tensor(tmp_path, capsys, via)["rows"]
+    row = rows_with_data_name(rows, name)[0]
+    assert (row["NPU Tensor Shape"], row["Bench Tensor Shape"]) == ("[4]", "[5]")
+    _assert_refused_row(row, "shape", cells=("shape unmatched",))
+    _other_rows_compared(rows, name)
+
+
+@VIA
+def test_shape_mismatch_in_files_only(tmp_path, capsys, via):
+    """dump.json claims equal shapes, the .npy files disagree: the cells still say so."""
+    name = npy_name("input", 0)
+    write_tensor_side(tmp_path / "in" / "target")
+    golden_arrays = {**default_arrays(), name: np.arange(1, 7, dtype=np.float32).reshape(2, 3)}
+    write_tensor_side(tmp_path / "in" / "golden", arrays=golden_arrays,
+                      records={"input.0": tensor_record(name, golden_arrays[name], shape=[4])})
+    rows = _run_tensor(tmp_path, capsys, via)["rows"]
+    row = rows_with_data_name(rows, name)[0]
+    for metric in METRIC_COLUMNS:
+        assert row[metric] == "shape unmatched", (metric, row[metric])
+
+
+@VIA
+def test_nan_at_different_positions(tmp_path, capsys, via):
+    name = npy_name("input", 0)
+    write_tensor_side(tmp_path / "in" / "target",
+                      arrays={**default_arrays(), name: np.array([np.nan, 2, 3, 4], dtype=np.float32)})
+    write_tensor_side(tmp_path / "in" / "golden",
+                      arrays={**default_arrays(), name: np.array([1, np.nan, 3, 4], dtype=np.float32)})
+    rows = _run_tensor(tmp_path, capsys, via)["rows"]
+    row = rows_with_data_name(rows, name)[0]
+    _assert_refused_row(row, "position of inf or nan", cells=("N/A",))
+    assert row["Result"] == "error"
+    _other_rows_compared(rows, name)
+
+
+@VIA
+def test_tensor_dir_missing_entirely(tmp_path, capsys, via):
+    for side in ("target", "golden"):
+        write_tensor_side(tmp_path / "in" / side)
+    for path in (tmp_path / "in" / "golden" / "dump_tensor_data").iterdir():
+        path.unlink()
+    (tmp_path / "in" / "golden" / "dump_tensor_data").rmdir()
+    rows = _run_tensor(tmp_path, capsys, via)["rows"]
+    assert len(rows) == 3
+    for row in rows:
+        _assert_refused_row(row, "not found")
+
+
+# ------------------------------------------------------------------------------------------ 8. output dir
+@VIA
+def test_output_dir_is_a_regular_file(case, tmp_path, good_pair, via):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("keep me\n")
+    case(via, *good_pair, "output", "not a directory", out=blocker, inputs=[blocker])
+    assert blocker.read_text() == "keep me\n"
+
+
+@VIA
+def test_output_dir_under_a_regular_file(case, tmp_path, good_pair, via):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("keep me\n")
+    case(via, *good_pair, "output", str(blocker / "sub"), out=blocker / "sub", inputs=[blocker])
+    assert blocker.read_text() == "keep me\n" and blocker.is_file()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write into a read-only directory")
+@VIA
+def test_output_dir_not_writable(case, tmp_path, good_pair, via):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        case(via, *good_pair, "output", "not writable", out=locked)
+        assert listing(locked) == []
+    finally:
+        locked.chmod(0o700)
+
+
+# ------------------------------------------------------------------------------------------ 9. symlinked input
+@VIA
+@pytest.mark.parametrize("side", ["target", "golden"])
+def test_symlinked_dump_json(case, tmp_path, good_pair, via, side):
+    link = tmp_path / "in" / "link" / "dump.json"
+    link.parent.mkdir(parents=True)
+    os.symlink(good_pair[0] if side == "target" else good_pair[1], link)
+    tp, gp = (link, good_pair[1]) if side == "target" else (good_pair[0], link)
+    case(via, tp, gp, side, "symbolic link", inputs=[link])
+    assert os.path.islink(link)
+
+
+# ------------------------------------------------------------------------------------------ 10. formulas
+FORMULA = "=cmd|' /C calc'!A0"
+
+
+def _formula_dumps(tmp_path, where: str):
+    target, golden = stats_dump(), stats_dump()
+    if where == "entry-name":
+        target["data"] = {"=HYPERLINK(\"http://evil\").0.forward": target["data"][ENTRY]}
+    elif where == "entry-name-plus":
+        target["data"] = {"+cmd.0.forward": target["data"][ENTRY]}
+    elif where == "str-arg-target":
+        target["data"][ENTRY]["input_args"].append({"type": "str", "value": FORMULA})
+        golden["data"][ENTRY]["input_args"].append({"type": "str", "value": "ok"})
+    elif where == "str-arg-golden":
+        target["data"][ENTRY]["input_args"].append({"type": "str", "value": "ok"})
+        golden["data"][ENTRY]["input_args"].append({"type": "str", "value": FORMULA})
+    elif where == "str-kwarg-semicolon":
+        target["data"][ENTRY]["input_kwargs"] = {"mode": {"type": "str", "value": "a;=1+2"}}
+    elif where == "dtype":
+        target["data"][ENTRY]["input_args"][0]["dtype"] = "=1+2"
+        golden["data"][ENTRY]["input_args"][0]["dtype"] = "=1+2"
+    tp = write_json(tmp_path / "in" / "target" / "dump.json", target)
+    gp = write_json(tmp_path / "in" / "golden" / "dump.json", golden)
+    return tp, gp
+
+
+@VIA
+@pytest.mark.parametrize("where", ["entry-name", "entry-name-plus", "str-arg-target", "str-arg-golden",
+                                   "str-kwarg-semicolon", "dtype"])
+@pytest.mark.parametrize("fmt", ["--csv", "--xlsx"])
+def test_formula_like_values(case, tmp_path, via, where, fmt):
+    tp, gp = _formula_dumps(tmp_path, where)
+    line = case(via, tp, gp, fmt=fmt)
+    assert "special characters" in line or "malicious" in line.lower(), line
+
+
+@VIA
+def test_formula_in_stack_json(case, tmp_path, via):
+    tp, gp = _formula_dumps(tmp_path, "none")
+    write_json(tp.parent / "stack.json", {ENTRY: ["File x.py, line 1", FORMULA]})
+    case(via, tp, gp, "stack", "special characters", inputs=[tp.parent / "stack.json"])
+
+
+# ------------------------------------------------------------------------------------------ 11. hostile structures
+def _nested_dump(depth: int) -> str:
+    record = '{"type": "mindspore.Tensor", "dtype": "Float32", "shape": [4], "Max": 1, "Min": 0, "Mean": 0.5, "Norm": 1}'
+    args = "[" * depth + record + "]" * depth
+    return ('{"task": "statistics", "level": "L1", "framework": "mindspore", "data": {"' + ENTRY
+            + '": {"input_args": ' + args + ', "output": [' + record + "]}}}")
+
+
+def _deep_pair(tmp_path, depth):
+    tp = tmp_path / "in" / "target" / "dump.json"
+    tp.parent.mkdir(parents=True)
+    tp.write_text(_nested_dump(depth))
+    return tp, write_json(tmp_path / "in" / "golden" / "dump.json", stats_dump())
+
+
+@VIA
+@pytest.mark.parametrize("depth", [401, 450, 5000])
+def test_nesting_too_deep(case, tmp_path, via, depth):
+    case(via, *_deep_pair(tmp_path, depth), "nested", "400")
+
+
+def test_nesting_400_is_accepted(tmp_path, capsys):
+    """The limit is a limit, not an off-by-one: 399 list levels (depth 400 with the section) still compare."""
+    tp, gp = _deep_pair(tmp_path, 399)
+    run = run_inproc(["compare", "-tp", tp, "-gp", gp, "-o", tmp_path / "out", "--csv", "-c"], capsys)
+    assert_success(run)
+    assert_outputs(tmp_path / "out", "csv", advisor=False)
+
+
+@pytest.mark.parametrize("depth", [200_000, 1_000_000])
+def test_nesting_hostile_depth_subprocess(case, tmp_path, depth):
+    """Hundreds of thousands of levels (a few hundred KB of brackets) must be refused, not crash the parser.
+    Subprocess only: a native stack overflow here would kill the test session itself."""
+    case("subprocess", *_deep_pair(tmp_path, depth), "nested")
+
+
+@VIA
+@pytest.mark.parametrize("shape", ["4", 4, None, {"0": 4}], ids=["str", "int", "null", "object"])
+def test_shape_not_a_list(case, tmp_path, via, shape):
+    target = stats_dump()
+    target["data"][ENTRY]["input_args"][0]["shape"] = shape
+    tp = write_json(tmp_path / "in" / "target" / "dump.json", target)
+    gp = write_json(tmp_path / "in" / "golden" / "dump.json", stats_dump())
+    case(via, tp, gp, "shape", "must be a list")
+
+
+@VIA
+@pytest.mark.parametrize("grad", ["yes", 1, "True"], ids=["yes", "one", "str-True"])
+def test_requires_grad_not_bool(case, tmp_path, via, grad):
+    target = stats_dump()
+    target["data"][ENTRY]["input_args"][0]["requires_grad"] = grad
+    tp = write_json(tmp_path / "in" / "target" / "dump.json", target)
+    gp = write_json(tmp_path / "in" / "golden" / "dump.json", stats_dump())
+    case(via, tp, gp, "requires_grad", "true or false")
+
+
+@VIA
+def test_data_name_not_a_string(case, tmp_path, via):
+    target = stats_dump()
+    target["data"][ENTRY]["input_args"][0]["data_name"] = ["x.npy"]
+    tp = write_json(tmp_path / "in" / "target" / "dump.json", target)
+    gp = write_json(tmp_path / "in" / "golden" / "dump.json", stats_dump())
+    case(via, tp, gp, "data_name", "must be a string")
+
+
+@VIA
+def test_entry_body_not_an_object(case, tmp_path, via):
+    target = stats_dump()
+    target["data"][ENTRY] = "oops"
+    tp = write_json(tmp_path / "in" / "target" / "dump.json", target)
+    gp = write_json(tmp_path / "in" / "golden" / "dump.json", stats_dump())
+    case(via, tp, gp, ENTRY, "must be an object")
+
+
+# ------------------------------------------------------------------------------------------ 12. usage
+@VIA
+@pytest.mark.parametrize("argv, words", [
+    (["compare"], ("required", "-tp", "-gp")),
+    (["compare", "-gp", "g.json", "-o", "out"], ("required", "-tp")),
+    (["compare", "-tp", "t.json", "-gp", "g.json", "-j", "0"], ("-j", "at least 1")),
+    (["compare", "-tp", "t.json", "-gp", "g.json", "--csv", "--xlsx"], ("not allowed",)),
+], ids=["no-args", "no-tp", "jobs-zero", "csv-and-xlsx"])
+def test_usage_errors(tmp_path, capsys, monkeypatch, via, argv, words):
+    monkeypatch.chdir(tmp_path)
+    run = run_cli(via, argv, capsys, tmp_path)
+    assert run.code == 2
+    assert_one_error_line(run, *words, codes=(2,))
+    assert listing(tmp_path) == []
+
+
+def test_version(capsys):
+    from msprobe import __version__
+
+    run = run_inproc(["-V"], capsys)
+    assert run.code == 0 and run.err == ""
+    assert run.out.strip() == f"msprobe {__version__}"
+
+
+def test_top_level_help(capsys):
+    run = run_inproc(["-h"], capsys)
+    assert run.code == 0 and run.err == ""
+    assert "usage: msprobe" in run.out and "compare" in run.out
+
+
+def test_compare_help_lists_every_option(capsys):
+    run = run_inproc(["compare", "-h"], capsys)
+    assert run.code == 0 and run.err == ""
+    for option in ("-tp", "--target_path", "-gp", "--golden_path", "-o", "--output_path", "--csv", "--xlsx",
+                   "-tensor_log", "-c", "--compare_only", "-s", "--stack_mode", "-j", "--jobs"):
+        assert f" {option}" in run.out or f"[{option}" in run.out, option
+
+
+def test_help_and_version_in_a_subprocess(tmp_path):
+    for argv in (["-V"], ["-h"], ["compare", "-h"]):
+        proc = subprocess.run([sys.executable, "-m", "msprobe", *argv], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0 and proc.stderr == "", (argv, proc.stderr)
+        assert proc.stdout.strip()
