@@ -103,3 +103,16 @@ def test_name_grammar_and_layout():
     (0.98, 0.01, "No"), (0.95, 0.0005, "Yes"), (0.85, 0.0, "No"), (0.999, 1.5, "No"), (1.0, 0.0, "Yes")])
 def test_accuracy_reached(cosine, max_abs, expected):
     assert accuracy(cosine, max_abs) == expected
+
+
+def test_unreadable_kernel_file_is_a_row_not_a_crash(kernel_dump, tmp_path):
+    data = kernel_dump / "target" / "rank_0" / "Net" / "0" / "0"
+    victim = sorted(data.glob("*.npy"))[0]
+    victim.write_bytes(b"\x93NUMPY garbage")
+    out = tmp_path / "out"
+    assert run_cli(["compare", "-tp", kernel_dump / "target", "-gp", kernel_dump / "golden", "-o", out, "--rank",
+                    "0", "--csv"]) == 0
+    table = read_csv(only_file(out, "*.csv"))
+    (row,) = [r for r in table[1:] if Path(r[0]).name == victim.name]
+    assert row[15] == "Dump file is not ndarray.\n" and row[14] == ""
+    assert len(table) == 121
