@@ -26,6 +26,10 @@ EPILOG = """examples:
   # MindSpore static-graph kernel dumps: ranks 0 and 1, all steps
   msprobe compare -tp npu_kernel_dump -gp gpu_kernel_dump --rank 0,1
 
+  # MindSpore target against a PyTorch golden: built-in API table, Cell -> Module, layer renames
+  msprobe compare -tp ms/dump.json -gp pt/dump.json -am -cm cell_mapping.yaml
+  msprobe compare -tp ms/dump.json -gp pt/dump.json -lm layer_mapping.yaml
+
   # call counts differ (e.g. an extra op in the target): pair API calls by order under their module
   msprobe compare -tp npu/dump.json -gp gpu/dump.json -fm
 
@@ -48,6 +52,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-fm", "--fuzzy_match", action="store_true",
                         help="pair API calls by name and order under the same parent module, ignoring call "
                              "counts (for runs whose call counts differ)")
+    parser.add_argument("-am", "--api_mapping", nargs="?", const="", default=None, metavar="YAML",
+                        help="MindSpore target vs PyTorch golden: map API names with the built-in table "
+                             "(Mint.* -> Torch.*, MintFunctional.* -> Functional.*, ops/Tensor names); a yaml "
+                             "adds ms_api/pt_api entries with argument index lists")
+    parser.add_argument("-cm", "--cell_mapping", nargs="?", const="", default=None, metavar="YAML",
+                        help="map Cell names to Module names (Cell -> Module); a yaml maps "
+                             "'{cell_path}.{Class}' names or substrings of them")
+    parser.add_argument("-dm", "--data_mapping", metavar="YAML",
+                        help="item-level mapping: a yaml of target item name: golden item name (wins over "
+                             "every other mapping)")
+    parser.add_argument("-lm", "--layer_mapping", nargs="?", const="", default=None, metavar="YAML",
+                        help="MindSpore target: pair entries by their place in the module tree (construct.json); "
+                             "a yaml of {TypeName: {target child: golden child}} renames layers")
     parser.add_argument("-da", "--diff_analyze", action="store_true",
                         help="first-divergence analysis: find the first op whose outputs differ, on which rank, "
                              "and how it spreads through communication ops; writes compare_result*.json and "
@@ -81,6 +98,7 @@ def _positive_int(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from msprobe.compare.batch import run_jobs, succeeded
+    from msprobe.compare.mapping import MappingOptions
     from msprobe.compare.pipeline import CompareOptions
     from msprobe.compare.summary import print_summary
     from msprobe.dump.locate import locate
@@ -95,7 +113,9 @@ def run(args: argparse.Namespace) -> int:
     output_dir = prepare_output_dir(args.output_path or "./output")
     options = CompareOptions(output_dir=output_dir, output_format="csv" if args.csv else "xlsx",
                              tensor_log=args.tensor_log, compare_only=args.compare_only, jobs=args.jobs,
-                             fuzzy=args.fuzzy_match)
+                             fuzzy=args.fuzzy_match,
+                             mapping=MappingOptions(args.api_mapping, args.cell_mapping, args.data_mapping,
+                                                    args.layer_mapping))
     logger.info("Please check whether the input data belongs to you. If not, there may be security risks.")
     for problem in located.problems:
         logger.warning("%s", problem)

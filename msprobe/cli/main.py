@@ -17,6 +17,7 @@ COMMANDS = {
 EPILOG = """examples:
   msprobe compare -tp target/step0/rank0/dump.json -gp golden/step0/rank0/dump.json -o out
   msprobe compare -h
+  msprobe -f mindspore compare -i compare.json -o out      (the 1.x form, same engine)
 
 Run `msprobe <command> -h` for the options of a command."""
 
@@ -46,6 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list | None = None) -> int:
+    from msprobe.cli.legacy import translate
+    from msprobe.errors import UsageError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        argv = translate(argv)
+    except UsageError as exc:
+        sys.stderr.write(f"msprobe: error: {exc}\n")
+        return exc.exit_code
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:

@@ -10,8 +10,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from msprobe.compare import columns as col
-from msprobe.compare.match import match_exact, match_fuzzy
-from msprobe.compare.pipeline import CompareOptions, build_table, detect_mode
+from msprobe.compare.pipeline import CompareOptions, build_table, detect_mode, match_items
 from msprobe.dump.flatten import flatten
 from msprobe.dump.locate import Job
 from msprobe.dump.reader import read_dump
@@ -76,17 +75,15 @@ def analyze_job(job: Job, options: CompareOptions, stamp: str):
 
 
 def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
-    target = read_dump(job.target, "target", with_stack=True, with_construct=options.fuzzy)
-    golden = read_dump(job.golden, "golden", with_stack=False, with_construct=options.fuzzy)
+    needs_construct = options.fuzzy or options.mapping.layer is not None
+    target = read_dump(job.target, "target", with_stack=True, with_construct=needs_construct)
+    golden = read_dump(job.golden, "golden", with_stack=False, with_construct=needs_construct)
     mode = detect_mode(target, golden)
     table_mode = col.MD5 if mode == col.MD5 else col.STATISTICS   # tensor dumps are analysed by statistics
     debug = target.is_debug and golden.is_debug
     t_items = flatten(target.data, target.path, debug)
     g_items = flatten(golden.data, golden.path, debug)
-    if options.fuzzy and not debug:
-        pairs = match_fuzzy(t_items, g_items, target.construct, golden.construct, target.framework != golden.framework)
-    else:
-        pairs = match_exact(t_items, g_items, not debug, target.framework != golden.framework)
+    pairs = match_items(target, golden, t_items, g_items, options, job.label, stamp)
     table, judge_input = build_table(table_mode, target, golden, t_items, g_items, pairs, options, job.label)
     rows = len(table)
     cells = table.cells

@@ -11,7 +11,8 @@ import numpy as np
 
 from msprobe.compare import columns as col
 from msprobe.compare.advisor import Advice, advise
-from msprobe.compare.match import Pairs, match_exact, match_fuzzy
+from msprobe.compare.mapping import MappingOptions, build_mappings
+from msprobe.compare.match import Pairs, match_exact, match_fuzzy, match_mapped
 from msprobe.compare.rules import JudgeInput, judge
 from msprobe.compare.stats import stat_diff
 from msprobe.compare.tensor_metrics import METRICS, UNSUPPORTED, TensorResult, compare_arrays, fill
@@ -39,6 +40,7 @@ class CompareOptions:
     tensor_log: bool = False             # one log line per compared tensor pair
     compare_only: bool = False           # no advisor
     fuzzy: bool = False                  # -fm: pair API calls by order under their parent module
+    mapping: MappingOptions = MappingOptions()  # -am / -cm / -dm / -lm
     jobs: int = 2                        # worker threads for tensor pairs
     write_output: bool = True
 
@@ -119,13 +121,14 @@ def compare_files(target_path: str, golden_path: str, options: CompareOptions, s
     base_t, base_g = os.path.basename(target_path), os.path.basename(golden_path)
     if {base_t, base_g} == {"dump.json", "debug.json"}:
         raise MsprobeError("The target and golden files must both be dump.json or both be debug.json.")
-    target = read_dump(target_path, "target", with_stack=True, with_construct=options.fuzzy)
-    golden = read_dump(golden_path, "golden", with_stack=False, with_construct=options.fuzzy)
-    table, summary = compare_dumps(target, golden, options, label)
+    needs_construct = options.fuzzy or options.mapping.layer is not None
+    target = read_dump(target_path, "target", with_stack=True, with_construct=needs_construct)
+    golden = read_dump(golden_path, "golden", with_stack=False, with_construct=needs_construct)
+    stamp = timestamp()
+    table, summary = compare_dumps(target, golden, options, label, stamp)
     if options.write_output:
         prefix = "debug_compare_result" if target.is_debug and golden.is_debug else "compare_result"
         extension = "csv" if options.output_format == "csv" else "xlsx"
-        stamp = timestamp()
         path = os.path.join(options.output_dir, result_file_name(prefix, suffix, extension, stamp))
         logger.info("%sSaving result file in progress...", label)
         write_table(table, path)
@@ -138,8 +141,8 @@ def compare_files(target_path: str, golden_path: str, options: CompareOptions, s
     return summary
 
 
-def compare_dumps(target: Dump, golden: Dump, options: CompareOptions,
-                  label: str = "") -> tuple[ResultTable, CompareSummary]:
+def compare_dumps(target: Dump, golden: Dump, options: CompareOptions, label: str = "",
+                  stamp: str | None = None) -> tuple[ResultTable, CompareSummary]:
     """The judged result table of two read dumps, and its summary; nothing is written."""
     logger = get_logger()
     mode = detect_mode(target, golden)
@@ -151,11 +154,7 @@ def compare_dumps(target: Dump, golden: Dump, options: CompareOptions,
         raise MsprobeError(f"No valid data found in the {'target' if not len(t_items) else 'golden'} dump "
                            "(no entry with a recognised name holds any item); no result file generated.")
     logger.info("%sMatching APIs/Modules in progress...", label)
-    cross = target.framework != golden.framework
-    if options.fuzzy and not debug:
-        pairs = match_fuzzy(t_items, g_items, target.construct, golden.construct, cross_framework=cross)
-    else:
-        pairs = match_exact(t_items, g_items, renumber_backward=not debug, cross_framework=cross)
+    pairs = match_items(target, golden, t_items, g_items, options, label, stamp)
     logger.info("%sAPIs/Modules match done: %d rows, %d matched.", label, len(pairs), int(pairs.matched.sum()))
     table, judge_input = build_table(mode, target, golden, t_items, g_items, pairs, options, label)
     results, messages = judge(judge_input)
@@ -173,6 +172,21 @@ def compare_dumps(target: Dump, golden: Dump, options: CompareOptions,
     if advice.row is not None:
         summary.first_error, summary.first_error_row = advice.node, advice.row
     return table, summary
+
+
+def match_items(target: Dump, golden: Dump, t_items: Items, g_items: Items, options: CompareOptions,
+                label: str = "", stamp: str | None = None) -> Pairs:
+    """Pairs by the strategy the options select: mappings, fuzzy or exact names."""
+    debug = target.is_debug and golden.is_debug
+    cross = target.framework != golden.framework
+    if options.mapping.active and not debug:
+        output_dir = options.output_dir if options.write_output else None
+        mappings = build_mappings(options.mapping, target, golden, t_items, g_items, output_dir,
+                                  stamp or timestamp(), label)
+        return match_mapped(t_items, g_items, mappings, cross_framework=cross)
+    if options.fuzzy and not debug:
+        return match_fuzzy(t_items, g_items, target.construct, golden.construct, cross_framework=cross)
+    return match_exact(t_items, g_items, renumber_backward=not debug, cross_framework=cross)
 
 
 def write_table(table: ResultTable, path: str, highlight_column: str = "Result", fills: dict | None = None) -> None:

@@ -1,0 +1,164 @@
+"""Layer mapping (-lm, spec §3.9.4, DECISIONS 12): place every entry in the module tree of its run (from
+construct.json), translate target scopes into golden scopes with the yaml, pair entries by position inside
+the translated node, and pair their items by name suffix. The result is a data mapping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from msprobe.dump.flatten import Items
+from msprobe.dump.naming import BACKWARD, FORWARD, PARAMETERS_GRAD
+from msprobe.errors import MsprobeError
+
+ROOT_TYPE = "TopLayer"
+MODULE_PREFIXES = ("Cell.", "Module.")
+
+
+@dataclass
+class Node:
+    type: str
+    entries: dict = field(default_factory=dict)   # direction -> entry names in dump order
+
+
+def module_scope(name: str) -> tuple[tuple, str] | None:
+    """(path segments, class) of a Cell/Module entry name."""
+    parts = name.split(".")
+    if parts[-1] == PARAMETERS_GRAD:
+        body = parts[1:-1]
+    elif len(parts) >= 2 and (parts[-2] == PARAMETERS_GRAD or parts[-2] in (FORWARD, BACKWARD)):
+        body = parts[1:-2]
+    else:
+        return None
+    if len(body) < 2:
+        return None
+    return tuple(body[:-1]), body[-1]
+
+
+def _parent_of(name: str, construct: dict):
+    parent = construct.get(name)
+    if parent is None and f".{BACKWARD}" in name:
+        parent = construct.get(name.replace(f".{BACKWARD}", f".{FORWARD}"))
+    if isinstance(parent, list):
+        parent = parent[0] if parent else None
+    return parent if isinstance(parent, str) else None
+
+
+def entry_scopes(items: Items, construct: dict) -> dict:
+    """entry name -> (scope path, direction, type) for every entry that can be placed."""
+    scopes = {}
+    for name, parts in zip(items.entry_names, items.entry_parts):
+        segments = name.split(".")
+        if len(segments) < 4:
+            continue
+        if name.startswith(MODULE_PREFIXES):
+            placed = module_scope(name)
+            if placed is None:
+                continue
+            path, kind = placed
+        else:
+            kind = segments[-3]
+            parent = _parent_of(name, construct)
+            placed = module_scope(parent) if parent and parent.startswith(MODULE_PREFIXES) else None
+            path = (placed[0] if placed else ()) + (kind,)
+        scopes[name] = (path, parts.direction, kind)
+    return _renumber_parallel_layers(scopes)
+
+
+def _renumber_parallel_layers(scopes: dict) -> dict:
+    """Under every ParallelTransformer, the children of `layers` count from 0 (pipeline stages)."""
+    owners = {path for path, _, kind in scopes.values() if kind == "ParallelTransformer"}
+    if not owners:
+        return scopes
+    lowest: dict = {}
+    for path, _, _ in scopes.values():
+        for owner in owners:
+            depth = len(owner)
+            if path[:depth] == owner and len(path) > depth + 1 and path[depth] == "layers" and path[depth + 1].isdigit():
+                lowest[owner] = min(lowest.get(owner, 10 ** 9), int(path[depth + 1]))
+    renamed = {}
+    for name, (path, direction, kind) in scopes.items():
+        for owner, base in lowest.items():
+            depth = len(owner)
+            if path[:depth] == owner and len(path) > depth + 1 and path[depth] == "layers" and path[depth + 1].isdigit():
+                path = path[:depth + 1] + (str(int(path[depth + 1]) - base),) + path[depth + 2:]
+        renamed[name] = (path, direction, kind)
+    return renamed
+
+
+def build_tree(scopes: dict) -> dict:
+    tree: dict = {(): Node(ROOT_TYPE)}
+    for name, (path, direction, kind) in scopes.items():
+        for depth in range(1, len(path)):
+            tree.setdefault(path[:depth], Node(path[depth - 1]))
+        node = tree.setdefault(path, Node(kind))
+        node.type = kind
+        node.entries.setdefault(direction, []).append(name)
+    return tree
+
+
+def parse_layer_mapping(documents: list, path: str) -> dict:
+    mapping: dict = {}
+    for document in documents:
+        if not isinstance(document, dict):
+            raise MsprobeError(f"{path}: a layer mapping must map type names to {{target child: golden child}}.")
+        for type_name, children in document.items():
+            if not isinstance(children, dict):
+                raise MsprobeError(f"{path}: the entry of {type_name!r} must map target children to golden children.")
+            key = ROOT_TYPE if type_name == "Cell" else str(type_name)
+            table = mapping.setdefault(key, {})
+            for child, value in children.items():
+                table[str(child)] = str(value).split("(", 1)[0].strip()
+    return mapping
+
+
+def translate(path: tuple, tree: dict, mapping: dict) -> tuple:
+    """The golden scope of a target scope: at each node the mapping of its type renames the next segment(s)."""
+    out: list = []
+    position = 0
+    while position < len(path):
+        node = tree.get(path[:position])
+        table = mapping.get(node.type if node else "", {})
+        for key in sorted(table, key=lambda k: -k.count(".")):
+            segments = tuple(key.split("."))
+            if path[position:position + len(segments)] == segments:
+                out.extend(table[key].split("."))
+                position += len(segments)
+                break
+        else:
+            out.append(path[position])
+            position += 1
+    return tuple(out)
+
+
+def generate_data_mapping(target: Items, golden: Items, target_construct: dict, golden_construct: dict,
+                          mapping: dict) -> dict:
+    """Target item name -> golden item name for every item of every entry the layer mapping pairs."""
+    target_scopes = entry_scopes(target, target_construct)
+    golden_tree = build_tree(entry_scopes(golden, golden_construct))
+    target_tree = build_tree(target_scopes)
+    golden_items = _items_by_entry(golden)
+    target_items = _items_by_entry(target)
+    data: dict = {}
+    for name, (path, direction, _) in target_scopes.items():
+        siblings = target_tree[path].entries[direction]
+        position = siblings.index(name)
+        partner_node = golden_tree.get(translate(path, target_tree, mapping))
+        partners = partner_node.entries.get(direction, []) if partner_node else []
+        if position >= len(partners):
+            continue
+        golden_entry = partners[position]
+        by_suffix = golden_items.get(golden_entry, {})
+        for suffix, item_name in target_items.get(name, {}).items():
+            if suffix in by_suffix:
+                data[item_name] = by_suffix[suffix]
+    return data
+
+
+def _items_by_entry(items: Items) -> dict:
+    """entry name -> {item name suffix after the entry name: item name}."""
+    out: dict = {}
+    for name, entry in zip(items.name, items.entry):
+        entry_name = items.entry_names[entry]
+        if name.startswith(entry_name):
+            out.setdefault(entry_name, {})[name[len(entry_name):]] = name
+    return out

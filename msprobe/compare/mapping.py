@@ -1,0 +1,306 @@
+"""Cross-framework name mapping (spec §3.9, DECISIONS 9, 11): API, cell and data mappings that turn target
+(MindSpore) item names into golden (PyTorch) compare keys. Strategies compose; see `MappingSet.key`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from msprobe.errors import MsprobeError
+
+DIRECTION_MARKERS = (".forward.", ".backward.", ".parameters_grad")
+INDEX_KEYS = {"input": ("ms_args", "pt_args"), "output": ("ms_outputs", "pt_outputs"),
+              "parameters": ("ms_parameters", "pt_parameters"),
+              "parameters_grad": ("ms_parameters_grad", "pt_parameters_grad")}
+SINGULAR = {"ms_output": "ms_outputs", "pt_output": "pt_outputs"}
+ALLOWED_KEYS = {"ms_api", "pt_api"} | {k for pair in INDEX_KEYS.values() for k in pair} | set(SINGULAR)
+
+
+def load_yaml(path: str, what: str):
+    """Read a mapping yaml (any number of documents) with a clear error for every problem."""
+    import yaml
+
+    from msprobe.dump.paths import check_input_file
+
+    path = check_input_file(path, what)
+    if not path.lower().endswith((".yaml", ".yml")):
+        raise MsprobeError(f"{what} {path} must be a .yaml file.")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            documents = [d for d in yaml.safe_load_all(handle) if d is not None]
+    except yaml.YAMLError as exc:
+        raise MsprobeError(f"{what} {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    except UnicodeDecodeError:
+        raise MsprobeError(f"{what} {path} is not a UTF-8 text file.") from None
+    return documents
+
+
+@lru_cache(maxsize=1)
+def builtin_api_table() -> dict:
+    """The shipped MindSpore -> PyTorch API table (`{api_type}.{api_name}` on both sides)."""
+    import yaml
+
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "ms_to_pt_api.yaml")
+    with open(path, encoding="utf-8") as handle:
+        return yaml.safe_load(handle) or {}
+
+
+@dataclass(frozen=True)
+class ApiRule:
+    """One entry of a custom -am yaml: rename ms_api to pt_api and remap argument/output indices."""
+
+    ms_api: str
+    pt_api: str
+    indices: dict   # state -> {ms index text: pt index text}
+
+
+def parse_api_rules(documents: list, path: str) -> list:
+    """Custom API mapping in any of the three shapes (DECISIONS 11): one mapping, a list, several documents."""
+    entries = []
+    for document in documents:
+        if isinstance(document, dict):
+            entries.append(document)
+        elif isinstance(document, list):
+            entries.extend(document)
+        else:
+            raise MsprobeError(f"{path}: an api mapping must be a mapping or a list of mappings.")
+    rules = []
+    for number, entry in enumerate(entries, start=1):
+        where = f"{path}: entry {number}"
+        if not isinstance(entry, dict):
+            raise MsprobeError(f"{where} must be a mapping with ms_api and pt_api.")
+        unknown = set(entry) - ALLOWED_KEYS
+        if unknown:
+            raise MsprobeError(f"{where} ({entry.get('ms_api')}) has unknown keys: {', '.join(sorted(map(str, unknown)))}.")
+        if not isinstance(entry.get("ms_api"), str) or not isinstance(entry.get("pt_api"), str):
+            raise MsprobeError(f"{where} needs ms_api and pt_api as '{{api_type}}.{{api_name}}' texts.")
+        where = f"{where} ({entry['ms_api']} -> {entry['pt_api']})"
+        normalised = {SINGULAR.get(k, k): v for k, v in entry.items()}
+        indices = {}
+        for state, (ms_key, pt_key) in INDEX_KEYS.items():
+            ms_list, pt_list = normalised.get(ms_key), normalised.get(pt_key)
+            if ms_list is None and pt_list is None:
+                continue
+            if not isinstance(ms_list, list) or not isinstance(pt_list, list):
+                raise MsprobeError(f"{where}: {ms_key} and {pt_key} must both be lists.")
+            if len(ms_list) != len(pt_list):
+                raise MsprobeError(f"{where}: {ms_key} and {pt_key} have different lengths "
+                                   f"({len(ms_list)} and {len(pt_list)}).")
+            for key, values in ((ms_key, ms_list), (pt_key, pt_list)):
+                if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in values):
+                    raise MsprobeError(f"{where}: {key} must hold non-negative integer indices.")
+                if len(set(values)) != len(values):
+                    raise MsprobeError(f"{where}: {key} repeats an index.")
+            indices[state] = {str(a): str(b) for a, b in zip(ms_list, pt_list)}
+        rules.append(ApiRule(entry["ms_api"], entry["pt_api"], indices))
+    return rules
+
+
+def check_rule_arity(rules: list, target_items, golden_items) -> None:
+    """Indices must exist: an index beyond every recorded argument of the API is an error naming the entry."""
+    for rule in rules:
+        for items, api, side in ((target_items, rule.ms_api, 0), (golden_items, rule.pt_api, 1)):
+            seen: dict = {}
+            for name, state in zip(items.name, items.state):
+                if name.startswith(api + "."):
+                    rest = name[len(api) + 1:].split(".")
+                    marker = next((i for i, part in enumerate(rest) if part in ("input", "output", "parameters")), None)
+                    if marker is not None and marker + 1 < len(rest) and rest[marker + 1].isdigit():
+                        seen.setdefault(state, set()).add(int(rest[marker + 1]))
+            for state, mapping in rule.indices.items():
+                if state not in seen:
+                    continue
+                limit = max(seen[state])
+                values = [int(k if side == 0 else v) for k, v in mapping.items()]
+                bad = [v for v in values if v > limit]
+                if bad:
+                    raise MsprobeError(f"api mapping {rule.ms_api} -> {rule.pt_api}: {state} index {bad[0]} is out "
+                                       f"of range for {api if side == 0 else rule.pt_api} (recorded indices 0..{limit}).")
+
+
+def _split_api(name: str) -> tuple[str, str]:
+    """('Mint.add', rest) for 'Mint.add.0.forward...'; Primitive entries use three segments."""
+    parts = name.split(".", 3 if name.startswith("Primitive.") else 2)
+    if len(parts) < 3:
+        return name, ""
+    head = ".".join(parts[:-1])
+    return head, parts[-1]
+
+
+def map_api_name(name: str, table: dict) -> str:
+    """Built-in API mapping of one item name (spec §3.9.1)."""
+    if name.startswith(("Cell.", "Module.")):
+        return name
+    api_type = name.split(".", 1)[0]
+    if api_type == "Mint":
+        return "Torch" + name[4:]
+    if api_type == "MintFunctional":
+        return "Functional" + name[len("MintFunctional"):]
+    parts = name.split(".", 2)
+    if len(parts) >= 2:
+        api = f"{parts[0]}.{parts[1]}"
+        mapped = table.get(api)
+        if mapped:
+            return mapped + name[len(api):]
+    return name
+
+
+def map_custom_api(name: str, state: str, rules: list) -> str | None:
+    """Custom API mapping of one item name; None when no rule covers its API."""
+    for rule in rules:
+        if name.startswith("Primitive."):
+            head, rest = _split_api(name)
+            if not head.startswith(rule.ms_api + ".") and head != rule.ms_api:
+                continue
+            entry_rest = rest
+            renamed_head = rule.pt_api
+        else:
+            if not name.startswith(rule.ms_api + "."):
+                continue
+            entry_rest = name[len(rule.ms_api) + 1:]
+            renamed_head = rule.pt_api
+        mapping = rule.indices.get(state)
+        parts = entry_rest.split(".")
+        marker = next((i for i, part in enumerate(parts) if part in ("input", "output", "parameters", "kwargs")), None)
+        if mapping is not None and marker is not None and marker + 1 < len(parts) and parts[marker + 1].isdigit():
+            index = parts[marker + 1]
+            if index not in mapping:
+                return name + ".abandoned"        # an argument the mapping leaves out never matches
+            parts[marker + 1] = mapping[index]
+        return renamed_head + "." + ".".join(parts)
+    return None
+
+
+def parse_cell_mapping(documents: list, path: str) -> dict:
+    mapping: dict = {}
+    for document in documents:
+        if not isinstance(document, dict):
+            raise MsprobeError(f"{path}: a cell mapping must be a mapping of MindSpore names to PyTorch names.")
+        for key, value in document.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise MsprobeError(f"{path}: cell mapping entry {key!r}: both sides must be texts.")
+            mapping[key] = value
+    return mapping
+
+
+def map_cell_name(name: str, mapping: dict) -> str:
+    """Cell -> Module, then the yaml: the whole `{cell_path}.{Class}` first, else substrings (spec §3.9.3)."""
+    if not name.startswith("Cell."):
+        return name
+    renamed = "Module" + name[4:]
+    if not mapping:
+        return renamed
+    start = renamed.find(".") + 1
+    stops = [renamed.find(marker, start) for marker in DIRECTION_MARKERS]
+    stops = [s for s in stops if s >= 0]
+    if not stops:
+        return renamed
+    stop = min(stops)
+    cell = renamed[start:stop]
+    if cell in mapping:
+        cell = mapping[cell]
+    else:
+        for key, value in mapping.items():
+            if key and key in cell:
+                cell = cell.replace(key, value, 1)
+    return renamed[:start] + cell + renamed[stop:]
+
+
+def parse_data_mapping(documents: list, path: str) -> dict:
+    mapping: dict = {}
+    for document in documents:
+        if not isinstance(document, dict):
+            raise MsprobeError(f"{path}: a data mapping must be a mapping of target item names to golden item names.")
+        for key, value in document.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise MsprobeError(f"{path}: data mapping entry {key!r}: both sides must be item names (texts).")
+            mapping[key] = value
+    return mapping
+
+
+@dataclass
+class MappingSet:
+    """The active mappings of one compare. Precedence: data mapping (user -dm, then the one generated by -lm) >
+    custom API mapping > built-in API mapping (-am) or cell mapping (-cm) > the name itself."""
+
+    api: bool = False
+    api_rules: list = field(default_factory=list)
+    cell: bool = False
+    cell_table: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return self.api or self.cell or bool(self.data)
+
+    def key(self, name: str, renumbered: str, state: str) -> tuple[str, bool]:
+        """(golden key, from data mapping). Data-mapped keys are golden item names as written in the dump."""
+        mapped = self.data.get(name)
+        if mapped is not None:
+            return mapped, True
+        key = renumbered
+        if self.api and not key.startswith(("Cell.", "Module.")):
+            custom = map_custom_api(key, state, self.api_rules) if self.api_rules else None
+            key = custom if custom is not None else map_api_name(key, builtin_api_table())
+        if self.cell:
+            key = map_cell_name(key, self.cell_table)
+        return key, False
+
+
+@dataclass(frozen=True)
+class MappingOptions:
+    """What the user asked for: None = off, "" = on without a yaml, else the yaml path."""
+
+    api: str | None = None
+    cell: str | None = None
+    data: str | None = None
+    layer: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return any(v is not None for v in (self.api, self.cell, self.data, self.layer))
+
+
+def build_mappings(options: MappingOptions, target, golden, target_items, golden_items, output_dir: str | None,
+                   stamp: str, label: str = "") -> MappingSet:
+    """The MappingSet of one compare; a layer mapping is generated here and saved as data_mapping_<ts>.yaml."""
+    from msprobe.log import get_logger
+
+    logger = get_logger()
+    if (options.api is not None or options.layer is not None) and target.framework == "pytorch":
+        raise MsprobeError("-am and -lm map MindSpore names to PyTorch names: the target dump must be a MindSpore "
+                           "(or mindtorch) dump.")
+    mappings = MappingSet()
+    if options.api is not None:
+        mappings.api = True
+        if options.api:
+            mappings.api_rules = parse_api_rules(load_yaml(options.api, "api mapping file"), options.api)
+            check_rule_arity(mappings.api_rules, target_items, golden_items)
+    if options.cell is not None:
+        mappings.cell = True
+        if options.cell:
+            mappings.cell_table = parse_cell_mapping(load_yaml(options.cell, "cell mapping file"), options.cell)
+    data: dict = {}
+    if options.layer is not None:
+        from msprobe.compare.layer_mapping import generate_data_mapping, parse_layer_mapping
+
+        table = parse_layer_mapping(load_yaml(options.layer, "layer mapping file"), options.layer) if options.layer else {}
+        if not target.construct or not golden.construct:
+            logger.warning("%sLayer mapping needs construct.json beside both dump.json files (dump at level L0 or "
+                           "mix); it is skipped.", label)
+        else:
+            data = generate_data_mapping(target_items, golden_items, target.construct, golden.construct, table)
+            logger.info("%sLayer mapping paired %d items.", label, len(data))
+            if output_dir:
+                import yaml
+
+                from msprobe.report.atomic import write_text
+
+                path = os.path.join(output_dir, f"data_mapping_{stamp}.yaml")
+                write_text(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+                logger.info("%sThe data mapping generated by the layer mapping is saved in: %s", label, path)
+    if options.data is not None:
+        data.update(parse_data_mapping(load_yaml(options.data, "data mapping file"), options.data))
+    mappings.data = data
+    return mappings
