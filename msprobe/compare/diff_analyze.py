@@ -10,10 +10,8 @@ import time
 from dataclasses import dataclass, field, replace
 
 from msprobe.compare import columns as col
-from msprobe.compare.pipeline import CompareOptions, build_table, detect_mode, match_items
-from msprobe.dump.flatten import flatten
+from msprobe.compare.pipeline import CompareOptions, build_table, detect_mode, match_items, read_side
 from msprobe.dump.locate import Job
-from msprobe.dump.reader import read_dump
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger
 from msprobe.report.atomic import write_text
@@ -76,13 +74,12 @@ def analyze_job(job: Job, options: CompareOptions, stamp: str):
 
 def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
     needs_construct = options.fuzzy or options.mapping.layer is not None
-    target = read_dump(job.target, "target", with_stack=True, with_construct=needs_construct)
-    golden = read_dump(job.golden, "golden", with_stack=False, with_construct=needs_construct)
-    mode = detect_mode(target, golden)
+    target_side = read_side(job.target, "target", with_stack=True, with_construct=needs_construct)
+    golden_side = read_side(job.golden, "golden", with_stack=False, with_construct=needs_construct)
+    mode = detect_mode(target_side, golden_side)
     table_mode = col.MD5 if mode == col.MD5 else col.STATISTICS   # tensor dumps are analysed by statistics
-    debug = target.is_debug and golden.is_debug
-    t_items = flatten(target.data, target.path, debug)
-    g_items = flatten(golden.data, golden.path, debug)
+    t_items, g_items = target_side.items, golden_side.items
+    target, golden = target_side.dump, golden_side.dump
     pairs = match_items(target, golden, t_items, g_items, options, job.label, stamp)
     table, judge_input = build_table(table_mode, target, golden, t_items, g_items, pairs, options, job.label)
     rows = len(table)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -62,16 +62,39 @@ class CompareSummary:
     tensor_problems: int = 0
 
 
-def detect_mode(target: Dump, golden: Dump) -> str:
+@dataclass(frozen=True)
+class Side:
+    """One side of a compare after reading: the dump's metadata (its parsed data released), its items, and
+    whether it records md5 values."""
+
+    dump: Dump
+    items: Items
+    has_md5: bool
+
+
+def side_of(dump: Dump) -> Side:
+    """Flatten a read dump and release its parsed data."""
+    items = flatten(dump.data, dump.path, dump.is_debug)
+    return Side(replace(dump, data={}), items, _has_md5(dump))
+
+
+def read_side(path: str, role: str, with_stack: bool, with_construct: bool) -> Side:
+    return side_of(read_dump(path, role, with_stack=with_stack, with_construct=with_construct))
+
+
+def detect_mode(target: Side, golden: Side) -> str:
     """statistics, md5 or tensor from the two dumps' task and content (spec §3.2)."""
-    if target.task != golden.task:
-        raise MsprobeError(f"Please check the dump task is consistent: target task is {target.task!r}, "
-                           f"golden task is {golden.task!r}.")
-    if target.task == "tensor":
+    if target.dump.is_debug != golden.dump.is_debug:
+        raise MsprobeError("The target and golden must both be dump.json or both be debug.json dumps.")
+    task = target.dump.task
+    if task != golden.dump.task:
+        raise MsprobeError(f"Please check the dump task is consistent: target task is {task!r}, "
+                           f"golden task is {golden.dump.task!r}.")
+    if task == "tensor":
         return col.TENSOR
-    if target.task != "statistics":
-        raise MsprobeError(f"Compare applies only to task tensor or statistics, got {target.task!r}.")
-    has_md5 = [_has_md5(dump) for dump in (target, golden)]
+    if task != "statistics":
+        raise MsprobeError(f"Compare applies only to task tensor or statistics, got {task!r}.")
+    has_md5 = [target.has_md5, golden.has_md5]
     if has_md5[0] != has_md5[1]:
         raise MsprobeError("The dump mode of target and golden should both be statistics or both md5 "
                            f"(target: {'md5' if has_md5[0] else 'statistics'}, "
@@ -122,12 +145,12 @@ def compare_files(target_path: str, golden_path: str, options: CompareOptions, s
     if {base_t, base_g} == {"dump.json", "debug.json"}:
         raise MsprobeError("The target and golden files must both be dump.json or both be debug.json.")
     needs_construct = options.fuzzy or options.mapping.layer is not None
-    target = read_dump(target_path, "target", with_stack=True, with_construct=needs_construct)
-    golden = read_dump(golden_path, "golden", with_stack=False, with_construct=needs_construct)
+    target = read_side(target_path, "target", with_stack=True, with_construct=needs_construct)
+    golden = read_side(golden_path, "golden", with_stack=False, with_construct=needs_construct)
     stamp = timestamp()
     table, summary = compare_dumps(target, golden, options, label, stamp)
     if options.write_output:
-        prefix = "debug_compare_result" if target.is_debug and golden.is_debug else "compare_result"
+        prefix = "debug_compare_result" if target.dump.is_debug else "compare_result"
         extension = "csv" if options.output_format == "csv" else "xlsx"
         path = os.path.join(options.output_dir, result_file_name(prefix, suffix, extension, stamp))
         logger.info("%sSaving result file in progress...", label)
@@ -141,15 +164,16 @@ def compare_files(target_path: str, golden_path: str, options: CompareOptions, s
     return summary
 
 
-def compare_dumps(target: Dump, golden: Dump, options: CompareOptions, label: str = "",
+def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOptions, label: str = "",
                   stamp: str | None = None) -> tuple[ResultTable, CompareSummary]:
     """The judged result table of two read dumps, and its summary; nothing is written."""
     logger = get_logger()
+    target = target if isinstance(target, Side) else side_of(target)
+    golden = golden if isinstance(golden, Side) else side_of(golden)
     mode = detect_mode(target, golden)
-    debug = target.is_debug and golden.is_debug
     logger.info("%sCompare mode: %s.", label, "real data" if mode == col.TENSOR else mode)
-    t_items = flatten(target.data, target.path, debug)
-    g_items = flatten(golden.data, golden.path, debug)
+    t_items, g_items = target.items, golden.items
+    target, golden = target.dump, golden.dump
     if not len(t_items) or not len(g_items):
         raise MsprobeError(f"No valid data found in the {'target' if not len(t_items) else 'golden'} dump "
                            "(no entry with a recognised name holds any item); no result file generated.")
@@ -254,7 +278,9 @@ def build_table(mode: str, target: Dump, golden: Dump, t_items: Items, g_items: 
         cells[col.DATA_NAME] = [str([a, b]) for a, b in zip(t_names, g_names)]
     if with_stack:
         cells[col.STACK] = stack_column(target.stack, t_items, judge_input.entry)
-    return ResultTable(columns=columns, cells=cells, numeric_columns=frozenset(numeric)), judge_input
+    free_text = set(col.BASIC[:6]) | {col.STACK, col.DATA_NAME} | set(col.MD5_VALUES)
+    return ResultTable(columns=columns, cells=cells, numeric_columns=frozenset(numeric),
+                       text_columns=frozenset(free_text)), judge_input
 
 
 def _as_float(value) -> float:

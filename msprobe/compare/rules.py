@@ -128,7 +128,7 @@ def judge(data: JudgeInput) -> tuple[list, list]:
                     flag(row, WARNING, MSG_MD5_MISSING)
                 else:
                     flag(row, ERROR, MSG_MD5_DIFF)
-        return [RESULT_TEXT[x] for x in level], [json.dumps(m) for m in messages]
+        return [RESULT_TEXT[x] for x in level], _message_texts(messages)
 
     # Rule 1: NaN/Inf in the NPU max/min while the bench has none.
     for row in np.flatnonzero(per_row_scope).tolist():
@@ -154,7 +154,20 @@ def judge(data: JudgeInput) -> tuple[list, list]:
                 flag(row, WARNING, MSG_TENSOR_UNREADABLE.format(reason))
     else:
         _rule_norm_ten_times(data, group_runs, flag)
-    return [RESULT_TEXT[x] for x in level], [json.dumps(m) for m in messages]
+    return [RESULT_TEXT[x] for x in level], _message_texts(messages)
+
+
+def _message_texts(messages: list) -> list:
+    """JSON array text per row; most rows share a handful of texts, so each is encoded once."""
+    cache: dict = {}
+    out = []
+    for message in messages:
+        key = tuple(message)
+        text = cache.get(key)
+        if text is None:
+            text = cache[key] = json.dumps(message)
+        out.append(text)
+    return out
 
 
 def _split(data: JudgeInput, start: int, stop: int):

@@ -15,6 +15,7 @@ from msprobe.dump.naming import (
     split_entry_name,
 )
 from msprobe.dump.paths import is_plain_file_name
+from msprobe.dump.reader import SENTINELS
 from msprobe.errors import DumpFormatError
 
 MAX_DEPTH = 400
@@ -142,7 +143,9 @@ class _Flattener:
                     if not isinstance(grad, bool):
                         raise DumpFormatError(f"{self.source}: requires_grad of {name} must be true or false.")
                     grad = "True" if grad else "False"
-                stats = tuple(_tensor_stat(record.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
+                get = record.get
+                stats = (_tensor_stat(get("Max")), _tensor_stat(get("Min")), _tensor_stat(get("Mean")),
+                         _tensor_stat(get("Norm")))
                 md5 = record.get("md5")
                 md5 = EMPTY_CRC if md5 is None else str(md5)
             else:
@@ -166,6 +169,8 @@ class _Flattener:
     def scalar(self, name: str, record: dict):
         kind = record.get("type")
         value = record.get("value")
+        if type(value) is str and value in SENTINELS:
+            value = SENTINELS[value]
         if isinstance(value, str) and is_formula_like(value):
             raise DumpFormatError(f"{self.source}: data info of {name} contains special characters.")
         if kind == "torch.Size":
@@ -205,9 +210,15 @@ class _Flattener:
 
 
 def _tensor_stat(value):
-    """Statistics of bool tensors (any/all) are kept as text, as the reference writes them."""
-    if value is True or value is False:
+    """Statistics of bool tensors (any/all) are kept as text, as the reference writes them; NaN/Infinity
+    tokens come back as floats."""
+    kind = type(value)
+    if kind is float or kind is int or value is None:
+        return value
+    if kind is bool:
         return str(value)
+    if kind is str:
+        return SENTINELS.get(value, value)
     return value
 
 

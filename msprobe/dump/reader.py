@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 
 import orjson
@@ -15,6 +16,15 @@ from msprobe.log import get_logger
 
 FRAMEWORKS = ("pytorch", "mindspore", "mindtorch")
 TENSOR_DIR_NAME = "dump_tensor_data"
+
+# Dumps may hold the non-standard tokens NaN, Infinity and -Infinity, which orjson refuses. They are
+# rewritten to sentinel strings (decoded by the flattener) so the fast parser still reads the file. A token
+# inside a JSON string would gain quotes and make the text invalid, so such a file falls back to the stdlib
+# parser of the untouched bytes: the rewrite can never change what a file means.
+SENTINELS = {"\x00msprobe:NaN": float("nan"), "\x00msprobe:Infinity": float("inf"),
+             "\x00msprobe:-Infinity": float("-inf")}
+_NON_FINITE = re.compile(rb"(?<=[:\[,\s])(-Infinity|Infinity|NaN)(?=\s*[,\]}])")
+_REPLACEMENT = {token: b'"\\u0000msprobe:' + token + b'"' for token in (b"NaN", b"Infinity", b"-Infinity")}
 
 
 def load_json(path: str, what: str = "json file"):
@@ -31,6 +41,11 @@ def load_json(path: str, what: str = "json file"):
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         pass
+    if _NON_FINITE.search(raw):
+        try:
+            return orjson.loads(_NON_FINITE.sub(lambda m: _REPLACEMENT[m.group(1)], raw))
+        except orjson.JSONDecodeError:
+            pass
     try:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

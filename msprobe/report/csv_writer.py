@@ -19,12 +19,12 @@ def csv_text(value) -> str:
 
 
 def table_texts(table: ResultTable) -> dict:
-    return {name: [csv_text(v) for v in table.cells[name]] for name in table.columns}
+    return {name: [v if type(v) is str else csv_text(v) for v in table.cells[name]] for name in table.columns}
 
 
 def write_csv(table: ResultTable, path: str) -> None:
     texts = table_texts(table)
-    check_cells(table.columns, texts, path)
+    check_cells(table, texts, path)
     with atomic_path(path) as temporary, open(temporary, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(table.columns)

@@ -10,6 +10,12 @@ class ResultTable:
     columns: list                            # column names in output order
     cells: dict                              # column name -> list of cell values (str, float, int, bool, None)
     numeric_columns: frozenset = field(default_factory=frozenset)  # written as numbers in xlsx when they are
+    # Columns holding text taken from the dumps, checked for spreadsheet formulas before writing; None = all.
+    text_columns: frozenset | None = None
+
+    def columns_to_check(self) -> list:
+        return [c for c in self.columns if c in self.text_columns] if self.text_columns is not None \
+            else [c for c in self.columns if c not in self.numeric_columns]
 
     def __len__(self) -> int:
         return len(self.cells[self.columns[0]]) if self.columns else 0

@@ -23,8 +23,8 @@ def write_xlsx(table: ResultTable, path: str, highlight_column: str | None = "Re
     """fills_by_value maps a value of highlight_column to the fill colour of its row (default: Result)."""
     import xlsxwriter
 
-    texts = {name: [cell_text(v) for v in table.cells[name]] for name in table.columns}
-    check_cells(table.columns, texts, path)
+    texts = {name: [v if type(v) is str else cell_text(v) for v in table.cells[name]] for name in table.columns}
+    check_cells(table, texts, path)
     rows = len(table)
     highlight = table.cells.get(highlight_column) if highlight_column else None
     with atomic_path(path) as temporary:
