@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from msprobe.compare.pipeline import CompareOptions, compare_files
 from msprobe.dump.locate import Job
 from msprobe.errors import MsprobeError
-from msprobe.log import get_logger, progress
+from msprobe.log import progress, setup_logging
 
 
 @dataclass
@@ -22,7 +22,6 @@ def run_job(job: Job, options: CompareOptions):
     """Compare one job; user errors become a JobFailure instead of an exception."""
     output_dir = os.path.join(options.output_dir, job.out_subdir) if job.out_subdir else options.output_dir
     try:
-        os.makedirs(output_dir, exist_ok=True)
         return compare_files(job.target, job.golden, replace(options, output_dir=output_dir), job.suffix, job.label)
     except MsprobeError as exc:
         return JobFailure(job.label, str(exc))
@@ -45,7 +44,7 @@ def run_jobs(jobs: list, options: CompareOptions, workers: int, worker=run_job, 
             results[index] = worker(job, inner, *extra)
             bar.update(1)
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with ProcessPoolExecutor(max_workers=workers, initializer=setup_logging) as pool:
             futures = {pool.submit(worker, job, inner, *extra): index for index, job in enumerate(jobs)}
             for future in as_completed(futures):
                 index = futures[future]
@@ -55,9 +54,6 @@ def run_jobs(jobs: list, options: CompareOptions, workers: int, worker=run_job, 
                     results[index] = JobFailure(jobs[index].label, f"worker failed: {type(exc).__name__}: {exc}")
                 bar.update(1)
     bar.close()
-    for result in results:
-        if isinstance(result, JobFailure):
-            get_logger().error("%s%s", result.label, result.message)
     return results
 
 

@@ -101,8 +101,8 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
             stop += 1
         name = t_items.entry_names[entry]
         node, items = _entry_node(name, start, stop, len(nodes), layer, table_mode, cells, states, matched,
-                                  row_differs, rel_columns, stacks, t_items, pairs)
-        if name.count(".") >= 3:
+                                  row_differs, rel_columns, stacks, t_items, g_items, pairs, table.columns)
+        if name.count(".") >= 3 or target.is_debug:
             entries[name] = {"is_same": not node.differs, "op_items": items}
         nodes.append(node)
         if node.is_comm:
@@ -143,11 +143,12 @@ def is_communication(name: str) -> bool:
     if not name.startswith(COMM_PREFIXES):
         return False
     parts = name.split(".")
-    return len(parts) > 1 and parts[1] in COLLECTIVES
+    api = parts[2] if name.startswith("communication.comm_func") else parts[1] if len(parts) > 1 else ""
+    return len(parts) > 2 and api in COLLECTIVES
 
 
 def _entry_node(name, start, stop, position, layer, mode, cells, states, matched, row_differs, rel_columns, stacks,
-                t_items, pairs):
+                t_items, g_items, pairs, columns):
     api = name.split(".")[-3] if name.count(".") >= 3 else ""
     ignored = IGNORED_OUTPUTS.get(api, ())
     has_outputs = any(states[r] == "output" for r in range(start, stop))
@@ -182,7 +183,8 @@ def _entry_node(name, start, stop, position, layer, mode, cells, states, matched
                 inputs_differ = True
         extra = t_items.extra.get(int(pairs.target[row]), {})
         golden_row = int(pairs.golden[row])
-        record = {column: cells[column][row] for column in cells if column not in ("Result", "Err_message")}
+        golden_extra = g_items.extra.get(golden_row, {}) if golden_row >= 0 else {}
+        record = {column: cells[column][row] if column in cells else "" for column in columns}
         if "NPU_Stack_Info" in record:
             lines = stacks.get(name)
             record["NPU_Stack_Info"] = lines if row == start and lines is not None else NA
@@ -192,9 +194,9 @@ def _entry_node(name, start, stop, position, layer, mode, cells, states, matched
                 and NA not in (cells["NPU Requires_grad"][row], cells["Bench Requires_grad"][row]):
             record["Err_message"] = "Requires_grad inconsistent. "
         record.update({"state": state, "api_origin_name": name, "NPU P2POp op": str(extra.get("op")),
-                       "Bench P2POp op": str(extra.get("op")) if golden_row >= 0 else NA,
+                       "Bench P2POp op": str(golden_extra.get("op")) if golden_row >= 0 else NA,
                        "NPU P2POp peer": str(extra.get("peer")),
-                       "Bench P2POp peer": str(extra.get("peer")) if golden_row >= 0 else NA})
+                       "Bench P2POp peer": str(golden_extra.get("peer")) if golden_row >= 0 else NA})
         items.append(record)
         if mode == col.MD5:
             info = {"NPU MD5": cells["NPU MD5"][row]}

@@ -116,7 +116,7 @@ def read_data_dir(directory: str) -> DataDir | None:
             if parsed is None:
                 continue
             _, op_name, task_id, _, timestamp, io, slot = parsed
-            items.append(KernelItem(f"{op_name}.{task_id}.{io}.{slot}", (op_name, task_id, io, slot), timestamp,
+            items.append(KernelItem(f"{op_name}.{task_id}.{io}.{slot}", (op_name, int(task_id), io, slot), timestamp,
                                     os.path.join(directory, name)))
         return DataDir("npy", items)
     if "statistic.csv" in names:
@@ -161,7 +161,8 @@ def read_statistic_csv(path: str) -> list:
         shape = row[positions["Shape"]].replace("(", "[").replace(")", "]") if "Shape" in positions else ""
         stats = (dtype, shape, value("Max Value"), value("Min Value"), value("Avg Value"), value("L2Norm Value"))
         items.append(KernelItem(f"{op_name}.{task_id}.{io}.{slot}",
-                                (op_name, task_id, io, int(slot) if slot.isdigit() else -1),
+                                (op_name, int(task_id) if task_id.isdigit() else -1, io,
+                                 int(slot) if slot.isdigit() else -1),
                                 int(timestamp) if timestamp.isdigit() else 0, f"{op_name}.{task_id}.{io}.{slot}",
                                 stats, path))
     return items

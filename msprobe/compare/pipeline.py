@@ -153,6 +153,7 @@ def compare_files(target_path: str, golden_path: str, options: CompareOptions, s
         prefix = "debug_compare_result" if target.dump.is_debug else "compare_result"
         extension = "csv" if options.output_format == "csv" else "xlsx"
         path = os.path.join(options.output_dir, result_file_name(prefix, suffix, extension, stamp))
+        os.makedirs(options.output_dir, exist_ok=True)
         logger.info("%sSaving result file in progress...", label)
         write_table(table, path)
         summary.output = path

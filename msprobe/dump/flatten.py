@@ -90,8 +90,13 @@ class Items:
         construct = construct or {}
         counters: dict[tuple, int] = {}
         entry_keys = []
+        backward_seen: dict[str, int] = {}
         for name, parts in zip(self.entry_names, self.entry_parts):
             if name.startswith(("Module.", "Cell.")) or parts.direction not in (FORWARD, BACKWARD):
+                if parts.direction == BACKWARD:  # module backward calls are renumbered as in exact matching
+                    number = backward_seen.get(parts.op_no_number, 0)
+                    backward_seen[parts.op_no_number] = number + 1
+                    name = f"{parts.op_no_number}.{renumber_call_direction(parts.call_direction, number)}"
                 entry_keys.append(name)
                 continue
             parent = construct.get(name)
