@@ -22,6 +22,9 @@ MAX_DEPTH = 400
 P2P_CLASS = "torch.distributed.P2POp"
 PEER_KEYS = ("src", "dst", "group_src", "group_dst")
 
+ROW_FIELDS = ("name", "entry", "state", "dtype", "shape", "requires_grad", "stat_max", "stat_min", "stat_mean",
+              "stat_norm", "md5", "data_name", "is_tensor")
+
 # Body sections in the order their items appear in a result table: inputs, parameters, outputs.
 SECTIONS = (("input_args", "input", "input"), ("input_kwargs", "input", "input"), ("input", "input", "input"),
             ("parameters", "parameters", "parameters"), ("output", "output", "output"))
@@ -115,9 +118,9 @@ class _Flattener:
     def __init__(self, items: Items, source: str):
         self.items = items
         self.source = source
+        self.rows: list = []   # one tuple per item, in ROW_FIELDS order; transposed into items at the end
 
     def leaf(self, name: str, record, state: str, entry: int) -> None:
-        items = self.items
         if record is None:
             dtype = shape = grad = md5 = None
             stats = (None, None, None, None)
@@ -125,7 +128,7 @@ class _Flattener:
             tensor = False
         else:
             if record.get("class_type") == P2P_CLASS:
-                items.extra[len(items.name)] = {k: record.get(k) for k in ("op", "peer", "tag", "group_id")}
+                self.items.extra[len(self.rows)] = {k: record.get(k) for k in ("op", "peer", "tag", "group_id")}
                 record = record.get("tensor") or {}
             data_name = record.get("data_name")
             if data_name:
@@ -157,19 +160,14 @@ class _Flattener:
                 tensor = False
                 dtype, shape, stats, md5 = self.scalar(name, record)
                 grad = None
-        items.name.append(name)
-        items.entry.append(entry)
-        items.state.append(state)
-        items.dtype.append(dtype)
-        items.shape.append(shape)
-        items.requires_grad.append(grad)
-        items.stat_max.append(stats[0])
-        items.stat_min.append(stats[1])
-        items.stat_mean.append(stats[2])
-        items.stat_norm.append(stats[3])
-        items.md5.append(md5)
-        items.data_name.append(data_name)
-        items.is_tensor.append(tensor)
+        self.rows.append((name, entry, state, dtype, shape, grad, stats[0], stats[1], stats[2], stats[3], md5,
+                          data_name, tensor))
+
+    def finish(self) -> None:
+        if self.rows:
+            for column, values in zip(ROW_FIELDS, zip(*self.rows)):
+                setattr(self.items, column, list(values))
+        self.rows = []
 
     def scalar(self, name: str, record: dict):
         kind = record.get("type")
@@ -246,7 +244,7 @@ def flatten(data: dict, source: str = "dump.json", debug: bool = False) -> Items
         entry = len(items.entry_names)
         items.entry_names.append(entry_name)
         items.entry_parts.append(parts)
-        first = len(items.name)
+        first = len(walker.rows)
         if debug:
             walker.walk(entry_name, body, "debug", entry, 0)
         elif parts.direction == PARAMETERS_GRAD:
@@ -263,7 +261,8 @@ def flatten(data: dict, source: str = "dump.json", debug: bool = False) -> Items
                 walker.walk(f"{entry_name}.{segment}", section, state, entry, 1)
         elif body is not None:
             raise DumpFormatError(f"{source}: entry {entry_name} must be an object, got {type(body).__name__}.")
-        items.entry_first.append(first if len(items.name) > first else -1)
+        items.entry_first.append(first if len(walker.rows) > first else -1)
+    walker.finish()
     return items
 
 

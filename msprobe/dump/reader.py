@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 
 import orjson
@@ -21,10 +20,17 @@ TENSOR_DIR_NAME = "dump_tensor_data"
 # rewritten to sentinel strings (decoded by the flattener) so the fast parser still reads the file. A token
 # inside a JSON string would gain quotes and make the text invalid, so such a file falls back to the stdlib
 # parser of the untouched bytes: the rewrite can never change what a file means.
-SENTINELS = {"\x00msprobe:NaN": float("nan"), "\x00msprobe:Infinity": float("inf"),
-             "\x00msprobe:-Infinity": float("-inf")}
-_NON_FINITE = re.compile(rb"(?<=[:\[,\s])(-Infinity|Infinity|NaN)(?=\s*[,\]}])")
-_REPLACEMENT = {token: b'"\\u0000msprobe:' + token + b'"' for token in (b"NaN", b"Infinity", b"-Infinity")}
+SENTINELS = {"\x00msprobe:nan": float("nan"), "\x00msprobe:inf": float("inf"), "\x00msprobe:ninf": float("-inf")}
+_REWRITES = ((b"-Infinity", b'"\\u0000msprobe:ninf"'), (b"Infinity", b'"\\u0000msprobe:inf"'),
+             (b"NaN", b'"\\u0000msprobe:nan"'))
+
+
+def _without_non_finite_tokens(raw: bytes) -> bytes | None:
+    if b"NaN" not in raw and b"Infinity" not in raw:
+        return None
+    for token, sentinel in _REWRITES:
+        raw = raw.replace(token, sentinel)
+    return raw
 
 
 def load_json(path: str, what: str = "json file"):
@@ -41,9 +47,10 @@ def load_json(path: str, what: str = "json file"):
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         pass
-    if _NON_FINITE.search(raw):
+    rewritten = _without_non_finite_tokens(raw)
+    if rewritten is not None:
         try:
-            return orjson.loads(_NON_FINITE.sub(lambda m: _REPLACEMENT[m.group(1)], raw))
+            return orjson.loads(rewritten)
         except orjson.JSONDecodeError:
             pass
     try:
