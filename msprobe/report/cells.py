@@ -23,6 +23,11 @@ def cell_text(value) -> str:
     return str(value)
 
 
+def column_texts(values: list, spell=cell_text) -> list:
+    """Texts of a column; strings are kept as they are (most columns are text already)."""
+    return [v if type(v) is str else spell(v) for v in values]
+
+
 def is_number(value) -> bool:
     """True for a finite or infinite real number that is not a bool."""
     kind = type(value)

@@ -6,7 +6,7 @@ import csv
 import math
 
 from msprobe.report.atomic import atomic_path
-from msprobe.report.cells import cell_text
+from msprobe.report.cells import cell_text, column_texts
 from msprobe.report.safety import check_cells
 from msprobe.report.table import ResultTable
 
@@ -18,14 +18,16 @@ def csv_text(value) -> str:
     return cell_text(value)
 
 
-def table_texts(table: ResultTable) -> dict:
-    return {name: [v if type(v) is str else csv_text(v) for v in table.cells[name]] for name in table.columns}
+BATCH_ROWS = 20_000
 
 
 def write_csv(table: ResultTable, path: str) -> None:
-    texts = table_texts(table)
-    check_cells(table, texts, path)
+    """Rows are formatted and written in batches, so memory stays near the size of the table itself."""
+    check_cells(table, {name: column_texts(table.cells[name]) for name in table.columns_to_check()}, path)
+    rows = len(table)
     with atomic_path(path) as temporary, open(temporary, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(table.columns)
-        writer.writerows(zip(*(texts[name] for name in table.columns)))
+        for start in range(0, rows, BATCH_ROWS):
+            stop = min(start + BATCH_ROWS, rows)
+            writer.writerows(zip(*(column_texts(table.cells[name][start:stop], csv_text) for name in table.columns)))

