@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -68,6 +69,9 @@ def main(argv: list | None = None) -> int:
 
     setup_logging()
     module = importlib.import_module(args._module)
+    # A compare builds millions of small acyclic objects, freed by reference counting; the cyclic collector
+    # would scan them again and again (about a third of the run time), so it is paused while a command runs.
+    gc.disable()
     try:
         return module.run(args) or 0
     except MsprobeError as exc:
@@ -86,6 +90,8 @@ def main(argv: list | None = None) -> int:
         sys.stderr.write(f"msprobe {args.command}: internal error: {type(exc).__name__}: {exc} "
                          "(set MSPROBE_DEBUG=1 to see the traceback, and please report it)\n")
         return 3
+    finally:
+        gc.enable()
 
 
 if __name__ == "__main__":

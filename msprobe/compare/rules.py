@@ -90,16 +90,6 @@ def _ignore_class(entry_name: str) -> str:
     return ""
 
 
-def _nanmin(values: np.ndarray, default: float) -> float:
-    finite = values[~np.isnan(values)]
-    return float(finite.min()) if finite.size else default
-
-
-def _nanmax(values: np.ndarray, default: float) -> float:
-    finite = values[~np.isnan(values)]
-    return float(finite.max()) if finite.size else default
-
-
 def judge(data: JudgeInput) -> tuple[list, list]:
     """Result and Err_message per row."""
     rows = len(data.entry)
@@ -170,49 +160,71 @@ def _message_texts(messages: list) -> list:
     return out
 
 
-def _split(data: JudgeInput, start: int, stop: int):
-    out = data.is_output[start:stop]
-    return np.arange(start, stop)[~out], np.arange(start, stop)[out]
+def _group_reduce(values: np.ndarray, select: np.ndarray, runs: list, reduce, default: float):
+    """Per run: reduce (np.fmin/np.fmax, NaN-ignoring) over the selected rows; default when none is numeric."""
+    starts = np.asarray([start for start, _ in runs], dtype=np.int64)
+    masked = np.where(select, values, np.nan)
+    out = reduce.reduceat(masked, starts) if len(starts) else np.zeros(0)
+    # reduceat over a run of only NaN gives NaN: that run had no numeric value
+    return np.where(np.isnan(out), default, out)
+
+
+def _first_outputs(data, runs) -> np.ndarray:
+    """Index of the first output row of every run, -1 when the run has none."""
+    outputs = np.flatnonzero(data.is_output)
+    starts = np.asarray([start for start, _ in runs], dtype=np.int64)
+    stops = np.asarray([stop for _, stop in runs], dtype=np.int64)
+    if not len(outputs):
+        return np.full(len(runs), -1, dtype=np.int64)
+    position = np.searchsorted(outputs, starts)
+    candidate = outputs[np.minimum(position, len(outputs) - 1)]
+    return np.where((position < len(outputs)) & (candidate < stops), candidate, -1)
+
+
+def _group_stats(data, runs, values, reduce, default):
+    """(input-rows value, output-rows value, first output row) per run."""
+    if not runs:
+        return np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64)
+    # reduceat reduces from each start to the next start: restrict to the rows of the runs
+    index = np.concatenate([np.arange(start, stop) for start, stop in runs])
+    lengths = np.asarray([stop - start for start, stop in runs])
+    local_starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    local_runs = [(int(a), int(a + n)) for a, n in zip(local_starts, lengths)]
+    sub_values = values[index]
+    sub_output = data.is_output[index]
+    inputs = _group_reduce(sub_values, ~sub_output, local_runs, reduce, default)
+    outputs = _group_reduce(sub_values, sub_output, local_runs, reduce, default)
+    return inputs, outputs, _first_outputs(data, runs)
 
 
 def _rule_thousandth(data, runs, flag):
-    for start, stop in runs:
-        inputs, outputs = _split(data, start, stop)
-        if not len(outputs):
-            continue
-        if _nanmin(data.thousandth[inputs], 1.0) > 0.9 and _nanmin(data.thousandth[outputs], 1.0) < 0.6:
-            flag(int(outputs[0]), ERROR, MSG_THOUSANDTH)
+    inputs, outputs, first = _group_stats(data, runs, data.thousandth, np.fmin, 1.0)
+    for run in np.flatnonzero((first >= 0) & (inputs > 0.9) & (outputs < 0.6)).tolist():
+        flag(int(first[run]), ERROR, MSG_THOUSANDTH)
 
 
 def _rule_cosine(data, runs, flag):
-    for start, stop in runs:
-        inputs, outputs = _split(data, start, stop)
-        if not len(outputs):
-            continue
-        cos_in = _nanmin(data.cosine[inputs], 1.0)
-        if cos_in > 0.9 and cos_in - _nanmin(data.cosine[outputs], 1.0) > 0.1:
-            flag(int(outputs[0]), WARNING, MSG_COSINE)
+    inputs, outputs, first = _group_stats(data, runs, data.cosine, np.fmin, 1.0)
+    for run in np.flatnonzero((first >= 0) & (inputs > 0.9) & (inputs - outputs > 0.1)).tolist():
+        flag(int(first[run]), WARNING, MSG_COSINE)
 
 
 def _rule_norm_output(data, runs, flag):
-    for start, stop in runs:
-        inputs, outputs = _split(data, start, stop)
-        if abs(_nanmax(data.norm_rel[inputs], 0.0)) < 0.1:
-            for row in outputs.tolist():
-                value = data.norm_rel[row]
-                if not math.isnan(value) and abs(value) > 0.5:
-                    flag(row, ERROR, MSG_NORM_OUTPUT)
+    inputs, _, _ = _group_stats(data, runs, data.norm_rel, np.fmax, 0.0)
+    big_output = data.is_output & (np.abs(np.nan_to_num(data.norm_rel, nan=0.0)) > 0.5)
+    for run in np.flatnonzero(np.abs(inputs) < 0.1).tolist():
+        start, stop = runs[run]
+        for row in (np.flatnonzero(big_output[start:stop]) + start).tolist():
+            flag(row, ERROR, MSG_NORM_OUTPUT)
 
 
 def _rule_norm_ten_times(data, runs, flag):
-    for start, stop in runs:
-        inputs, outputs = _split(data, start, stop)
-        if not len(outputs):
-            continue
-        a = abs(_nanmax(data.norm_rel[inputs], 0.0))
-        c = abs(_nanmax(data.norm_rel[outputs], 0.0))
-        if (a == 0 and c > 0.1) or (a != 0 and c / a > 10):
-            flag(int(outputs[0]), WARNING, MSG_NORM_TEN_TIMES)
+    inputs, outputs, first = _group_stats(data, runs, data.norm_rel, np.fmax, 0.0)
+    a, c = np.abs(inputs), np.abs(outputs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fires = ((a == 0) & (c > 0.1)) | ((a != 0) & (c / np.where(a == 0, 1, a) > 10))
+    for run in np.flatnonzero((first >= 0) & fires).tolist():
+        flag(int(first[run]), WARNING, MSG_NORM_TEN_TIMES)
 
 
 def _per_row_rules(data, scope, flag, ignore, runs):

@@ -24,8 +24,9 @@ def cell_text(value) -> str:
 
 
 def column_texts(values: list, spell=cell_text) -> list:
-    """Texts of a column; strings are kept as they are (most columns are text already)."""
-    return [v if type(v) is str else spell(v) for v in values]
+    """Texts of a column: strings as they are, finite floats by repr, everything else by spell."""
+    return [v if (kind := type(v)) is str else repr(v) if kind is float and v - v == 0 else spell(v)
+            for v in values]
 
 
 def is_number(value) -> bool:
