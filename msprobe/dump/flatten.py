@@ -118,6 +118,8 @@ class _Flattener:
     def __init__(self, items: Items, source: str):
         self.items = items
         self.source = source
+        self.shape_texts: dict = {}   # shape tuple -> its text, shared by every item of that shape
+        self.dtypes: dict = {}        # dtype text -> one shared copy
         self.rows: list = []   # one tuple per item, in ROW_FIELDS order; transposed into items at the end
 
     def leaf(self, name: str, record, state: str, entry: int) -> None:
@@ -141,11 +143,18 @@ class _Flattener:
             dtype = record.get("dtype")
             if dtype is not None:
                 tensor = True
-                dtype = str(dtype)
+                dtype = self.dtypes.setdefault(dtype, dtype) if type(dtype) is str else str(dtype)
                 shape = record.get("shape")
                 if not isinstance(shape, list):
                     raise DumpFormatError(f"{self.source}: shape of {name} must be a list.")
-                shape = str(shape)
+                try:
+                    key = tuple(shape)
+                    text = self.shape_texts.get(key)
+                    if text is None:
+                        text = self.shape_texts[key] = str(shape)
+                except TypeError:   # unhashable elements: not a plain shape, keep its text
+                    text = str(shape)
+                shape = text
                 grad = record.get("requires_grad")
                 if grad is not None:
                     if not isinstance(grad, bool):

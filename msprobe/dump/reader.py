@@ -49,10 +49,13 @@ def load_json(path: str, what: str = "json file"):
         pass
     rewritten = _without_non_finite_tokens(raw)
     if rewritten is not None:
+        del raw  # only one copy of a large file in memory; the rare fallback below reads it again
         try:
             return orjson.loads(rewritten)
         except orjson.JSONDecodeError:
-            pass
+            del rewritten
+        with open(path, "rb") as handle:
+            raw = handle.read()
     try:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
