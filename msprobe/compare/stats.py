@@ -56,42 +56,44 @@ def classify(value) -> tuple[int, float]:
     return OTHER, 0.0
 
 
-def _exact_int(value) -> bool:
-    return type(value) is int
-
-
 def stat_diff(target_values: list, golden_values: list) -> tuple[list, list, np.ndarray]:
     """Diff text, relative-error text and relative error as a fraction (NaN where not numeric) per row.
 
-    golden_values holds None... for unmatched rows the caller passes the marker NA ("N/A").
+    Rows whose two values are plain finite floats are computed with numpy at once; every other row
+    (integers, NaN/Inf, booleans, text, N/A) goes through the case table of spec §4.4 one by one.
     """
     rows = len(target_values)
-    diffs: list = [None] * rows
-    rels: list = [None] * rows
+    nan = math.nan
+    t = np.array([v if type(v) is float else nan for v in target_values], dtype=np.float64)
+    g = np.array([v if type(v) is float else nan for v in golden_values], dtype=np.float64)
+    fast = np.isfinite(t) & np.isfinite(g)
+    diffs = np.full(rows, None, dtype=object)
+    rels = np.full(rows, None, dtype=object)
     fractions = np.full(rows, np.nan)
-    num_rows_t, num_rows_g, num_index = [], [], []
-    for row, (n, b) in enumerate(zip(target_values, golden_values)):
+    # equal floats (same sign of zero) have equal texts: "0"
+    same = fast & (t == g) & (np.signbit(t) == np.signbit(g))
+    diffs[same] = "0"
+    rels[same] = "0"
+    fractions[same] = 0.0
+    differing = np.flatnonzero(fast & ~same)
+    if len(differing):
+        _fill_numeric(differing, t[differing], g[differing], diffs, rels, fractions)
+    slow_rows, slow_t, slow_g = [], [], []
+    for row in np.flatnonzero(~fast).tolist():
+        n, b = target_values[row], golden_values[row]
         kind_n, kind_b = type(n), type(b)
-        # Fast path: two plain numbers.
-        if (kind_n is float or kind_n is int) and (kind_b is float or kind_b is int) \
-                and math.isfinite(n) and math.isfinite(b):
-            if kind_n is kind_b and n == b and (kind_n is int or math.copysign(1, n) == math.copysign(1, b)):
+        if kind_n is int and kind_b is int:         # exact integer arithmetic, no decimal point
+            if n == b:
                 diffs[row] = rels[row] = "0"
                 fractions[row] = 0.0
-            elif kind_n is int and kind_b is int:
-                diff = n - b
-                diffs[row] = str(diff)
-                if b == 0:
-                    rels[row] = "inf"
-                    fractions[row] = math.inf
-                else:
-                    rel = abs(diff / b * 100)
-                    rels[row] = f"{rel!r}%"
-                    fractions[row] = rel / 100
+                continue
+            diff = n - b
+            diffs[row] = str(diff)
+            if b == 0:
+                rels[row], fractions[row] = "inf", math.inf
             else:
-                num_rows_t.append(n)
-                num_rows_g.append(b)
-                num_index.append(row)
+                rel = abs(diff / b * 100)
+                rels[row], fractions[row] = f"{rel!r}%", rel / 100
             continue
         if cell_text(n) == cell_text(b):
             diffs[row] = rels[row] = "0"
@@ -102,31 +104,31 @@ def stat_diff(target_values: list, golden_values: list) -> tuple[list, list, np.
         if class_n == NA_CODE or class_b == NA_CODE:
             diffs[row] = rels[row] = NA
         elif class_n == NUM and class_b == NUM:
-            num_rows_t.append(value_n)
-            num_rows_g.append(value_b)
-            num_index.append(row)
+            slow_rows.append(row)
+            slow_t.append(value_n)
+            slow_g.append(value_b)
         else:
             text = _PAIR_RESULT.get((class_n, class_b), NA)
             diffs[row] = rels[row] = text
             if text in ("inf", "-inf"):
                 fractions[row] = float(text)
-    if num_index:
-        n_arr = np.asarray(num_rows_t, dtype=np.float64)
-        b_arr = np.asarray(num_rows_g, dtype=np.float64)
-        diff = n_arr - b_arr
-        zero = b_arr == 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel = np.abs(diff / np.where(zero, 1.0, b_arr) * 100)
-        rel[zero] = np.inf
-        for row, d, r, z in zip(num_index, diff.tolist(), rel.tolist(), zero.tolist()):
-            diffs[row] = repr(d)
-            if z:
-                rels[row] = "inf"
-                fractions[row] = math.inf
-            else:
-                rels[row] = f"{r!r}%"
-                fractions[row] = r / 100
-    return diffs, rels, fractions
+    if slow_rows:
+        _fill_numeric(np.asarray(slow_rows), np.asarray(slow_t, dtype=np.float64),
+                      np.asarray(slow_g, dtype=np.float64), diffs, rels, fractions)
+    return diffs.tolist(), rels.tolist(), fractions
+
+
+def _fill_numeric(rows: np.ndarray, n: np.ndarray, b: np.ndarray, diffs, rels, fractions) -> None:
+    """n - b as text, abs((n - b) / b * 100) as text with % ("inf" when b is 0), for numeric rows."""
+    diff = n - b
+    zero = b == 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.abs(diff / np.where(zero, 1.0, b) * 100)
+    diffs[rows] = [repr(d) for d in diff.tolist()]
+    rel_texts = np.array([f"{r!r}%" for r in rel.tolist()], dtype=object)
+    rel_texts[zero] = "inf"
+    rels[rows] = rel_texts
+    fractions[rows] = np.where(zero, np.inf, rel / 100)
 
 
 def unmatched_diff(rows: int) -> tuple[list, list, np.ndarray]:
