@@ -10,6 +10,11 @@ import sys
 
 from msprobe import __version__
 
+# Parallelism is explicit (rank processes, tensor threads); BLAS thread pools inside each worker thread would
+# oversubscribe the cores and make tensor compares several times slower. Set before numpy is imported.
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
 # command name -> (module with add_arguments/run, one-line help). Only commands that exist are listed.
 COMMANDS = {
     "compare": ("msprobe.cli.compare", "compare two dumps (dump.json pair) and write a result table"),
