@@ -80,7 +80,7 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
     table_mode = col.MD5 if mode == col.MD5 else col.STATISTICS   # tensor dumps are analysed by statistics
     t_items, g_items = target_side.items, golden_side.items
     target, golden = target_side.dump, golden_side.dump
-    pairs = match_items(target, golden, t_items, g_items, options, job.label, stamp)
+    pairs = match_items(target, golden, t_items, g_items, options, job.label, stamp, job.suffix)
     table, judge_input = build_table(table_mode, target, golden, t_items, g_items, pairs, options, job.label)
     rows = len(table)
     cells = table.cells

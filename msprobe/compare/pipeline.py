@@ -170,7 +170,7 @@ def compare_files(target_path: str, golden_path: str, options: CompareOptions, s
     needs_construct = options.fuzzy or options.mapping.layer is not None
     target, golden = read_sides(target_path, golden_path, needs_construct, options.parallel_read)
     stamp = timestamp()
-    table, summary = compare_dumps(target, golden, options, label, stamp)
+    table, summary = compare_dumps(target, golden, options, label, stamp, suffix)
     if options.write_output:
         prefix = "debug_compare_result" if target.dump.is_debug else "compare_result"
         extension = "csv" if options.output_format == "csv" else "xlsx"
@@ -188,7 +188,7 @@ def compare_files(target_path: str, golden_path: str, options: CompareOptions, s
 
 
 def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOptions, label: str = "",
-                  stamp: str | None = None) -> tuple[ResultTable, CompareSummary]:
+                  stamp: str | None = None, suffix: str = "") -> tuple[ResultTable, CompareSummary]:
     """The judged result table of two read dumps, and its summary; nothing is written."""
     logger = get_logger()
     target = target if isinstance(target, Side) else side_of(target)
@@ -201,7 +201,7 @@ def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOpti
         raise MsprobeError(f"No valid data found in the {'target' if not len(t_items) else 'golden'} dump "
                            "(no entry with a recognised name holds any item); no result file generated.")
     logger.info("%sMatching APIs/Modules in progress...", label)
-    pairs = match_items(target, golden, t_items, g_items, options, label, stamp)
+    pairs = match_items(target, golden, t_items, g_items, options, label, stamp, suffix)
     logger.info("%sAPIs/Modules match done: %d rows, %d matched.", label, len(pairs), int(pairs.matched.sum()))
     table, judge_input = build_table(mode, target, golden, t_items, g_items, pairs, options, label)
     results, messages = judge(judge_input)
@@ -222,14 +222,14 @@ def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOpti
 
 
 def match_items(target: Dump, golden: Dump, t_items: Items, g_items: Items, options: CompareOptions,
-                label: str = "", stamp: str | None = None) -> Pairs:
+                label: str = "", stamp: str | None = None, suffix: str = "") -> Pairs:
     """Pairs by the strategy the options select: mappings, fuzzy or exact names."""
     debug = target.is_debug and golden.is_debug
     cross = target.framework != golden.framework
     if options.mapping.active and not debug:
         output_dir = options.output_dir if options.write_output else None
         mappings = build_mappings(options.mapping, target, golden, t_items, g_items, output_dir,
-                                  stamp or timestamp(), label)
+                                  stamp or timestamp(), label, suffix)
         return match_mapped(t_items, g_items, mappings, cross_framework=cross)
     if options.fuzzy and not debug:
         return match_fuzzy(t_items, g_items, target.construct, golden.construct, cross_framework=cross)

@@ -203,3 +203,27 @@ def test_legacy_form_with_compare_json(tmp_path):
                     "-cm", MAPS / "cell_mapping.yaml", "--csv"]) == 0
     table = read_csv(only_file(tmp_path / "o", "compare_result_*.csv"))
     assert agreement(table)[0] == 130
+
+
+def test_custom_index_lists_follow_gradient_semantics_in_backward():
+    (rule,) = parse_api_rules([{"ms_api": "Mint.gather", "pt_api": "Torch.gather", "ms_args": [0, 1],
+                                "pt_args": [1, 0], "ms_outputs": [0], "pt_outputs": [0]}], "x")
+    assert map_custom_api("Mint.gather.0.forward.input.0", "input", [rule]) == "Torch.gather.0.forward.input.1"
+    # backward input 0 is the gradient of forward output 0; backward output 1 that of forward input 1
+    assert map_custom_api("Mint.gather.0.backward.input.0", "input", [rule]) == "Torch.gather.0.backward.input.0"
+    assert map_custom_api("Mint.gather.0.backward.output.1", "output", [rule]) == "Torch.gather.0.backward.output.0"
+
+
+def test_singular_and_plural_keys_together_are_an_error():
+    with pytest.raises(MsprobeError, match="not both"):
+        parse_api_rules([{"ms_api": "A.b", "pt_api": "C.d", "ms_output": [0], "ms_outputs": [0], "pt_outputs": [0]}],
+                        "x")
+
+
+def test_rules_for_apis_absent_from_the_dumps_are_ignored(tmp_path, capsys):
+    (tmp_path / "api.yaml").write_text("ms_api: Mint.matmul\npt_api: Torch.nonexistent\nms_args: [0]\npt_args: [0]\n")
+    assert run_cli(["compare", "-tp", CROSS / "ms_mix" / "dump.json", "-gp", CROSS / "pt_mix" / "dump.json",
+                    "-o", tmp_path / "o", "--csv", "-c", "-am", tmp_path / "api.yaml"]) == 0
+    assert "Torch.nonexistent does not occur in the golden dump" in capsys.readouterr().out
+    table = read_csv(only_file(tmp_path / "o", "*.csv"))
+    assert agreement(table)[0] == 97          # the built-in mapping still pairs Mint.matmul
