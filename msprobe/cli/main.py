@@ -17,11 +17,13 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 # command name -> (module with add_arguments/run, one-line help). Only commands that exist are listed.
 COMMANDS = {
-    "compare": ("msprobe.cli.compare", "compare two dumps (dump.json pair) and write a result table"),
+    "compare": ("msprobe.cli.compare", "compare two dumps (files or rank/step folders) and write result tables"),
+    "merge_result": ("msprobe.cli.merge_result", "merge chosen APIs and metrics of all ranks' compare results"),
 }
 
 EPILOG = """examples:
   msprobe compare -tp target/step0/rank0/dump.json -gp golden/step0/rank0/dump.json -o out
+  msprobe merge_result -i compare_results -o merged -config merge_config.yaml
   msprobe compare -h
   msprobe -f mindspore compare -i compare.json -o out      (the 1.x form, same engine)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 import zipfile
+from dataclasses import dataclass
 
 from msprobe.report.atomic import atomic_path
 from msprobe.report.cells import column_texts
@@ -57,6 +58,8 @@ def _cell_fragments(values: list, texts: list, numeric: bool, escape: bool) -> l
             append('<c t="b"><v>1</v></c>' if value else '<c t="b"><v>0</v></c>')
         elif numeric and (kind is float or kind is int) and math.isfinite(value):
             append(f"<c><v>{value!r}</v></c>")
+        elif not text:
+            append("<c/>")              # a blank cell keeps its position
         else:
             append(f'<c t="inlineStr"><is><t xml:space="preserve">{text}</t></is></c>')
     return out
@@ -108,44 +111,74 @@ def _package_parts(sheet_names: list) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class Sheet:
+    """One worksheet: a table, and the column whose values choose the fill of each row."""
+
+    name: str
+    table: ResultTable
+    highlight_column: str | None = None
+    fills: dict | None = None          # value of highlight_column -> ARGB colour
+
+
 def write_xlsx(table: ResultTable, path: str, highlight_column: str | None = "Result",
                fills_by_value: dict | None = None) -> None:
-    """fills_by_value maps a value of highlight_column to the ARGB fill colour of its row (default: Result)."""
-    texts = {name: column_texts(table.cells[name]) for name in table.columns}
-    check_cells(table, texts, path)
+    """One table; above MAX_SHEET_ROWS rows it is split into sheets part_1, part_2, ..."""
     rows = len(table)
     fills = fills_by_value or VERDICT_FILLS
-    colors = sorted(set(fills.values()))
-    style_of = {value: f'<c s="{colors.index(color) + 2}" ' for value, color in fills.items()}
-    highlight = table.cells.get(highlight_column) if highlight_column else None
+    if rows <= MAX_SHEET_ROWS:
+        write_workbook([Sheet("Sheet1", table, highlight_column, fills)], path)
+        return
+    sheets = []
+    for number, start in enumerate(range(0, rows, MAX_SHEET_ROWS), start=1):
+        stop = min(start + MAX_SHEET_ROWS, rows)
+        part = ResultTable(columns=table.columns, cells={n: table.cells[n][start:stop] for n in table.columns},
+                           numeric_columns=table.numeric_columns, text_columns=table.text_columns)
+        sheets.append(Sheet(f"part_{number}", part, highlight_column, fills))
+    write_workbook(sheets, path)
+
+
+def write_workbook(sheets: list, path: str) -> None:
+    """Several named sheets in one workbook, written atomically."""
+    texts_of = []
+    for sheet in sheets:
+        texts = {name: column_texts(sheet.table.cells[name]) for name in sheet.table.columns}
+        check_cells(sheet.table, texts, path)
+        texts_of.append(texts)
+    colors = sorted({c for sheet in sheets for c in (sheet.fills or {}).values()})
+    with atomic_path(path) as temporary, zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as book:
+        for name, text in _package_parts([_escape(s.name) for s in sheets]).items():
+            book.writestr(name, text)
+        book.writestr("xl/styles.xml", _styles(colors))
+        for number, (sheet, texts) in enumerate(zip(sheets, texts_of), start=1):
+            with book.open(f"xl/worksheets/sheet{number}.xml", "w", force_zip64=True) as stream:
+                _write_sheet(stream, sheet, texts, colors)
+
+
+def _write_sheet(stream, sheet: Sheet, texts: dict, colors: list) -> None:
+    table = sheet.table
+    rows = len(table)
+    style_of = {value: f'<c s="{colors.index(color) + 2}" ' for value, color in (sheet.fills or {}).items()}
+    highlight = table.cells.get(sheet.highlight_column) if sheet.highlight_column else None
     escapes = [_needs_escape(texts[name]) for name in table.columns]
     letters = _column_letters(len(table.columns))
     header = "".join(f'<c s="1" t="inlineStr"><is><t>{_escape(name)}</t></is></c>' for name in table.columns)
-    sheets = [("Sheet1", 0, rows)] if rows <= MAX_SHEET_ROWS else [
-        (f"part_{i + 1}", start, min(start + MAX_SHEET_ROWS, rows))
-        for i, start in enumerate(range(0, rows, MAX_SHEET_ROWS))]
-    with atomic_path(path) as temporary, zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as book:
-        for name, text in _package_parts([s[0] for s in sheets]).items():
-            book.writestr(name, text)
-        book.writestr("xl/styles.xml", _styles(colors))
-        for number, (_, start, stop) in enumerate(sheets, start=1):
-            last = f"{letters[-1]}{stop - start + 1}" if letters else "A1"
-            with book.open(f"xl/worksheets/sheet{number}.xml", "w", force_zip64=True) as sheet:
-                sheet.write(('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<worksheet xmlns="http://'
-                             'schemas.openxmlformats.org/spreadsheetml/2006/main"><dimension ref="A1:'
-                             f'{last}"/><sheetData><row r="1">{header}</row>').encode())
-                for batch in range(start, stop, BATCH_ROWS):
-                    end = min(batch + BATCH_ROWS, stop)
-                    columns = [_cell_fragments(table.cells[name][batch:end], texts[name][batch:end],
-                                               name in table.numeric_columns, escape)
-                               for name, escape in zip(table.columns, escapes)]
-                    parts = []
-                    for offset, row in enumerate(range(batch, end)):
-                        xml = "".join(column[offset] for column in columns)
-                        if highlight is not None:
-                            style = style_of.get(highlight[row])
-                            if style is not None:
-                                xml = xml.replace("<c ", style).replace("<c>", style[:-1] + ">")
-                        parts.append(f'<row r="{row - start + 2}">{xml}</row>')
-                    sheet.write("".join(parts).encode("utf-8"))
-                sheet.write(b"</sheetData></worksheet>")
+    last = f"{letters[-1]}{rows + 1}" if letters else "A1"
+    stream.write(('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<worksheet xmlns="http://'
+                  'schemas.openxmlformats.org/spreadsheetml/2006/main"><dimension ref="A1:'
+                  f'{last}"/><sheetData><row r="1">{header}</row>').encode())
+    for batch in range(0, rows, BATCH_ROWS):
+        end = min(batch + BATCH_ROWS, rows)
+        columns = [_cell_fragments(table.cells[name][batch:end], texts[name][batch:end],
+                                   name in table.numeric_columns, escape)
+                   for name, escape in zip(table.columns, escapes)]
+        parts = []
+        for offset, row in enumerate(range(batch, end)):
+            xml = "".join(column[offset] for column in columns)
+            if highlight is not None:
+                style = style_of.get(highlight[row])
+                if style is not None:
+                    xml = xml.replace("<c ", style).replace("<c>", style[:-1] + ">")
+            parts.append(f'<row r="{row + 2}">{xml}</row>')
+        stream.write("".join(parts).encode("utf-8"))
+    stream.write(b"</sheetData></worksheet>")

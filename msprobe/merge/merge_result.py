@@ -1,0 +1,290 @@
+"""merge_result (spec compare.md §6, DECISIONS 15): gather chosen APIs and metrics of every rank's compare
+result into one workbook, one sheet per metric, plus a consistency sheet for collective outputs."""
+
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+from msprobe.compare import columns as col
+from msprobe.errors import MsprobeError
+from msprobe.log import get_logger, progress
+from msprobe.report.cells import NA
+
+RESULT_NAME = re.compile(r"^compare_result_rank(\d+)(?:-rank\d+)?_\d{14}\.(xlsx|csv)$")
+SINGLE_RANK_NAME = re.compile(r"^compare_result_rank(?:-rank)?_\d{14}\.(xlsx|csv)$")
+STATISTICS_INDEXES = ["Max diff", "Min diff", "Mean diff", "L2norm diff", "MaxRelativeErr", "MinRelativeErr",
+                      "MeanRelativeErr", "NormRelativeErr", "Requires_grad Consistent"]
+TENSOR_INDEXES = ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
+                  "Five Thousandths Err Ratio", "Requires_grad Consistent"]
+REPLACED = ("N/A", "unsupported", "Nan")
+# Collectives whose outputs must be identical on every rank of their group.
+EQUAL_OUTPUT_APIS = ("all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "broadcast")
+CONSISTENCY_SHEET = "Consistency"
+CONSISTENCY_COLUMNS = ["NPU Name", "Group", "Ranks", "Consistent", "Differing ranks", "Detail"]
+
+
+@dataclass(frozen=True)
+class MergeConfig:
+    apis: tuple
+    indexes: tuple          # empty = every index of the detected mode
+
+
+@dataclass
+class RankResult:
+    rank: int
+    path: str
+    mode: str
+    rows: dict = field(default_factory=dict)   # NPU Name -> {column: value}
+
+
+def load_config(path: str) -> MergeConfig:
+    from msprobe.compare.mapping import load_yaml
+
+    documents = load_yaml(path, "merge config file")
+    if not documents:
+        raise MsprobeError(f"{path} is empty, please check.")
+    config = documents[0]
+    if not isinstance(config, dict):
+        raise MsprobeError(f"{path}: the config must be a mapping with 'api' (and optionally 'compare_index').")
+    apis = config.get("api")
+    if not apis:
+        raise MsprobeError(f"{path}: The APIs required to merge data were not found ('api' is missing or empty).")
+    if not isinstance(apis, list) or not all(isinstance(a, str) and a for a in apis):
+        raise MsprobeError(f"{path}: The config format of 'api' is incorrect: it must be a list of API names.")
+    indexes = config.get("compare_index") or []
+    if not isinstance(indexes, list) or not all(isinstance(i, str) for i in indexes):
+        raise MsprobeError(f"{path}: The config format of 'compare_index' is incorrect: it must be a list.")
+    return MergeConfig(tuple(apis), tuple(indexes))
+
+
+def detect_mode(header: list) -> str | None:
+    names = set(header)
+    if "Cosine" in names and col.DATA_NAME in names:
+        return col.TENSOR
+    if "Max diff" in names:
+        return col.STATISTICS
+    if "NPU MD5" in names:
+        return col.MD5
+    return None
+
+
+def find_results(input_dir: str) -> list:
+    """(rank, path) of every rank's result in input_dir, ordered by rank."""
+    logger = get_logger()
+    found = []
+    for name in sorted(os.listdir(input_dir)):
+        path = os.path.join(input_dir, name)
+        if not name.endswith((".xlsx", ".csv")) or not os.path.isfile(path):
+            continue
+        if SINGLE_RANK_NAME.match(name):
+            logger.warning("Single rank compare result do not need to be merged: %s.", name)
+            continue
+        match = RESULT_NAME.match(name)
+        if not match:
+            if name.startswith("compare_result"):
+                raise MsprobeError(f"Wrong compare result name: {name}, please check! (expected "
+                                   "compare_result_rank<N>_<14-digit timestamp>.xlsx or .csv)")
+            continue
+        found.append((int(match.group(1)), path))
+    found.sort()
+    ranks = [rank for rank, _ in found]
+    duplicates = sorted({r for r in ranks if ranks.count(r) > 1})
+    if duplicates:
+        raise MsprobeError(f"{input_dir} holds several results for rank {duplicates[0]}; keep one per rank.")
+    if len(found) < 2:
+        raise MsprobeError(f"Number of compare result is no more than 1 in {input_dir}, no need to merge.")
+    return found
+
+
+def read_rank(rank: int, path: str, apis: tuple) -> RankResult:
+    from msprobe.dump.paths import check_input_file
+    from msprobe.report.readers import read_table
+
+    check_input_file(path, "compare result")
+    header, rows = read_table(path, tuple(f"{api}." for api in apis))
+    mode = detect_mode(header)
+    result = RankResult(rank, path, mode or "unknown")
+    if mode is None or not rows:
+        return result
+    for row in rows:
+        record = dict(zip(header, row))
+        name = record.get("NPU Name")
+        if isinstance(name, str) and any(f"{api}." in name for api in apis):
+            result.rows[name] = record
+    return result
+
+
+def _read_many(arguments: list) -> list:
+    return [read_rank(*a) for a in arguments]
+
+
+def read_ranks(found: list, apis: tuple, workers: int) -> list:
+    """Every rank's selected rows; files are read by a pool of processes."""
+    arguments = [(rank, path, apis) for rank, path in found]
+    bar = progress(total=len(arguments), desc="Reading compare results")
+    if workers <= 1 or len(arguments) < 4:
+        results = []
+        for argument in arguments:
+            results.append(read_rank(*argument))
+            bar.update(1)
+    else:
+        chunks = [arguments[i::workers] for i in range(workers)]
+        results = []
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for chunk_result in pool.map(_read_many, chunks):
+                results.extend(chunk_result)
+                bar.update(len(chunk_result))
+        results.sort(key=lambda r: r.rank)
+    bar.close()
+    return results
+
+
+def _number(value):
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _cell(record: dict, index: str, group_row: bool):
+    value = record.get(index)
+    text = value if isinstance(value, str) else None
+    if group_row or text in REPLACED or value is None:
+        return f"NPU:{_plain(record.get('NPU max'))}  Bench:{_plain(record.get('Bench max'))}"
+    if index == "Requires_grad Consistent" and text in ("True", "False"):
+        return text == "True"
+    return value
+
+
+def _plain(value) -> str:
+    if value is None:
+        return NA
+    if isinstance(value, float) and value.is_integer():
+        return repr(value)
+    return str(value)
+
+
+def _as_numbers(values: list) -> list:
+    """A rank column whose every value is a number (no % texts) is written as numbers, as the reference does."""
+    present = [v for v in values if v != ""]
+    if present and all(_number(v) is not None and not isinstance(v, bool) for v in present):
+        return ["" if v == "" else _to_number(v) for v in values]
+    return values
+
+
+def _to_number(value):
+    number = _number(value)
+    if isinstance(number, float) and number.is_integer() and isinstance(value, str) and "." not in value \
+            and "e" not in value.lower():
+        return int(number)
+    return number
+
+
+def merge(results: list, config: MergeConfig) -> tuple[list, list]:
+    """(sheets, problems): sheets are (name, ResultTable)."""
+    from msprobe.report.table import ResultTable
+
+    logger = get_logger()
+    problems = []
+    usable = []
+    for result in results:
+        if result.mode == col.MD5:
+            problems.append(f"rank{result.rank}: {os.path.basename(result.path)} is an md5 result; md5 results "
+                            "cannot be merged.")
+        elif result.mode == "unknown":
+            problems.append(f"rank{result.rank}: a valid dump task can not be identified from "
+                            f"{os.path.basename(result.path)}.")
+        else:
+            usable.append(result)
+    modes = {r.mode for r in usable}
+    if len(modes) > 1:
+        by_mode = {m: [os.path.basename(r.path) for r in usable if r.mode == m] for m in sorted(modes)}
+        raise MsprobeError("The compare results mix modes: " + "; ".join(
+            f"{m}: {', '.join(files)}" for m, files in by_mode.items()))
+    if len(usable) < 2:
+        raise MsprobeError("Nothing to merge: fewer than two usable compare results ("
+                           + "; ".join(problems or ["no statistics or real-data results"]) + ").")
+    mode = modes.pop()
+    valid = STATISTICS_INDEXES if mode == col.STATISTICS else TENSOR_INDEXES
+    indexes = list(config.indexes) or valid
+    invalid = [i for i in indexes if i not in valid]
+    if invalid:
+        raise MsprobeError(f"compare_index {', '.join(invalid)} is not valid for {mode} results (valid: "
+                           f"{', '.join(valid)}).")
+    for api in config.apis:
+        for result in usable:
+            if not any(f"{api}." in name for name in result.rows):
+                logger.warning("%s not found in rank%d compare result.", api, result.rank)
+    names = sorted(set().union(*(r.rows for r in usable)))
+    if not names:
+        raise MsprobeError("Nothing to merge: none of the configured APIs occurs in the compare results.")
+    rank_columns = [f"rank{r.rank}" for r in usable]
+    sheets = []
+    for index in indexes:
+        cells = {"NPU Name": names}
+        for result, column in zip(usable, rank_columns):
+            values = []
+            for name in names:
+                record = result.rows.get(name)
+                values.append("" if record is None else _cell(record, index, name.endswith(".group")))
+            cells[column] = _as_numbers(values)
+        sheets.append((index, ResultTable(columns=["NPU Name", *rank_columns], cells=cells,
+                                          numeric_columns=frozenset(rank_columns))))
+    sheets.append((CONSISTENCY_SHEET, consistency(usable, names)))
+    return sheets, problems
+
+
+def _group_of(result: RankResult, entry: str):
+    record = result.rows.get(f"{entry}.input.group")
+    return str(record.get("NPU max")) if record and record.get("NPU max") not in (None, NA) else ""
+
+
+def _ranks_in(group: str, all_ranks: list) -> list:
+    numbers = [int(n) for n in re.findall(r"\d+", group)]
+    return [r for r in all_ranks if r in numbers] if numbers else list(all_ranks)
+
+
+def consistency(results: list, names: list):
+    """For outputs of collectives that must agree across a group, the ranks whose NPU statistics differ."""
+    from msprobe.report.table import ResultTable
+
+    by_rank = {r.rank: r for r in results}
+    rows = {c: [] for c in CONSISTENCY_COLUMNS}
+    for name in names:
+        parts = name.split(".")
+        # output.0 is the tensor (or list) the collective fills; later outputs are the other arguments
+        if len(parts) < 6 or parts[1] not in EQUAL_OUTPUT_APIS or parts[3] != "forward" or parts[4:6] != ["output", "0"]:
+            continue
+        entry = ".".join(parts[:4])
+        group = next((g for g in (_group_of(r, entry) for r in results) if g), "")
+        members = [r for r in _ranks_in(group, list(by_rank)) if name in by_rank[r].rows]
+        if len(members) < 2:
+            continue
+        signatures = {}
+        for rank in members:
+            record = by_rank[rank].rows[name]
+            signatures[rank] = tuple(str(record.get(f"NPU {s}")) for s in ("max", "min", "mean", "l2norm"))
+        counts: dict = {}
+        for signature in signatures.values():
+            counts[signature] = counts.get(signature, 0) + 1
+        majority = max(counts, key=lambda s: (counts[s], -min(r for r in members if signatures[r] == s)))
+        differing = [r for r in members if signatures[r] != majority]
+        rows["NPU Name"].append(name)
+        rows["Group"].append(group or "all ranks")
+        rows["Ranks"].append(" ".join(f"rank{r}" for r in members))
+        rows["Consistent"].append(not differing)
+        rows["Differing ranks"].append(" ".join(f"rank{r}" for r in differing))
+        rows["Detail"].append("; ".join(
+            f"rank{r}: NPU max {signatures[r][0]}, l2norm {signatures[r][3]} (others {majority[0]}, {majority[3]})"
+            for r in differing))
+    return ResultTable(columns=list(CONSISTENCY_COLUMNS), cells=rows)
+

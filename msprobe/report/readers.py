@@ -1,0 +1,179 @@
+"""Read result tables back (csv or xlsx), fast, keeping only the rows a caller asks for.
+
+Large workbooks are not parsed cell by cell: rows are found by searching the sheet XML for the wanted
+texts, and only those rows are decoded. Shared and inline strings, numbers and booleans are supported."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import zipfile
+from html import unescape
+
+from msprobe.errors import MsprobeError
+
+MAX_MEMBER_BYTES = 1024 ** 3          # any single member above 1 GiB uncompressed is refused (zip bombs)
+MAX_TOTAL_BYTES = 10 * 1024 ** 3
+
+_CELL = re.compile(r"<c\b([^>]*?)(?:/>|>(.*?)</c>)", re.S)
+_ATTR_R = re.compile(r'\br="([A-Z]+)\d*"')
+_ATTR_T = re.compile(r'\bt="(\w+)"')
+_VALUE = re.compile(r"<v>(.*?)</v>", re.S)
+_TEXT = re.compile(r"<t[^>]*>(.*?)</t>", re.S)
+_SHARED = re.compile(r"<si>(.*?)</si>", re.S)
+_SHEET_TARGET = re.compile(r'<Relationship\b[^>]*Target="([^"]*worksheets/[^"]*)"')
+
+
+def _column_index(letters: str) -> int:
+    index = 0
+    for char in letters:
+        index = index * 26 + ord(char) - 64
+    return index - 1
+
+
+def _decode_cell(attributes: str, body: str | None, shared: list | None):
+    kind = _ATTR_T.search(attributes)
+    kind = kind.group(1) if kind else "n"
+    if body is None:
+        return None
+    if kind == "inlineStr":
+        return unescape("".join(_TEXT.findall(body)))
+    value = _VALUE.search(body)
+    if value is None:
+        return None
+    text = value.group(1)
+    if kind == "s":
+        return shared[int(text)] if shared is not None else text
+    if kind == "b":
+        return text == "1"
+    if kind in ("str", "e"):
+        return unescape(text)
+    try:
+        number = float(text)
+    except ValueError:
+        return unescape(text)
+    return int(number) if number.is_integer() and "." not in text and "E" not in text.upper() else number
+
+
+def _decode_row(row_xml: str, shared: list | None) -> list:
+    cells: list = []
+    for position, match in enumerate(_CELL.finditer(row_xml)):
+        attributes, body = match.group(1), match.group(2)
+        reference = _ATTR_R.search(attributes)
+        index = _column_index(reference.group(1)) if reference else position
+        while len(cells) < index:
+            cells.append(None)
+        cells.append(_decode_cell(attributes, body, shared))
+    return cells
+
+
+def _check_zip(archive: zipfile.ZipFile, path: str) -> None:
+    total = 0
+    for info in archive.infolist():
+        if info.filename.startswith("/") or ".." in info.filename.split("/"):
+            raise MsprobeError(f"{path}: the workbook holds an unsafe member name {info.filename!r}.")
+        if info.file_size > MAX_MEMBER_BYTES:
+            raise MsprobeError(f"{path}: a workbook member is larger than 1 GiB uncompressed; refused.")
+        total += info.file_size
+    if total > MAX_TOTAL_BYTES:
+        raise MsprobeError(f"{path}: the workbook is larger than 10 GiB uncompressed; refused.")
+
+
+def read_xlsx(path: str, wanted: tuple = ()) -> tuple[list, list]:
+    """(header, rows) of every sheet of a workbook; with `wanted`, only rows whose first cell contains one of
+    the wanted texts are decoded (the header comes from the first sheet)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            _check_zip(archive, path)
+            names = set(archive.namelist())
+            shared = None
+            if "xl/sharedStrings.xml" in names:
+                shared = [unescape("".join(_TEXT.findall(item)))
+                          for item in _SHARED.findall(archive.read("xl/sharedStrings.xml").decode("utf-8"))]
+            sheets = []
+            if "xl/_rels/workbook.xml.rels" in names:
+                rels = archive.read("xl/_rels/workbook.xml.rels").decode("utf-8")
+                sheets = ["xl/" + t.lstrip("/").removeprefix("xl/") for t in _SHEET_TARGET.findall(rels)]
+            sheets = [s for s in sheets if s in names] or sorted(n for n in names if n.startswith("xl/worksheets/"))
+            header: list = []
+            rows: list = []
+            for number, sheet in enumerate(sheets):
+                text = archive.read(sheet).decode("utf-8")
+                sheet_header, sheet_rows = _sheet_rows(text, wanted, shared)
+                if number == 0:
+                    header = sheet_header
+                rows.extend(sheet_rows)
+            return header, rows
+    except (zipfile.BadZipFile, EOFError, KeyError, zlib_error(), UnicodeDecodeError) as exc:
+        raise MsprobeError(f"{path} is not a readable xlsx workbook ({type(exc).__name__}: {exc}).") from None
+
+
+def zlib_error():
+    import zlib
+
+    return zlib.error
+
+
+def _sheet_rows(text: str, wanted: tuple, shared: list | None) -> tuple[list, list]:
+    start = text.find("<row")
+    if start < 0:
+        return [], []
+    end = text.find("</row>", start)
+    header = [c if c is not None else "" for c in _decode_row(text[start:end], shared)]
+    rows = []
+    if not wanted or shared is not None:       # shared strings: names are not in the sheet text
+        position = end
+        while True:
+            begin = text.find("<row", position)
+            if begin < 0:
+                break
+            stop = text.find("</row>", begin)
+            row = _decode_row(text[begin:stop], shared)
+            if not wanted or (row and isinstance(row[0], str) and any(w in row[0] for w in wanted)):
+                rows.append(row)
+            position = stop
+        return header, rows
+    starts: set = set()
+    for key in wanted:
+        position = end
+        escaped = key.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        while True:
+            found = text.find(escaped, position)
+            if found < 0:
+                break
+            begin = text.rfind("<row", 0, found)
+            stop = text.find("</row>", found)
+            starts.add((begin, stop))
+            position = stop
+    for begin, stop in sorted(starts):
+        row = _decode_row(text[begin:stop], shared)
+        if row and isinstance(row[0], str) and any(w in row[0] for w in wanted):
+            rows.append(row)
+    return header, rows
+
+
+def read_csv_table(path: str, wanted: tuple = ()) -> tuple[list, list]:
+    """(header, rows) of a csv result; with `wanted`, only lines containing a wanted text are parsed."""
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            text = handle.read()
+    except UnicodeDecodeError:
+        raise MsprobeError(f"{path} is not a UTF-8 csv file.") from None
+    first_end = text.find("\n")
+    header = next(csv.reader([text[: first_end if first_end >= 0 else len(text)]]), [])
+    if not wanted:
+        rows = list(csv.reader(io.StringIO(text)))[1:]
+    else:
+        lines = [line for line in text[first_end + 1:].split("\n") if any(w in line for w in wanted)]
+        rows = list(csv.reader(lines))
+        if any(len(row) != len(header) for row in rows):   # quoted newlines: parse the whole file
+            rows = [row for row in list(csv.reader(io.StringIO(text)))[1:] if row and any(w in row[0] for w in wanted)]
+        rows = [row for row in rows if row and any(w in row[0] for w in wanted)]
+    return header, rows
+
+
+def read_table(path: str, wanted: tuple = ()) -> tuple[list, list]:
+    if path.lower().endswith(".csv"):
+        return read_csv_table(path, wanted)
+    return read_xlsx(path, wanted)
