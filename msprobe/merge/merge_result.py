@@ -99,6 +99,10 @@ def find_results(input_dir: str) -> list:
     return found
 
 
+KEPT_COLUMNS = {"NPU Name", "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max"} | set(STATISTICS_INDEXES) \
+    | set(TENSOR_INDEXES)
+
+
 def read_rank(rank: int, path: str, apis: tuple) -> RankResult:
     from msprobe.dump.paths import check_input_file
     from msprobe.report.readers import read_table
@@ -109,8 +113,9 @@ def read_rank(rank: int, path: str, apis: tuple) -> RankResult:
     result = RankResult(rank, path, mode or "unknown")
     if mode is None or not rows:
         return result
+    kept = [(position, column) for position, column in enumerate(header) if column in KEPT_COLUMNS]
     for row in rows:
-        record = dict(zip(header, row))
+        record = {column: row[position] for position, column in kept if position < len(row)}
         name = record.get("NPU Name")
         if isinstance(name, str) and any(f"{api}." in name for api in apis):
             result.rows[name] = record

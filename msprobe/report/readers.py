@@ -122,7 +122,10 @@ def _sheet_rows(text: str, wanted: tuple, shared: list | None) -> tuple[list, li
     end = text.find("</row>", start)
     header = [c if c is not None else "" for c in _decode_row(text[start:end], shared)]
     rows = []
-    if not wanted or shared is not None:       # shared strings: names are not in the sheet text
+    first_data = text.find("<row", end)
+    names_shared = shared is not None and first_data >= 0 and 't="s"' in text[first_data:text.find(">", text.find(
+        "<c", first_data)) + 1]
+    if not wanted or names_shared:       # names stored as shared strings: they are not in the sheet text
         position = end
         while True:
             begin = text.find("<row", position)

@@ -20,6 +20,7 @@ RED = "FFFF0000"
 YELLOW = "FFFFFF00"
 VERDICT_FILLS = {"error": RED, "warning": YELLOW}
 BATCH_ROWS = 5000
+SHARED_MIN_CHARS = 64        # longer texts (call stacks) are stored once in the shared-strings table
 
 _NEEDS_ESCAPE = re.compile(r"[&<>\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _INVALID_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -45,15 +46,36 @@ def _needs_escape(texts: list) -> bool:
     return any(_NEEDS_ESCAPE.search("\x01".join(texts[i:i + BATCH_ROWS])) for i in range(0, len(texts), BATCH_ROWS))
 
 
-def _cell_fragments(values: list, texts: list, numeric: bool, escape: bool) -> list:
-    """The <c> element of every cell of one column slice (without a style)."""
+class SharedStrings:
+    """Long texts, each stored once; cells refer to them by index."""
+
+    def __init__(self):
+        self.index: dict = {}
+
+    def ref(self, text: str) -> int:
+        number = self.index.get(text)
+        if number is None:
+            number = self.index[text] = len(self.index)
+        return number
+
+    def xml(self) -> str:
+        items = "".join(f'<si><t xml:space="preserve">{_escape(t)}</t></si>' for t in self.index)
+        return ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<sst xmlns="http://schemas.openxmlformats'
+                f'.org/spreadsheetml/2006/main" count="{len(self.index)}" uniqueCount="{len(self.index)}">{items}</sst>')
+
+
+def _cell_fragments(values: list, texts: list, numeric: bool, escape: bool, shared: SharedStrings | None) -> list:
+    """The <c> element of every cell of one column slice (without a style); long texts go to `shared`."""
     strings = [t if len(t) <= MAX_CELL_CHARS else t[:MAX_CELL_CHARS - 3] + "..." for t in texts]
-    if escape:
-        strings = [_escape(t) for t in strings]
     out = []
     append = out.append
     for value, text in zip(values, strings):
         kind = type(value)
+        if shared is not None and len(text) >= SHARED_MIN_CHARS:
+            append(f'<c t="s"><v>{shared.ref(text)}</v></c>')
+            continue
+        if escape:
+            text = _escape(text)
         if kind is bool:
             append('<c t="b"><v>1</v></c>' if value else '<c t="b"><v>0</v></c>')
         elif numeric and (kind is float or kind is int) and math.isfinite(value):
@@ -98,7 +120,9 @@ def _package_parts(sheet_names: list) -> dict:
         '<Default Extension="xml" ContentType="application/xml"/>'
         '<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.'
         'spreadsheetml.sheet.main+xml"/><Override PartName="/xl/styles.xml" ContentType="application/'
-        f'vnd.openxmlformats-officedocument.spreadsheetml.styles+xml"/>{overrides}</Types>',
+        'vnd.openxmlformats-officedocument.spreadsheetml.styles+xml"/><Override PartName="/xl/sharedStrings.xml" '
+        'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"/>'
+        f'{overrides}</Types>',
         "_rels/.rels": head + '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
         '<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/'
         'officeDocument" Target="xl/workbook.xml"/></Relationships>',
@@ -107,7 +131,9 @@ def _package_parts(sheet_names: list) -> dict:
         f"<sheets>{sheets}</sheets></workbook>",
         "xl/_rels/workbook.xml.rels": head + '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/'
         f'relationships">{rels}<Relationship Id="rId{count + 1}" Type="http://schemas.openxmlformats.org/'
-        'officeDocument/2006/relationships/styles" Target="styles.xml"/></Relationships>',
+        'officeDocument/2006/relationships/styles" Target="styles.xml"/><Relationship Id="rId'
+        f'{count + 2}" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/sharedStrings" '
+        'Target="sharedStrings.xml"/></Relationships>',
     }
 
 
@@ -150,12 +176,14 @@ def write_workbook(sheets: list, path: str) -> None:
         for name, text in _package_parts([_escape(s.name) for s in sheets]).items():
             book.writestr(name, text)
         book.writestr("xl/styles.xml", _styles(colors))
+        shared = SharedStrings()
         for number, (sheet, texts) in enumerate(zip(sheets, texts_of), start=1):
             with book.open(f"xl/worksheets/sheet{number}.xml", "w", force_zip64=True) as stream:
-                _write_sheet(stream, sheet, texts, colors)
+                _write_sheet(stream, sheet, texts, colors, shared)
+        book.writestr("xl/sharedStrings.xml", shared.xml())
 
 
-def _write_sheet(stream, sheet: Sheet, texts: dict, colors: list) -> None:
+def _write_sheet(stream, sheet: Sheet, texts: dict, colors: list, shared: SharedStrings) -> None:
     table = sheet.table
     rows = len(table)
     style_of = {value: f'<c s="{colors.index(color) + 2}" ' for value, color in (sheet.fills or {}).items()}
@@ -169,9 +197,10 @@ def _write_sheet(stream, sheet: Sheet, texts: dict, colors: list) -> None:
                   f'{last}"/><sheetData><row r="1">{header}</row>').encode())
     for batch in range(0, rows, BATCH_ROWS):
         end = min(batch + BATCH_ROWS, rows)
+        # the first column (the row's name) stays inline: readers find rows by searching for it
         columns = [_cell_fragments(table.cells[name][batch:end], texts[name][batch:end],
-                                   name in table.numeric_columns, escape)
-                   for name, escape in zip(table.columns, escapes)]
+                                   name in table.numeric_columns, escape, shared if position else None)
+                   for position, (name, escape) in enumerate(zip(table.columns, escapes))]
         parts = []
         for offset, row in enumerate(range(batch, end)):
             xml = "".join(column[offset] for column in columns)
