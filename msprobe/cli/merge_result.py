@@ -46,12 +46,12 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     input_dir = check_input_dir(args.input_dir, "input directory")
     found = find_results(input_dir)
-    output_dir = prepare_output_dir(args.output_dir)
     logger.info("Merging %d compare results (ranks %s).", len(found), ", ".join(str(r) for r, _ in found))
     results = read_ranks(found, config.apis, max(1, args.jobs))
     sheets, problems = merge(results, config)
     for problem in problems:
         logger.warning("%s", problem)
+    output_dir = prepare_output_dir(args.output_dir)
     path = os.path.join(output_dir, f"multi_ranks_compare_merge_{timestamp()}.xlsx")
     write_workbook([Sheet(name, table, "Consistent" if name == CONSISTENCY_SHEET else None,
                           {False: RED} if name == CONSISTENCY_SHEET else None) for name, table in sheets], path)

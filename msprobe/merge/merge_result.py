@@ -84,7 +84,7 @@ def find_results(input_dir: str) -> list:
             continue
         match = RESULT_NAME.match(name)
         if not match:
-            if name.startswith("compare_result"):
+            if name.startswith("compare_result") or name.endswith(".xlsx"):
                 raise MsprobeError(f"Wrong compare result name: {name}, please check! (expected "
                                    "compare_result_rank<N>_<14-digit timestamp>.xlsx or .csv)")
             continue
@@ -163,7 +163,7 @@ def _number(value):
 def _cell(record: dict, index: str, group_row: bool):
     value = record.get(index)
     text = value if isinstance(value, str) else None
-    if group_row or text in REPLACED or value is None:
+    if group_row or text in REPLACED or value is None or text == "":
         return f"NPU:{_plain(record.get('NPU max'))}  Bench:{_plain(record.get('Bench max'))}"
     if index == "Requires_grad Consistent" and text in ("True", "False"):
         return text == "True"
@@ -248,21 +248,16 @@ def merge(results: list, config: MergeConfig) -> tuple[list, list]:
     return sheets, problems
 
 
-def _group_of(result: RankResult, entry: str):
+def _group_of(result: RankResult, entry: str) -> str:
     record = result.rows.get(f"{entry}.input.group")
-    return str(record.get("NPU max")) if record and record.get("NPU max") not in (None, NA) else ""
-
-
-def _ranks_in(group: str, all_ranks: list) -> list:
-    numbers = [int(n) for n in re.findall(r"\d+", group)]
-    return [r for r in all_ranks if r in numbers] if numbers else list(all_ranks)
+    return str(record.get("NPU max")) if record and record.get("NPU max") not in (None, NA, "") else ""
 
 
 def consistency(results: list, names: list):
-    """For outputs of collectives that must agree across a group, the ranks whose NPU statistics differ."""
+    """For outputs of collectives that must agree across a group, the ranks whose NPU statistics differ.
+    Every rank belongs to the group its own `.group` argument names (all ranks when there is none)."""
     from msprobe.report.table import ResultTable
 
-    by_rank = {r.rank: r for r in results}
     rows = {c: [] for c in CONSISTENCY_COLUMNS}
     for name in names:
         parts = name.split(".")
@@ -270,26 +265,27 @@ def consistency(results: list, names: list):
         if len(parts) < 6 or parts[1] not in EQUAL_OUTPUT_APIS or parts[3] != "forward" or parts[4:6] != ["output", "0"]:
             continue
         entry = ".".join(parts[:4])
-        group = next((g for g in (_group_of(r, entry) for r in results) if g), "")
-        members = [r for r in _ranks_in(group, list(by_rank)) if name in by_rank[r].rows]
-        if len(members) < 2:
-            continue
-        signatures = {}
-        for rank in members:
-            record = by_rank[rank].rows[name]
-            signatures[rank] = tuple(str(record.get(f"NPU {s}")) for s in ("max", "min", "mean", "l2norm"))
-        counts: dict = {}
-        for signature in signatures.values():
-            counts[signature] = counts.get(signature, 0) + 1
-        majority = max(counts, key=lambda s: (counts[s], -min(r for r in members if signatures[r] == s)))
-        differing = [r for r in members if signatures[r] != majority]
-        rows["NPU Name"].append(name)
-        rows["Group"].append(group or "all ranks")
-        rows["Ranks"].append(" ".join(f"rank{r}" for r in members))
-        rows["Consistent"].append(not differing)
-        rows["Differing ranks"].append(" ".join(f"rank{r}" for r in differing))
-        rows["Detail"].append("; ".join(
-            f"rank{r}: NPU max {signatures[r][0]}, l2norm {signatures[r][3]} (others {majority[0]}, {majority[3]})"
-            for r in differing))
+        groups: dict = {}
+        for result in results:
+            if name in result.rows:
+                groups.setdefault(_group_of(result, entry), []).append(result)
+        for group, members in groups.items():
+            if len(members) < 2:
+                continue
+            signatures = {r.rank: tuple(str(r.rows[name].get(f"NPU {s}")) for s in ("max", "min", "mean", "l2norm"))
+                          for r in members}
+            counts: dict = {}
+            for signature in signatures.values():
+                counts[signature] = counts.get(signature, 0) + 1
+            ranks = sorted(signatures)
+            majority = max(counts, key=lambda s: (counts[s], -min(r for r in ranks if signatures[r] == s)))
+            differing = [r for r in ranks if signatures[r] != majority]
+            rows["NPU Name"].append(name)
+            rows["Group"].append(group or "all ranks")
+            rows["Ranks"].append(" ".join(f"rank{r}" for r in ranks))
+            rows["Consistent"].append(not differing)
+            rows["Differing ranks"].append(" ".join(f"rank{r}" for r in differing))
+            rows["Detail"].append("; ".join(
+                f"rank{r}: NPU max {signatures[r][0]}, l2norm {signatures[r][3]} (others {majority[0]}, {majority[3]})"
+                for r in differing))
     return ResultTable(columns=list(CONSISTENCY_COLUMNS), cells=rows)
-

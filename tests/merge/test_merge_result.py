@@ -159,3 +159,24 @@ def test_reader_selects_rows_from_inline_and_shared_strings(tmp_path):
     write_xlsx(table, str(tmp_path / "t.xlsx"), highlight_column=None)
     header, rows = readers.read_xlsx(str(tmp_path / "t.xlsx"), ("Distributed.",))
     assert header == ["NPU Name", "Stack"] and rows == [[long_name, "s" * 100]]
+
+
+def test_each_rank_is_checked_within_its_own_group(tmp_path):
+    header = ["NPU Name", "Bench Name", "Max diff", "Min diff", "Mean diff", "L2norm diff", "MaxRelativeErr",
+              "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr", "NPU max", "NPU min", "NPU mean", "NPU l2norm",
+              "Bench max", "Bench min", "Bench mean", "Bench l2norm", "Requires_grad Consistent", "Result",
+              "Err_message"]
+    outputs = {0: "5.0", 1: "5.0", 2: "5.0", 3: "7.0"}          # ranks 2 and 3 share a group and disagree
+    for rank, value in outputs.items():
+        group = "[0, 1]" if rank < 2 else "[2, 3]"
+        rows = [header,
+                ["Distributed.all_reduce.0.forward.input.group"] * 2 + ["0"] * 8 + [group] * 8 + ["True", "pass", "[]"],
+                ["Distributed.all_reduce.0.forward.output.0"] * 2 + ["0"] * 8 + [value] * 8 + ["True", "pass", "[]"]]
+        with open(tmp_path / f"compare_result_rank{rank}_20260101000000.csv", "w", newline="") as handle:
+            csv.writer(handle).writerows(rows)
+    (tmp_path / "cfg.yaml").write_text("api: [Distributed.all_reduce]\ncompare_index: [Max diff]\n")
+    assert run_cli(["merge_result", "-i", tmp_path, "-o", tmp_path / "out", "-config", tmp_path / "cfg.yaml"]) == 0
+    sheet = openpyxl.load_workbook(only_file(tmp_path / "out", "*.xlsx"))["Consistency"]
+    rows = [r for r in sheet.iter_rows(min_row=2, values_only=True)]
+    assert [(r[1], r[2], r[3]) for r in rows] == [("[0, 1]", "rank0 rank1", True), ("[2, 3]", "rank2 rank3", False)]
+    assert rows[1][4] in ("rank2", "rank3")
