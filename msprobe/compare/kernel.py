@@ -218,14 +218,22 @@ def _load(path: str):
     return array if isinstance(array, np.ndarray) and array.dtype.kind in "biuf" else None
 
 
+NO_STATS = ("", "", None, None, None, None)
+
+
+def _row_start(target: KernelItem | None, golden: KernelItem | None, t_stats: tuple, g_stats: tuple) -> list:
+    """Names, dtypes, shapes and the eight statistics: the first 14 columns of both modes."""
+    return [target.name if target else "", golden.name if golden else "", t_stats[0], g_stats[0], t_stats[1],
+            g_stats[1], *t_stats[2:], *g_stats[2:]]
+
+
 def compare_npy_pair(target: KernelItem | None, golden: KernelItem | None) -> list:
     """One npy-mode row in NPY_COLUMNS order."""
     t_array = _load(target.name) if target else None
     g_array = _load(golden.name) if golden else None
-    t_stats = npy_stats(t_array) if t_array is not None else ("", "", None, None, None, None)
-    g_stats = npy_stats(g_array) if g_array is not None else ("", "", None, None, None, None)
-    row = [target.name if target else "", golden.name if golden else "", t_stats[0], g_stats[0], t_stats[1],
-           g_stats[1], *t_stats[2:], *g_stats[2:]]
+    t_stats = npy_stats(t_array) if t_array is not None else NO_STATS
+    g_stats = npy_stats(g_array) if g_array is not None else NO_STATS
+    row = _row_start(target, golden, t_stats, g_stats)
     metrics = [""] * 6
     verdict = ""
     if target is None or golden is None:
@@ -252,11 +260,10 @@ def compare_npy_pair(target: KernelItem | None, golden: KernelItem | None) -> li
 
 
 def compare_stat_pair(target: KernelItem | None, golden: KernelItem | None) -> list:
-    empty = ("", "", None, None, None, None)
-    t_stats = target.stats if target else empty
-    g_stats = golden.stats if golden else empty
-    row = [target.name if target else "", golden.name if golden else "", t_stats[0], g_stats[0], t_stats[1],
-           g_stats[1], *t_stats[2:], *g_stats[2:]]
+    """One statistic-mode row in STAT_COLUMNS order."""
+    t_stats = target.stats if target else NO_STATS
+    g_stats = golden.stats if golden else NO_STATS
+    row = _row_start(target, golden, t_stats, g_stats)
     diffs = [""] * 8
     verdict = ""
     if target is None or golden is None:

@@ -12,18 +12,19 @@ SIZE_LIMITS = {".yaml": GIB, ".yml": GIB, ".csv": GIB, ".xlsx": GIB, ".ir": GIB,
 DEFAULT_SIZE_LIMIT = 10 * GIB
 
 
-def _check_not_symlink(path: str, what: str) -> None:
+def _check_exists(path: str, what: str) -> None:
+    """The path is given, exists and is not a symbolic link."""
+    if not path:
+        raise PathError(f"{what}: no path given.")
+    if not os.path.lexists(path):
+        raise PathError(f"{what} {path} does not exist.")
     if os.path.islink(path):
         raise PathError(f"{what} {path} is a symbolic link; pass the real path instead.")
 
 
 def check_input_file(path: str, what: str = "input file") -> str:
     """Return the absolute path of an existing, readable, non-symlinked regular file of sane size."""
-    if not path:
-        raise PathError(f"{what}: no path given.")
-    if not os.path.lexists(path):
-        raise PathError(f"{what} {path} does not exist.")
-    _check_not_symlink(path, what)
+    _check_exists(path, what)
     if os.path.isdir(path):
         raise PathError(f"{what} {path} is a directory, a file is expected.")
     if not os.path.isfile(path):
@@ -39,11 +40,7 @@ def check_input_file(path: str, what: str = "input file") -> str:
 
 
 def check_input_dir(path: str, what: str = "input directory") -> str:
-    if not path:
-        raise PathError(f"{what}: no path given.")
-    if not os.path.lexists(path):
-        raise PathError(f"{what} {path} does not exist.")
-    _check_not_symlink(path, what)
+    _check_exists(path, what)
     if not os.path.isdir(path):
         raise PathError(f"{what} {path} is a file, a directory is expected.")
     if not os.access(path, os.R_OK | os.X_OK):
