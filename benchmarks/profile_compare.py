@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Time (and size) the stages of one `msprobe compare` run in-process, without profiler overhead.
+
+The stage functions of msprobe are wrapped (monkey-patched in this process only) with timers that also
+record the resident set size after each call; nothing in msprobe/ is changed.
+
+    python benchmarks/profile_compare.py benchmarks/data/stats_20k [--xlsx] [--gc] [--serial] [--tracemalloc]
+
+The cyclic garbage collector is paused, as `msprobe` pauses it while a command runs; --gc leaves it on.
+--serial      read both sides in this process (msprobe reads a large golden dump in a child process,
+              whose stages are then not seen here)
+--tracemalloc report the peak of Python allocations per stage (slow; times are then meaningless)
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import os
+import resource
+import sys
+import tempfile
+import time
+import tracemalloc
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+RECORDS: list = []
+_DEPTH = [0]
+
+
+def timed(label, func, trace=False):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        depth = _DEPTH[0]
+        _DEPTH[0] += 1
+        if trace and depth == 0:
+            tracemalloc.reset_peak()
+        started = time.perf_counter()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            elapsed = time.perf_counter() - started
+            _DEPTH[0] -= 1
+            traced = tracemalloc.get_traced_memory()[1] / 1e6 if trace else None
+            RECORDS.append((depth, label, elapsed, rss_mb(), traced))
+    return wrapper
+
+
+def install(trace: bool) -> None:
+    from msprobe.compare import pipeline
+    from msprobe.report import csv_writer, xlsx_writer
+
+    patches = [
+        (pipeline, "read_dump", "read_dump (json parse + stack.json)"),
+        (pipeline, "flatten", "flatten (items table)"),
+        (pipeline, "match_items", "match_items"),
+        (pipeline, "match_exact", "  match_exact"),
+        (pipeline, "build_table", "build_table"),
+        (pipeline, "stat_diff", "  stat_diff (x4)"),
+        (pipeline, "stack_column", "  stack_column"),
+        (pipeline, "measure_tensors", "  measure_tensors"),
+        (pipeline, "judge", "judge (rules)"),
+        (pipeline, "advise", "advise"),
+        (pipeline, "write_table", "write_table"),
+        (csv_writer, "table_texts", "  table_texts (cell_text of every cell)"),
+        (csv_writer, "check_cells", "  check_cells (formula scan)"),
+        (csv_writer, "write_csv", "  write_csv (all)"),
+        (xlsx_writer, "check_cells", "  check_cells (formula scan)"),
+        (xlsx_writer, "write_xlsx", "  write_xlsx (all)"),
+    ]
+    for module, name, label in patches:  # msprobe changes: wrap what exists, skip what does not
+        if callable(getattr(module, name, None)):
+            setattr(module, name, timed(label, getattr(module, name), trace))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dataset", help="directory holding target/dump.json and golden/dump.json")
+    parser.add_argument("--xlsx", action="store_true", help="write xlsx (default: csv)")
+    parser.add_argument("--gc", action="store_true", help="leave the cyclic garbage collector on")
+    parser.add_argument("--serial", action="store_true", help="read both sides in this process")
+    parser.add_argument("--tracemalloc", action="store_true", help="record peak Python allocations per stage")
+    parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    if not args.gc:
+        gc.disable()
+    started = time.perf_counter()
+    from msprobe.compare.pipeline import CompareOptions, compare_files
+    from msprobe.log import setup_logging
+
+    import_seconds = time.perf_counter() - started
+    install(args.tracemalloc)
+    if args.tracemalloc:
+        tracemalloc.start()
+    os.environ.setdefault("MSPROBE_LOG_LEVEL", "2")
+    setup_logging()
+    with tempfile.TemporaryDirectory(prefix="msprobe_prof_") as out:
+        kwargs = {"output_dir": out, "output_format": "xlsx" if args.xlsx else "csv", "compare_only": True,
+                  "jobs": args.jobs}
+        if args.serial and "parallel_read" in CompareOptions.__dataclass_fields__:
+            kwargs["parallel_read"] = False
+        options = CompareOptions(**kwargs)
+        begin = time.perf_counter()
+        summary = compare_files(os.path.join(args.dataset, "target", "dump.json"),
+                                os.path.join(args.dataset, "golden", "dump.json"), options)
+        total = time.perf_counter() - begin
+    print(f"dataset {args.dataset}: {summary.rows} rows, format {'xlsx' if args.xlsx else 'csv'}, "
+          f"gc {'on' if args.gc else 'off'}{', serial read' if args.serial else ''}; imports {import_seconds:.2f} s")
+    header = f"{'stage':44s} {'seconds':>8s} {'RSS after MB':>13s}"
+    if args.tracemalloc:
+        header += f" {'py peak MB':>11s}"
+    print(header)
+    for _depth, label, elapsed, rss, traced in _ordered(RECORDS):
+        line = f"{label:44s} {elapsed:8.3f} {rss:13.0f}"
+        if traced is not None:
+            line += f" {traced:11.0f}"
+        print(line)
+    print(f"{'compare_files total':44s} {total:8.3f} {rss_mb():13.0f}   (peak RSS {peak_mb():.0f} MB)")
+    return 0
+
+
+def _ordered(records):
+    """Children are recorded before their parent; put each parent before its children."""
+    out, pending = [], []
+    for record in records:
+        if record[0] == 0:
+            out.append(record)
+            out.extend(pending)
+            pending = []
+        else:
+            pending.append(record)
+    return out + pending
+
+
+if __name__ == "__main__":
+    sys.exit(main())
