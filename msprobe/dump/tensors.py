@@ -29,9 +29,13 @@ def load_tensor(tensor_dir: str, data_name: str) -> np.ndarray:
     raise TensorReadError(f"tensor file {data_name} has an unsupported suffix (expected .npy or .pt).")
 
 
+MMAP_ABOVE_BYTES = 64 * 1024 * 1024   # larger files are memory-mapped and streamed; smaller ones read at once
+
+
 def _load_npy(path: str, data_name: str) -> np.ndarray:
     try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
+        large = os.path.getsize(path) > MMAP_ABOVE_BYTES
+        array = np.load(path, mmap_mode="r" if large else None, allow_pickle=False)
     except ValueError as exc:
         # Object arrays cannot be memory-mapped and are refused (no pickle); other errors mean a bad file.
         raise TensorReadError(f"tensor file {data_name} is not a readable .npy file ({exc}).") from None

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import csv
 import math
+import re
 
 from msprobe.report.atomic import atomic_path
 from msprobe.report.cells import cell_text, column_texts
@@ -18,7 +18,24 @@ def csv_text(value) -> str:
     return cell_text(value)
 
 
-BATCH_ROWS = 20_000
+BATCH_ROWS = 4_000
+_NEEDS_QUOTES = re.compile(r'[",\r\n]')
+
+
+def _quoted_column(texts: list) -> list:
+    """CSV field texts (minimal quoting, as csv.writer does); repeated texts are quoted once."""
+    if not _NEEDS_QUOTES.search("\x01".join(texts)):
+        return texts
+    cache: dict = {}
+    out = []
+    for text in texts:
+        field = cache.get(text)
+        if field is None:
+            field = '"' + text.replace('"', '""') + '"' if _NEEDS_QUOTES.search(text) else text
+            if len(cache) < 100_000:
+                cache[text] = field
+        out.append(field)
+    return out
 
 
 def write_csv(table: ResultTable, path: str) -> None:
@@ -26,8 +43,8 @@ def write_csv(table: ResultTable, path: str) -> None:
     check_cells(table, {name: column_texts(table.cells[name]) for name in table.columns_to_check()}, path)
     rows = len(table)
     with atomic_path(path) as temporary, open(temporary, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(table.columns)
+        handle.write(",".join(_quoted_column(list(table.columns))) + "\n")
         for start in range(0, rows, BATCH_ROWS):
             stop = min(start + BATCH_ROWS, rows)
-            writer.writerows(zip(*(column_texts(table.cells[name][start:stop], csv_text) for name in table.columns)))
+            columns = [_quoted_column(column_texts(table.cells[name][start:stop], csv_text)) for name in table.columns]
+            handle.write("".join(",".join(row) + "\n" for row in zip(*columns)))
