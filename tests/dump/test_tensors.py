@@ -11,10 +11,14 @@ import pytest
 from msprobe.dump.tensors import TensorReadError, load_tensor
 
 
-def test_npy_is_memory_mapped(tmp_path):
+def test_large_npy_files_are_memory_mapped_small_ones_read(tmp_path, monkeypatch):
+    from msprobe.dump import tensors
+
     np.save(tmp_path / "a.npy", np.arange(6, dtype=np.float32).reshape(2, 3))
     array = load_tensor(str(tmp_path), "a.npy")
-    assert isinstance(array, np.memmap) and array.shape == (2, 3) and float(array[1, 2]) == 5.0
+    assert not isinstance(array, np.memmap) and array.shape == (2, 3) and float(array[1, 2]) == 5.0
+    monkeypatch.setattr(tensors, "MMAP_ABOVE_BYTES", 10)
+    assert isinstance(load_tensor(str(tmp_path), "a.npy"), np.memmap)
 
 
 @pytest.mark.parametrize("name", ["../a.npy", "/etc/passwd", "sub/a.npy", "..", "", "a\\b.npy"])
