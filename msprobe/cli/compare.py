@@ -30,6 +30,9 @@ EPILOG = """examples:
   msprobe compare -tp ms/dump.json -gp pt/dump.json -am -cm cell_mapping.yaml
   msprobe compare -tp ms/dump.json -gp pt/dump.json -lm layer_mapping.yaml
 
+  # an HTML report beside the table (one per rank for directories, plus index_<timestamp>.html)
+  msprobe compare -tp npu_dump/step0 -gp gpu_dump/step0 -o out --csv --html
+
   # call counts differ (e.g. an extra op in the target): pair API calls by order under their module
   msprobe compare -tp npu/dump.json -gp gpu/dump.json -fm
 
@@ -76,6 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kernel compare: steps to compare, e.g. 0,2 (default: all)")
     parser.add_argument("-tensor_log", "--is_print_compare_log", dest="tensor_log", action="store_true",
                         help="real-data mode: log one line with the metrics of every compared tensor pair")
+    parser.add_argument("--html", action="store_true",
+                        help="also write compare_result_<timestamp>.html beside each table: one self-contained "
+                             "page (summary, metric chart, module tree, filterable table, stacks) that opens "
+                             "from disk; for directories also index_<timestamp>.html linking every rank")
     parser.add_argument("-c", "--compare_only", action="store_true",
                         help="do not run the advisor (no advisor_<timestamp>.txt)")
     parser.add_argument("-s", "--stack_mode", action="store_true",
@@ -107,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.log import get_logger
 
     logger = get_logger()
+    if args.html and (args.rank is not None or args.step is not None or args.diff_analyze):
+        logger.warning("--html applies to result tables only; it is ignored with --rank/--step and -da.")
     if args.rank is not None or args.step is not None:
         return run_kernel_compare(args)
     located = locate(args.target_path, args.golden_path)
@@ -115,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
                              tensor_log=args.tensor_log, compare_only=args.compare_only, jobs=args.jobs,
                              fuzzy=args.fuzzy_match,
                              mapping=MappingOptions(args.api_mapping, args.cell_mapping, args.data_mapping,
-                                                    args.layer_mapping))
+                                                    args.layer_mapping),
+                             html=args.html)
     logger.info("Please check whether the input data belongs to you. If not, there may be security risks.")
     for problem in located.problems:
         logger.warning("%s", problem)
@@ -135,6 +145,11 @@ def run(args: argparse.Namespace) -> int:
         summaries = succeeded(results)
         failures = [r for r in results if r not in summaries]
     print_summary(summaries, failures, located.problems, advice=not args.compare_only)
+    if args.html and summaries and (len(located.jobs) > 1 or located.jobs[0].out_subdir or located.jobs[0].suffix):
+        from msprobe.compare.pipeline import timestamp
+        from msprobe.report.html import write_index
+
+        write_index(summaries, output_dir, timestamp())
     if not summaries:
         raise MsprobeError(f"no dump pair could be compared ({len(failures)} failed).")
     banner(logger, "msprobe compare ends successfully.")

@@ -19,6 +19,7 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 COMMANDS = {
     "compare": ("msprobe.cli.compare", "compare two dumps (files or rank/step folders) and write result tables"),
     "merge_result": ("msprobe.cli.merge_result", "merge chosen APIs and metrics of all ranks' compare results"),
+    "report": ("msprobe.cli.report", "make a self-contained HTML report from a compare result .csv/.xlsx"),
     "code_mapping": ("msprobe.cli.code_mapping", "map MindSpore static-graph dump data to IR nodes and source lines"),
 }
 

@@ -44,6 +44,7 @@ class CompareOptions:
     jobs: int = 2                        # worker threads for tensor pairs
     parallel_read: bool = True           # read the golden side in a second process when dumps are large
     write_output: bool = True
+    html: bool = False                   # --html: a self-contained HTML report beside the table
 
 
 @dataclass
@@ -180,6 +181,10 @@ def compare_files(target_path: str, golden_path: str, options: CompareOptions, s
         write_table(table, path)
         summary.output = path
         logger.info("%sThe result file path is: %s.", label, path)
+        if options.html:
+            from msprobe.report.html import write_compare_html
+
+            write_compare_html(table, summary, path, target_path, target.dump.construct)
         if not options.compare_only:
             advisor_path = os.path.join(options.output_dir, result_file_name("advisor", suffix, "txt", stamp))
             write_text(advisor_path, "\n".join(summary.advice.lines()) + "\n")

@@ -99,8 +99,7 @@ def read_xlsx(path: str, wanted: tuple = ()) -> tuple[list, list]:
             header: list = []
             rows: list = []
             for number, sheet in enumerate(sheets):
-                text = archive.read(sheet).decode("utf-8")
-                sheet_header, sheet_rows = _sheet_rows(text, wanted, shared)
+                sheet_header, sheet_rows = _sheet_rows(archive.read(sheet), wanted, shared)
                 if number == 0:
                     header = sheet_header
                 rows.extend(sheet_rows)
@@ -115,42 +114,44 @@ def zlib_error():
     return zlib.error
 
 
-def _sheet_rows(text: str, wanted: tuple, shared: list | None) -> tuple[list, list]:
-    start = text.find("<row")
+def _sheet_rows(data: bytes, wanted: tuple, shared: list | None) -> tuple[list, list]:
+    """Header and rows of one sheet's XML; with `wanted`, rows are located by searching the raw bytes and only
+    those rows are decoded."""
+    start = data.find(b"<row")
     if start < 0:
         return [], []
-    end = text.find("</row>", start)
-    header = [c if c is not None else "" for c in _decode_row(text[start:end], shared)]
+    end = data.find(b"</row>", start)
+    header = [c if c is not None else "" for c in _decode_row(data[start:end].decode("utf-8"), shared)]
     rows = []
-    first_data = text.find("<row", end)
-    names_shared = shared is not None and first_data >= 0 and 't="s"' in text[first_data:text.find(">", text.find(
-        "<c", first_data)) + 1]
+    first_data = data.find(b"<row", end)
+    first_cell = data[first_data:data.find(b">", data.find(b"<c", first_data)) + 1] if first_data >= 0 else b""
+    names_shared = shared is not None and b't="s"' in first_cell
     if not wanted or names_shared:       # names stored as shared strings: they are not in the sheet text
         position = end
         while True:
-            begin = text.find("<row", position)
+            begin = data.find(b"<row", position)
             if begin < 0:
                 break
-            stop = text.find("</row>", begin)
-            row = _decode_row(text[begin:stop], shared)
+            stop = data.find(b"</row>", begin)
+            row = _decode_row(data[begin:stop].decode("utf-8"), shared)
             if not wanted or (row and isinstance(row[0], str) and any(w in row[0] for w in wanted)):
                 rows.append(row)
             position = stop
         return header, rows
-    starts: set = set()
+    spans: set = set()
     for key in wanted:
         position = end
-        escaped = key.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        escaped = key.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").encode("utf-8")
         while True:
-            found = text.find(escaped, position)
+            found = data.find(escaped, position)
             if found < 0:
                 break
-            begin = text.rfind("<row", 0, found)
-            stop = text.find("</row>", found)
-            starts.add((begin, stop))
+            begin = data.rfind(b"<row", 0, found)
+            stop = data.find(b"</row>", found)
+            spans.add((begin, stop))
             position = stop
-    for begin, stop in sorted(starts):
-        row = _decode_row(text[begin:stop], shared)
+    for begin, stop in sorted(spans):
+        row = _decode_row(data[begin:stop].decode("utf-8"), shared)
         if row and isinstance(row[0], str) and any(w in row[0] for w in wanted):
             rows.append(row)
     return header, rows

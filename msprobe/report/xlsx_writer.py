@@ -82,8 +82,10 @@ def _cell_fragments(values: list, texts: list, numeric: bool, escape: bool, shar
             append(f"<c><v>{value!r}</v></c>")
         elif not text:
             append("<c/>")              # a blank cell keeps its position
-        else:
+        elif text[0] in " \t\n" or text[-1] in " \t\n":   # keep leading/trailing whitespace
             append(f'<c t="inlineStr"><is><t xml:space="preserve">{text}</t></is></c>')
+        else:
+            append(f'<c t="inlineStr"><is><t>{text}</t></is></c>')
     return out
 
 
