@@ -108,7 +108,7 @@ def read_rank(rank: int, path: str, apis: tuple) -> RankResult:
     from msprobe.report.readers import read_table
 
     check_input_file(path, "compare result")
-    header, rows = read_table(path, tuple(f"{api}." for api in apis))
+    header, rows = read_table(path, tuple(f"{api}." for api in apis), KEPT_COLUMNS)
     mode = detect_mode(header)
     result = RankResult(rank, path, mode or "unknown")
     if mode is None or not rows:

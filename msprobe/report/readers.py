@@ -56,7 +56,8 @@ def _decode_cell(attributes: str, body: str | None, shared: list | None):
     return int(number) if number.is_integer() and "." not in text and "E" not in text.upper() else number
 
 
-def _decode_row(row_xml: str, shared: list | None) -> list:
+def _decode_row(row_xml: str, shared: list | None, columns: set | None = None) -> list:
+    """Cell values of one row; with `columns`, other columns (and the name, column 0) are left undecoded."""
     cells: list = []
     for position, match in enumerate(_CELL.finditer(row_xml)):
         attributes, body = match.group(1), match.group(2)
@@ -64,7 +65,10 @@ def _decode_row(row_xml: str, shared: list | None) -> list:
         index = _column_index(reference.group(1)) if reference else position
         while len(cells) < index:
             cells.append(None)
-        cells.append(_decode_cell(attributes, body, shared))
+        if columns is None or index in columns or index == 0:
+            cells.append(_decode_cell(attributes, body, shared))
+        else:
+            cells.append(None)
     return cells
 
 
@@ -80,9 +84,10 @@ def _check_zip(archive: zipfile.ZipFile, path: str) -> None:
         raise MsprobeError(f"{path}: the workbook is larger than 10 GiB uncompressed; refused.")
 
 
-def read_xlsx(path: str, wanted: tuple = ()) -> tuple[list, list]:
+def read_xlsx(path: str, wanted: tuple = (), columns: set | None = None) -> tuple[list, list]:
     """(header, rows) of every sheet of a workbook; with `wanted`, only rows whose first cell contains one of
-    the wanted texts are decoded (the header comes from the first sheet)."""
+    the wanted texts are decoded (the header comes from the first sheet); with `columns` (names), only those
+    cells are decoded, the others are None."""
     try:
         with zipfile.ZipFile(path) as archive:
             _check_zip(archive, path)
@@ -99,7 +104,7 @@ def read_xlsx(path: str, wanted: tuple = ()) -> tuple[list, list]:
             header: list = []
             rows: list = []
             for number, sheet in enumerate(sheets):
-                sheet_header, sheet_rows = _sheet_rows(archive.read(sheet), wanted, shared)
+                sheet_header, sheet_rows = _sheet_rows(archive.read(sheet), wanted, shared, columns)
                 if number == 0:
                     header = sheet_header
                 rows.extend(sheet_rows)
@@ -114,7 +119,7 @@ def zlib_error():
     return zlib.error
 
 
-def _sheet_rows(data: bytes, wanted: tuple, shared: list | None) -> tuple[list, list]:
+def _sheet_rows(data: bytes, wanted: tuple, shared: list | None, columns: set | None = None) -> tuple[list, list]:
     """Header and rows of one sheet's XML; with `wanted`, rows are located by searching the raw bytes and only
     those rows are decoded."""
     start = data.find(b"<row")
@@ -122,6 +127,7 @@ def _sheet_rows(data: bytes, wanted: tuple, shared: list | None) -> tuple[list, 
         return [], []
     end = data.find(b"</row>", start)
     header = [c if c is not None else "" for c in _decode_row(data[start:end].decode("utf-8"), shared)]
+    indices = {i for i, name in enumerate(header) if name in columns} if columns is not None else None
     rows = []
     first_data = data.find(b"<row", end)
     first_cell = data[first_data:data.find(b">", data.find(b"<c", first_data)) + 1] if first_data >= 0 else b""
@@ -133,7 +139,7 @@ def _sheet_rows(data: bytes, wanted: tuple, shared: list | None) -> tuple[list, 
             if begin < 0:
                 break
             stop = data.find(b"</row>", begin)
-            row = _decode_row(data[begin:stop].decode("utf-8"), shared)
+            row = _decode_row(data[begin:stop].decode("utf-8"), shared, indices)
             if not wanted or (row and isinstance(row[0], str) and any(w in row[0] for w in wanted)):
                 rows.append(row)
             position = stop
@@ -151,7 +157,7 @@ def _sheet_rows(data: bytes, wanted: tuple, shared: list | None) -> tuple[list, 
             spans.add((begin, stop))
             position = stop
     for begin, stop in sorted(spans):
-        row = _decode_row(data[begin:stop].decode("utf-8"), shared)
+        row = _decode_row(data[begin:stop].decode("utf-8"), shared, indices)
         if row and isinstance(row[0], str) and any(w in row[0] for w in wanted):
             rows.append(row)
     return header, rows
@@ -177,7 +183,8 @@ def read_csv_table(path: str, wanted: tuple = ()) -> tuple[list, list]:
     return header, rows
 
 
-def read_table(path: str, wanted: tuple = ()) -> tuple[list, list]:
+def read_table(path: str, wanted: tuple = (), columns: set | None = None) -> tuple[list, list]:
+    """(header, rows) of a csv or xlsx result (`columns` limits what an xlsx decodes)."""
     if path.lower().endswith(".csv"):
         return read_csv_table(path, wanted)
-    return read_xlsx(path, wanted)
+    return read_xlsx(path, wanted, columns)
