@@ -4,11 +4,9 @@
 The stage functions of msprobe are wrapped (monkey-patched in this process only) with timers that also
 record the resident set size after each call; nothing in msprobe/ is changed.
 
-    python benchmarks/profile_compare.py benchmarks/data/stats_20k [--xlsx] [--gc] [--serial] [--tracemalloc]
+    python benchmarks/profile_compare.py benchmarks/data/stats_20k [--xlsx] [--gc] [--tracemalloc]
 
 The cyclic garbage collector is paused, as `msprobe` pauses it while a command runs; --gc leaves it on.
---serial      read both sides in this process (msprobe reads a large golden dump in a child process,
-              whose stages are then not seen here)
 --tracemalloc report the peak of Python allocations per stage (slow; times are then meaningless)
 """
 
@@ -88,7 +86,6 @@ def main(argv=None) -> int:
     parser.add_argument("dataset", help="directory holding target/dump.json and golden/dump.json")
     parser.add_argument("--xlsx", action="store_true", help="write xlsx (default: csv)")
     parser.add_argument("--gc", action="store_true", help="leave the cyclic garbage collector on")
-    parser.add_argument("--serial", action="store_true", help="read both sides in this process")
     parser.add_argument("--tracemalloc", action="store_true", help="record peak Python allocations per stage")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
@@ -107,15 +104,13 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="msprobe_prof_") as out:
         kwargs = {"output_dir": out, "output_format": "xlsx" if args.xlsx else "csv", "compare_only": True,
                   "jobs": args.jobs}
-        if args.serial and "parallel_read" in CompareOptions.__dataclass_fields__:
-            kwargs["parallel_read"] = False
         options = CompareOptions(**kwargs)
         begin = time.perf_counter()
         summary = compare_files(os.path.join(args.dataset, "target", "dump.json"),
                                 os.path.join(args.dataset, "golden", "dump.json"), options)
         total = time.perf_counter() - begin
     print(f"dataset {args.dataset}: {summary.rows} rows, format {'xlsx' if args.xlsx else 'csv'}, "
-          f"gc {'on' if args.gc else 'off'}{', serial read' if args.serial else ''}; imports {import_seconds:.2f} s")
+          f"gc {'on' if args.gc else 'off'}; imports {import_seconds:.2f} s")
     header = f"{'stage':44s} {'seconds':>8s} {'RSS after MB':>13s}"
     if args.tracemalloc:
         header += f" {'py peak MB':>11s}"

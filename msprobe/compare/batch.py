@@ -36,7 +36,7 @@ def run_jobs(jobs: list, options: CompareOptions, workers: int, worker=run_job, 
         return [worker(jobs[0], options, *extra)]
     workers = max(1, min(workers, len(jobs)))
     # Tensor threads share the cores with the rank processes.
-    inner = replace(options, jobs=max(1, options.jobs // workers), parallel_read=workers == 1)
+    inner = replace(options, jobs=max(1, options.jobs // workers))
     results: list = [None] * len(jobs)
     bar = progress(total=len(jobs), desc="Ranks")
     if workers == 1:

@@ -42,7 +42,6 @@ class CompareOptions:
     fuzzy: bool = False                  # -fm: pair API calls by order under their parent module
     mapping: MappingOptions = MappingOptions()  # -am / -cm / -dm / -lm
     jobs: int = 2                        # worker threads for tensor pairs
-    parallel_read: bool = True           # read the golden side in a second process when dumps are large
     write_output: bool = True
     html: bool = False                   # --html: a self-contained HTML report beside the table
 
@@ -84,26 +83,11 @@ def read_side(path: str, role: str, with_stack: bool, with_construct: bool) -> S
     return side_of(read_dump(path, role, with_stack=with_stack, with_construct=with_construct))
 
 
-PARALLEL_READ_BYTES = 8 * 1024 * 1024   # below this a second process costs more than it saves
-
-
-def read_sides(target_path: str, golden_path: str, with_construct: bool, parallel: bool) -> tuple[Side, Side]:
-    """Read and flatten both sides; large dumps are read at the same time, the golden one in a child process."""
-    try:
-        large = os.path.getsize(target_path) + os.path.getsize(golden_path) >= PARALLEL_READ_BYTES
-    except OSError:
-        large = False
-    if not (parallel and large and (os.cpu_count() or 1) > 1):
-        return (read_side(target_path, "target", True, with_construct),
-                read_side(golden_path, "golden", False, with_construct))
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        golden_future = pool.submit(read_side, golden_path, "golden", False, with_construct)
-        target = read_side(target_path, "target", True, with_construct)
-        return target, golden_future.result()
+def read_sides(target_path: str, golden_path: str, with_construct: bool) -> tuple[Side, Side]:
+    """Read and flatten both sides, one after the other: each side's parsed JSON is released before the next
+    is read, which keeps the peak memory near one parsed dump plus two item tables."""
+    return (read_side(target_path, "target", True, with_construct),
+            read_side(golden_path, "golden", False, with_construct))
 
 
 def detect_mode(target: Side, golden: Side) -> str:
@@ -169,7 +153,7 @@ def compare_files(target_path: str, golden_path: str, options: CompareOptions, s
     if {base_t, base_g} == {"dump.json", "debug.json"}:
         raise MsprobeError("The target and golden files must both be dump.json or both be debug.json.")
     needs_construct = options.fuzzy or options.mapping.layer is not None
-    target, golden = read_sides(target_path, golden_path, needs_construct, options.parallel_read)
+    target, golden = read_sides(target_path, golden_path, needs_construct)
     stamp = timestamp()
     table, summary = compare_dumps(target, golden, options, label, stamp, suffix)
     if options.write_output:
