@@ -210,12 +210,14 @@ def _rule_cosine(data, runs, flag):
 
 
 def _rule_norm_output(data, runs, flag):
+    if not runs:
+        return
     inputs, _, _ = _group_stats(data, runs, data.norm_rel, np.fmax, 0.0)
     big_output = data.is_output & (np.abs(np.nan_to_num(data.norm_rel, nan=0.0)) > 0.5)
-    for run in np.flatnonzero(np.abs(inputs) < 0.1).tolist():
-        start, stop = runs[run]
-        for row in (np.flatnonzero(big_output[start:stop]) + start).tolist():
-            flag(row, ERROR, MSG_NORM_OUTPUT)
+    rows = np.concatenate([np.arange(start, stop) for start, stop in runs])
+    quiet_input = np.repeat(np.abs(inputs) < 0.1, [stop - start for start, stop in runs])
+    for row in rows[quiet_input & big_output[rows]].tolist():
+        flag(row, ERROR, MSG_NORM_OUTPUT)
 
 
 def _rule_norm_ten_times(data, runs, flag):

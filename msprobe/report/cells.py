@@ -24,9 +24,24 @@ def cell_text(value) -> str:
 
 
 def column_texts(values: list, spell=cell_text) -> list:
-    """Texts of a column: strings as they are, finite floats by repr, everything else by spell."""
-    return [v if (kind := type(v)) is str else repr(v) if kind is float and v - v == 0 else spell(v)
-            for v in values]
+    """Texts of a column: strings as they are, finite floats by repr, everything else by spell. A tensor's
+    statistics recur on several rows (output of one op, input of the next), so float texts are cached;
+    zeros are not, as -0.0 == 0.0 but their texts differ."""
+    cache: dict = {}
+    out = []
+    append = out.append
+    for value in values:
+        kind = type(value)
+        if kind is str:
+            append(value)
+        elif kind is float and value - value == 0 and value:
+            text = cache.get(value)
+            if text is None:
+                text = cache[value] = repr(value)
+            append(text)
+        else:
+            append(spell(value))
+    return out
 
 
 def is_number(value) -> bool:

@@ -24,7 +24,8 @@ _NEEDS_QUOTES = re.compile(r'[",\r\n]')
 
 def _quoted_column(texts: list) -> list:
     """CSV field texts (minimal quoting, as csv.writer does); repeated texts are quoted once."""
-    if not _NEEDS_QUOTES.search("\x01".join(texts)):
+    joined = "\x01".join(texts)
+    if '"' not in joined and "," not in joined and "\n" not in joined and "\r" not in joined:
         return texts
     cache: dict = {}
     out = []
