@@ -1,5 +1,5 @@
 """Allows `python -m msprobe`."""
 
-from msprobe.cli.main import main
+from msprobe.cli.main import console_main
 
-raise SystemExit(main())
+console_main()
