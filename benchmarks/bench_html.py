@@ -39,7 +39,7 @@ def build(dumps: str, out: str, repeat: int) -> tuple[str, float, int]:
     from msprobe.report.html import write_compare_html
 
     target, golden = os.path.join(dumps, "target", "dump.json"), os.path.join(dumps, "golden", "dump.json")
-    sides = read_sides(target, golden, False, True)
+    sides = read_sides(target, golden, False)
     table, summary = compare_dumps(*sides, CompareOptions(write_output=False))
     os.makedirs(out, exist_ok=True)
     table_path = os.path.join(out, f"compare_result_bench{'_x' + str(repeat) if repeat > 1 else ''}.csv")
