@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="directory for the .html (created; default: beside the table)")
     parser.add_argument("--construct", metavar="JSON",
                         help="construct.json of the target dump, for the module tree (default: no tree)")
+    parser.add_argument("--diff_analyze", metavar="JSON",
+                        help="diff_analyze_<timestamp>.json of `msprobe compare -da`: its answer (the op and "
+                             "rank where the runs first part) is shown in the summary")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.table}: the compare result must be a .csv or .xlsx file.")
     table = check_input_file(args.table, "compare result")
     construct = check_input_file(args.construct, "construct.json") if args.construct else None
+    diff_analyze = check_input_file(args.diff_analyze, "diff_analyze file") if args.diff_analyze else None
     output_dir = prepare_output_dir(args.output_dir) if args.output_dir else None
-    write_table_html(table, output_dir, construct)
+    write_table_html(table, output_dir, construct, diff_analyze)
     return 0

@@ -399,7 +399,28 @@ def write_compare_html(table, summary, table_path: str, target_path: str, constr
     return write_page(path, data, f"msprobe compare {summary_label} {os.path.basename(table_path)}".replace("  ", " "))
 
 
-def write_table_html(table_path: str, output_dir: str | None = None, construct_path: str | None = None) -> str:
+def diff_analyze_lines(path: str) -> list:
+    """The answer of a first-divergence analysis (diff_analyze_<ts>.json of `compare -da`), one line per node."""
+    from msprobe.dump.reader import load_json
+    from msprobe.errors import MsprobeError
+
+    content = load_json(path, "diff_analyze file")
+    if not isinstance(content, dict):
+        raise MsprobeError(f"{path} is not a diff_analyze result (expected an object keyed by rank).")
+    lines = []
+    for rank, nodes in content.items():
+        for node in nodes if isinstance(nodes, list) else []:
+            if not isinstance(node, dict) or "op_name" not in node:
+                continue
+            role = node.get("role", "first divergence")
+            relative = node.get("max_output_relative_error")
+            detail = f", max output relative error {relative:.4%}" if isinstance(relative, (int, float)) and relative else ""
+            lines.append(f"{rank}: {node['op_name']} ({role}{detail})")
+    return lines
+
+
+def write_table_html(table_path: str, output_dir: str | None = None, construct_path: str | None = None,
+                     diff_analyze_path: str | None = None) -> str:
     """The page of an existing compare result (.csv or .xlsx); summary numbers recomputed from Result."""
     from msprobe.errors import MsprobeError
     from msprobe.report.readers import read_table
@@ -416,7 +437,10 @@ def write_table_html(table_path: str, output_dir: str | None = None, construct_p
 
         construct = read_construct(construct_path)
     source = os.path.basename(table_path)
-    data = page_data(header[:width], cells, summary_from_table(header, cells, source), construct)
+    summary = summary_from_table(header, cells, source)
+    if diff_analyze_path:
+        summary["diff_analyze"] = diff_analyze_lines(diff_analyze_path)
+    data = page_data(header[:width], cells, summary, construct)
     stem = os.path.splitext(source)[0]
     directory = output_dir if output_dir is not None else os.path.dirname(os.path.abspath(table_path))
     os.makedirs(directory, exist_ok=True)

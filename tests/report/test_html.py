@@ -271,3 +271,23 @@ def test_report_in_headless_chromium(tmp_path):
         assert Path(shot).stat().st_size > 10000
     finally:
         browser.close()
+
+
+def test_report_shows_the_diff_analyze_answer(multirank_step0, tmp_path):
+    import json as _json
+
+    from msprobe.report.html import diff_analyze_lines
+
+    target, golden = multirank_step0
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "da", "-da"]) == 0
+    analysis = only_file(tmp_path / "da", "diff_analyze_*.json")
+    lines = diff_analyze_lines(str(analysis))
+    assert lines[0].startswith("rank_1: Functional.linear.2.forward (origin")
+    assert any(line.startswith("rank_0: Distributed.all_reduce.0.forward (received through communication") for line in lines)
+    assert run_cli(["compare", "-tp", target / "rank1", "-gp", golden / "rank1", "-o", tmp_path / "t", "--csv",
+                    "-c"]) == 0
+    table = only_file(tmp_path / "t", "compare_result_*.csv")
+    assert run_cli(["report", table, "-o", tmp_path / "r", "--diff_analyze", analysis]) == 0
+    page = only_file(tmp_path / "r", "*.html").read_text()
+    data = _json.loads(page.split('id="msprobe-data">', 1)[1].split("</script>", 1)[0])
+    assert data["summary"]["diff_analyze"] == lines

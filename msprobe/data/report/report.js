@@ -99,6 +99,13 @@
   var advice = el('div', S.first_error ? 'error' : '', S.advice ? 'Advice: ' + S.advice : '');
   advice.id = 'advice';
   if (S.advice) sumSec.appendChild(advice);
+  if (S.diff_analyze && S.diff_analyze.length) {
+    var da = el('div', 'diff-analyze');
+    da.id = 'diff-analyze';
+    da.appendChild(el('div', 'label', 'First-divergence analysis (-da):'));
+    S.diff_analyze.forEach(function (line) { da.appendChild(el('div', null, line)); });
+    sumSec.appendChild(da);
+  }
   body.appendChild(sumSec);
 
   // ---------------------------------------------------------------- chart
