@@ -41,6 +41,9 @@ Err_message lists every rule that fired. See docs/compare.md for every column an
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-m", "--mode", choices=["auto"], default="auto",
+                        help="accepted for compatibility with msprobe 26.x: auto (the only mode that compares "
+                             "msprobe dumps; the mode follows the inputs)")
     parser.add_argument("-tp", "--target_path", required=True, metavar="PATH",
                         help="the run under test: a dump.json or debug.json, a rank folder, a step folder of "
                              "rank*/proc* folders, a dump root of step* folders, or a root with graph/ and "
