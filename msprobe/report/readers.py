@@ -16,7 +16,6 @@ from msprobe.errors import MsprobeError
 MAX_MEMBER_BYTES = 1024 ** 3          # any single member above 1 GiB uncompressed is refused (zip bombs)
 MAX_TOTAL_BYTES = 10 * 1024 ** 3
 
-_CELL = re.compile(r"<c\b([^>]*?)(?:/>|>(.*?)</c>)", re.S)
 _ATTR_R = re.compile(r'\br="([A-Z]+)\d*"')
 _ATTR_T = re.compile(r'\bt="(\w+)"')
 _VALUE = re.compile(r"<v>(.*?)</v>", re.S)
@@ -57,12 +56,24 @@ def _decode_cell(attributes: str, body: str | None, shared: list | None):
 
 
 def _decode_row(row_xml: str, shared: list | None, columns: set | None = None) -> list:
-    """Cell values of one row; with `columns`, other columns (and the name, column 0) are left undecoded."""
+    """Cell values of one row; with `columns`, other columns (except the name, column 0) stay None.
+    The row is split on "<c" (text never holds a raw "<"), so only the needed cells are parsed."""
     cells: list = []
-    for position, match in enumerate(_CELL.finditer(row_xml)):
-        attributes, body = match.group(1), match.group(2)
-        reference = _ATTR_R.search(attributes)
-        index = _column_index(reference.group(1)) if reference else position
+    for piece in row_xml.split("<c")[1:]:
+        close = piece.find(">")
+        if close < 0:
+            continue
+        if piece[close - 1] == "/":
+            attributes, body = piece[:close - 1], None
+        else:
+            attributes = piece[:close]
+            end = piece.rfind("</c")
+            body = piece[close + 1:end if end >= 0 else len(piece)]
+        if 'r="' in attributes:
+            reference = _ATTR_R.search(attributes)
+            index = _column_index(reference.group(1)) if reference else len(cells)
+        else:
+            index = len(cells)
         while len(cells) < index:
             cells.append(None)
         if columns is None or index in columns or index == 0:
