@@ -1,0 +1,470 @@
+"""The collector: API hooks (TorchFunctionMode plus thin wrappers), module hooks and entry recording."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import threading
+import traceback
+import warnings
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch.overrides import TorchFunctionMode
+
+from msprobe.log import get_logger
+from msprobe.pytorch.stats import tensor_record, value_record
+from msprobe.pytorch.writer import StepWriter
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_MAX_DEPTH = 64
+
+# APIs that are counted (and appear in construct.json) but whose data is not dumped: shape/layout
+# changes, casts and constructors ("low risk" in the reference's terms).
+LOW_RISK = frozenset("""
+squeeze unsqueeze reshape reshape_as view view_as flatten unflatten expand expand_as repeat repeat_interleave
+tile transpose permute moveaxis movedim swapaxes swapdims chunk unsafe_chunk split split_with_sizes
+unsafe_split unsafe_split_with_sizes tensor_split hsplit vsplit dsplit unbind stack cat concat concatenate
+hstack vstack dstack column_stack row_stack align_as align_to atleast_1d atleast_2d atleast_3d ravel clamp
+unfold type_as to float double int long half bfloat16 byte char bool cfloat numpy empty empty_like zeros
+zeros_like ones ones_like full full_like arange linspace logspace eye identity diag diagflat diag_embed triu
+tril triu_indices tril_indices clone __bool__ stride
+""".split())
+
+# Tensor methods / torch functions that are not hooked at all: metadata queries, indexing helpers,
+# Python protocol methods and autograd plumbing.
+_NOT_HOOKED = frozenset("""
+view contiguous __getitem__ __setitem__ size dim item tolist numel __len__ __iter__ __repr__ __format__
+__hash__ __reduce_ex__ __deepcopy__ __setstate__ __array__ __array_wrap__ data_ptr is_contiguous
+storage_offset element_size nelement requires_grad_ retain_grad register_hook
+register_post_accumulate_grad_hook backward is_floating_point is_complex is_tensor is_grad_enabled
+is_nonzero get_device untyped_storage storage __contains__ __index__ __int__ __float__ __complex__
+__get__ __set__ __delete__ __torch_function__ __torch_dispatch__ _is_view is_set_to __reversed__ __dir__
+__rtruediv__ __rdiv__ dim_order is_inference is_shared share_memory_ _has_compatible_shallow_copy_type tensor as_tensor from_numpy
+get_default_dtype is_storage is_autocast_enabled
+""".split())
+_PRIVATE_HOOKED = frozenset({"_foreach_norm", "_fused_adam_", "_fused_adamw_"})
+
+# Python operators reach a TorchFunctionMode under the method's name (`a + b` arrives as Tensor.add), so
+# these are wrapped directly to keep the reference's names (Tensor.__add__ ...).
+TENSOR_OPERATORS = tuple(f"__{n}__" for n in """
+add radd iadd sub isub mul rmul imul truediv itruediv div idiv floordiv rfloordiv ifloordiv mod rmod imod
+pow rpow ipow matmul rmatmul and rand iand or ror ior xor rxor ixor lshift rlshift ilshift rshift rrshift
+irshift eq ne lt le gt ge neg abs invert
+""".split())
+
+DISTRIBUTED_APIS = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+                    "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter", "gather", "all_to_all",
+                    "all_to_all_single", "send", "recv", "isend", "irecv", "batch_isend_irecv")
+
+
+def _hooked_name(name: str) -> bool:
+    if name in _NOT_HOOKED:
+        return False
+    return not name.startswith("_") or name in _PRIVATE_HOOKED or (name.startswith("__") and name.endswith("__"))
+
+
+@functools.lru_cache(maxsize=1)
+def api_table() -> dict:
+    """func object -> (prefix, name) for every hooked torch function, Tensor method and functional."""
+    table = {}
+    for namespace in (torch, torch.linalg, torch.special, torch.fft):
+        for name in dir(namespace):
+            obj = getattr(namespace, name, None)
+            if callable(obj) and not inspect.isclass(obj) and _hooked_name(name):
+                table.setdefault(obj, ("Torch", name))
+    for name in dir(torch.Tensor):
+        obj = inspect.getattr_static(torch.Tensor, name, None)
+        if callable(obj) and not isinstance(obj, (type, property)) and _hooked_name(name):
+            table[getattr(torch.Tensor, name)] = ("Tensor", name)
+    for name, obj in functional_apis().items():
+        table[obj] = ("Functional", name)
+    return table
+
+
+@functools.lru_cache(maxsize=1)
+def functional_apis() -> dict:
+    result = {}
+    for name in dir(F):
+        obj = getattr(F, name)
+        if name.startswith("_") or inspect.isclass(obj) or not callable(obj):
+            continue
+        if getattr(obj, "__module__", None) in ("torch.nn.functional", "torch._C._nn") or \
+                (inspect.isbuiltin(obj) and getattr(obj, "__module__", "").startswith("torch")):
+            result[name] = obj
+    return result
+
+
+def _own_frame(filename: str) -> bool:
+    return os.path.dirname(os.path.abspath(filename)) == _HERE
+
+
+def _stack_lines() -> tuple:
+    frames = [f for f in traceback.extract_stack() if not _own_frame(f.filename)]
+    return tuple(f"File {f.filename}, line {f.lineno}, in {f.name}, \n {f.line or ''}" for f in reversed(frames))
+
+
+def _first_grad_fn(value, depth=0):
+    if isinstance(value, torch.Tensor):
+        return value.grad_fn
+    if depth < 4 and isinstance(value, (list, tuple)):
+        for item in value:
+            found = _first_grad_fn(item, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+class _ApiMode(TorchFunctionMode):
+    def __init__(self, collector):
+        super().__init__()
+        self.collector = collector
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        col = self.collector
+        if col.busy or not col.api_active:
+            return func(*args, **kwargs)
+        if func is torch.Tensor.__rtruediv__ or func is torch.Tensor.__rdiv__:
+            # torch implements `other / tensor` as `tensor.reciprocal() * other`; record those two calls
+            inverse = col.run_api("Tensor", "reciprocal", torch.Tensor.reciprocal, (args[0],), {})
+            return col.run_api("Tensor", "__mul__", torch.Tensor.__mul__, (inverse, args[1]), {})
+        try:
+            prefix, name = api_table()[func]
+        except (KeyError, TypeError):
+            return func(*args, **kwargs)
+        return col.run_api(prefix, name, func, args, kwargs)
+
+
+class Collector:
+    """Records entries of one process into a StepWriter according to a DumpConfig."""
+
+    def __init__(self, config):
+        self.config = config
+        self.writer = StepWriter(config.task, config.level)
+        self._tls = threading.local()
+        self.api_active = False
+        self.module_active = False
+        self.generation = 0
+        self._errors_logged: set = set()
+        self._mode = None
+        self._patched: list = []
+        self._handles: list = []
+        self.reset_counters()
+
+    # ------------------------------------------------------------------ state
+    @property
+    def busy(self) -> bool:
+        return getattr(self._tls, "busy", False)
+
+    @busy.setter
+    def busy(self, value: bool) -> None:
+        self._tls.busy = value
+
+    def reset_counters(self) -> None:
+        self.api_counts: dict = {}
+        self.module_counts: dict = {}
+        self.module_bw_counts: dict = {}
+        self.param_grad_counts: dict = {}
+        self.module_stack: list = []
+        self._pending_forward: dict = {}
+        self._pending_grads: dict = {}
+        self.generation += 1
+
+    # ------------------------------------------------------------------ filters
+    def _selected(self, name: str) -> bool:
+        cfg = self.config
+        if cfg.scope and not any(s in name for s in cfg.scope):
+            return False
+        if cfg.api_list and not name.startswith("Module.") and not any(s in name for s in cfg.api_list):
+            return False
+        return True
+
+    def _direction_ok(self, direction: str) -> bool:
+        modes = set(self.config.data_mode)
+        wanted = modes & {"forward", "backward"}
+        return "all" in modes or not wanted or direction in wanted
+
+    def _section_ok(self, section: str) -> bool:
+        modes = set(self.config.data_mode)
+        wanted = modes & {"input", "output"}
+        return "all" in modes or not wanted or section in wanted
+
+    # ------------------------------------------------------------------ recording
+    def record(self, value, prefix: str, depth: int = 0):
+        if isinstance(value, torch.Tensor):
+            rec = tensor_record(value, self.config.summary_mode)
+            if self.config.task == "tensor":
+                data_name = prefix + ".pt"
+                self.writer.save_tensor(data_name, value)
+                rec["data_name"] = data_name
+            return rec
+        if depth >= _MAX_DEPTH:
+            return None
+        if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+            return [self.record(v, f"{prefix}.{i}", depth + 1) for i, v in enumerate(value)]
+        if isinstance(value, torch.Size):
+            return {"type": "torch.Size", "value": list(value)}
+        if isinstance(value, dict):
+            return {str(k): self.record(v, f"{prefix}.{k}", depth + 1) for k, v in value.items()}
+        return value_record(value)
+
+    def _guard(self, name: str, body: dict, what: str, func):
+        """Run one recording step; an error is logged once and marks the entry instead of propagating."""
+        try:
+            return func()
+        except Exception as exc:  # noqa: BLE001 - the user's training must go on
+            key = (type(exc).__name__, what)
+            if key not in self._errors_logged:
+                self._errors_logged.add(key)
+                get_logger().warning("msprobe dump: recording %s of %s failed (%s: %s); the entry is marked "
+                                     "with dump_error and training continues", what, name,
+                                     type(exc).__name__, exc)
+            body["dump_error"] = f"{what}: {type(exc).__name__}: {exc}"
+            return None
+
+    def _inputs(self, name: str, body: dict, args, kwargs) -> None:
+        """Record the inputs before the call (in-place APIs change them)."""
+        if not self._section_ok("input"):
+            return
+
+        def work():
+            body["input_args"] = self.record(list(args), f"{name}.input")
+            body["input_kwargs"] = {k: self.record(v, f"{name}.kwargs.{k}") for k, v in kwargs.items()}
+        self._guard(name, body, "input", work)
+
+    def _outputs(self, name: str, body: dict, out) -> None:
+        if not self._section_ok("output"):
+            return
+        values = list(out) if isinstance(out, tuple) else [out]
+        self._guard(name, body, "output", lambda: body.__setitem__("output", self.record(values, f"{name}.output")))
+
+    def _add_entry(self, name: str, body: dict, stack=None) -> None:
+        self.writer.data[name] = body
+        if stack is not None:
+            self.writer.add_stack(name, stack)
+
+    # ------------------------------------------------------------------ APIs
+    def run_api(self, prefix: str, name: str, func, args, kwargs, collective: bool = False):
+        key = f"{prefix}.{name}"
+        index = self.api_counts.get(key, 0)
+        self.api_counts[key] = index + 1
+        forward = f"{key}.{index}.forward"
+        parent = self.module_stack[-1] if self.module_stack else None
+        if self.config.level == "mix":
+            self.writer.construct[forward] = parent
+        dump = name not in LOW_RISK and self._selected(f"{key}.{index}")
+        previous = self.busy
+        self.busy = True
+        try:
+            body: dict = {}
+            stack = None
+            if dump and self._direction_ok("forward"):
+                self._inputs(forward, body, args, kwargs)
+                stack = self._guard(forward, body, "stack", _stack_lines)
+            out = func(*args, **kwargs)
+            if dump and self._direction_ok("forward"):
+                self._outputs(forward, body, (*args, *kwargs.values()) if collective else out)
+                self._add_entry(forward, body, stack)
+            if dump and not collective and self._direction_ok("backward") and torch.is_grad_enabled():
+                self._guard(forward, body, "backward hook",
+                            lambda: self._hook_api_backward(f"{key}.{index}.backward", parent, out))
+            return out
+        finally:
+            self.busy = previous
+
+    def _hook_api_backward(self, name: str, parent, out) -> None:
+        grad_fn = _first_grad_fn(out)
+        if grad_fn is None:
+            return
+        generation = self.generation
+        parent_bw = parent.replace(".forward.", ".backward.") if parent else None
+
+        def hook(grad_inputs, grad_outputs):
+            if generation != self.generation or not self.api_active:
+                return None
+            previous = self.busy
+            self.busy = True
+            try:
+                body: dict = {}
+                if self.config.level == "mix":
+                    self.writer.construct[name] = parent_bw
+                if self._section_ok("input"):
+                    self._guard(name, body, "input",
+                                lambda: body.__setitem__("input", self.record(list(grad_outputs), f"{name}.input")))
+                if self._section_ok("output"):
+                    self._guard(name, body, "output",
+                                lambda: body.__setitem__("output", self.record(list(grad_inputs), f"{name}.output")))
+                self._add_entry(name, body)
+            finally:
+                self.busy = previous
+            return None
+        grad_fn.register_hook(hook)
+
+    # ------------------------------------------------------------------ install / uninstall
+    def install_api_hooks(self) -> None:
+        if self._mode is not None:
+            return
+        for name, original in functional_apis().items():
+            if inspect.isfunction(original):
+                self._patch(F, name, self._wrapper("Functional", name, original))
+        for name in TENSOR_OPERATORS:
+            original = getattr(torch.Tensor, name, None)
+            if original is not None:
+                self._patch(torch.Tensor, name, self._wrapper("Tensor", name, original))
+        if torch.distributed.is_available():
+            import torch.distributed as dist
+
+            for name in DISTRIBUTED_APIS:
+                original = getattr(dist, name, None)
+                if original is not None:
+                    self._patch(dist, name, self._wrapper("Distributed", name, original, collective=True))
+        self._mode = _ApiMode(self)
+        self._mode.__enter__()
+        self.api_active = True
+
+    def _patch(self, owner, name, replacement) -> None:
+        self._patched.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, replacement)
+
+    def _wrapper(self, prefix, name, original, collective=False):
+        collector = self
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            if collector.busy or not collector.api_active:
+                return original(*args, **kwargs)
+            return collector.run_api(prefix, name, original, args, kwargs, collective=collective)
+        return wrapper
+
+    def uninstall(self) -> None:
+        self.api_active = False
+        self.module_active = False
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+        for owner, name, original in reversed(self._patched):
+            setattr(owner, name, original)
+        self._patched = []
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    # ------------------------------------------------------------------ modules
+    def install_module_hooks(self, models) -> None:
+        warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
+        many = len(models) > 1
+        for model_index, model in enumerate(models):
+            for path, module in model.named_modules():
+                if not path:
+                    continue
+                prefix = f"Module.{model_index}.{path}" if many else f"Module.{path}"
+                self._hook_module(module, f"{prefix}.{type(module).__name__}")
+        self.module_active = True
+
+    def _hook_module(self, module, key: str) -> None:
+        def pre(mod, args, kwargs):
+            if not self.module_active or self.busy:
+                return None
+            previous = self.busy
+            self.busy = True
+            try:
+                index = self.module_counts.get(key, 0)
+                self.module_counts[key] = index + 1
+                forward = f"{key}.forward.{index}"
+                parent = self.module_stack[-1] if self.module_stack else None
+                self.writer.construct[forward] = parent
+                self.module_stack.append(forward)
+                body: dict = {}
+                stack = None
+                dump = self._selected(forward) and self._direction_ok("forward")
+                if dump:
+                    self._inputs(forward, body, args, kwargs)
+                    stack = self._guard(forward, body, "stack", _stack_lines)
+                self._pending_forward.setdefault(id(mod), []).append((forward, body, stack, dump))
+            finally:
+                self.busy = previous
+            return None
+
+        def post(mod, args, kwargs, out):
+            pending = self._pending_forward.get(id(mod))
+            if not self.module_active or not pending:
+                return None
+            previous = self.busy
+            self.busy = True
+            try:
+                forward, body, stack, dump = pending.pop()
+                if forward in self.module_stack:
+                    del self.module_stack[self.module_stack.index(forward):]
+                if dump and out is not None:
+                    self._outputs(forward, body, out)
+                    params = dict(mod.named_parameters(recurse=False))
+                    if self._section_ok("input"):
+                        self._guard(forward, body, "parameters", lambda: body.__setitem__("parameters", {
+                            n: self.record(p, f"{forward}.parameters.{n}") for n, p in params.items()}))
+                    # reference order: input_args, input_kwargs, output, parameters
+                    self._add_entry(forward, body, stack)
+            finally:
+                self.busy = previous
+            return None
+
+        def backward(mod, grad_input, grad_output):
+            if not self.module_active:
+                return None
+            previous = self.busy
+            self.busy = True
+            try:
+                index = self.module_bw_counts.get(key, 0)
+                self.module_bw_counts[key] = index + 1
+                name = f"{key}.backward.{index}"
+                forward_parent = self.writer.construct.get(f"{key}.forward.{index}")
+                self.writer.construct[name] = (forward_parent.replace(".forward.", ".backward.")
+                                               if forward_parent else None)
+                if not (self._selected(name) and self._direction_ok("backward")):
+                    return None
+                body: dict = {}
+                grads_in = [] if all(g is None for g in grad_input) else list(grad_input)
+                if self._section_ok("input"):
+                    self._guard(name, body, "input",
+                                lambda: body.__setitem__("input", self.record(list(grad_output), f"{name}.input")))
+                if self._section_ok("output"):
+                    self._guard(name, body, "output",
+                                lambda: body.__setitem__("output", self.record(grads_in, f"{name}.output")))
+                self._add_entry(name, body)
+            finally:
+                self.busy = previous
+            return None
+
+        self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        self._handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))
+        self._handles.append(module.register_full_backward_hook(backward))
+        params = [(n, p) for n, p in module.named_parameters(recurse=False) if p.requires_grad]
+        for pname, param in params:
+            self._handles.append(param.register_hook(self._param_grad_hook(key, pname, [n for n, _ in params])))
+
+    def _param_grad_hook(self, key: str, pname: str, names: list):
+        def hook(grad):
+            if not self.module_active:
+                return None
+            previous = self.busy
+            self.busy = True
+            try:
+                pending = self._pending_grads.setdefault(key, {})
+                pending[pname] = grad
+                if len(pending) < len(names):
+                    return None
+                del self._pending_grads[key]
+                index = self.param_grad_counts.get(key, 0)
+                self.param_grad_counts[key] = index + 1
+                name = f"{key}.parameters_grad.{index}"
+                if not (self._selected(name) and self._direction_ok("backward")):
+                    return None
+                body: dict = {}
+                self._guard(name, body, "parameters_grad", lambda: body.update({
+                    n: [self.record(g, f"{name}.{n}")] for n, g in pending.items()}))  # arrival order
+                self._add_entry(name, body)
+            finally:
+                self.busy = previous
+            return None
+        return hook
