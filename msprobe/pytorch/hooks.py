@@ -320,9 +320,44 @@ class Collector:
                 original = getattr(dist, name, None)
                 if original is not None:
                     self._patch(dist, name, self._wrapper("Distributed", name, original, collective=True))
+        self._install_phases()
         self._mode = _ApiMode(self)
         self._mode.__enter__()
         self.api_active = True
+
+    # Optimizer steps and gradient clipping are phases of their own in construct.json: the APIs they call get
+    # the parent "optimizer" or "clip_grad", as the reference records them.
+    def _install_phases(self) -> None:
+        import torch.nn.utils as nn_utils
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        for name in ("clip_grad_norm_", "clip_grad_value_"):
+            original = getattr(nn_utils, name, None)
+            if original is not None:
+                self._patch(nn_utils, name, self._phase_wrapper("clip_grad", original))
+        self._handles.append(register_optimizer_step_pre_hook(lambda *_: self.enter_phase("optimizer")))
+        self._handles.append(register_optimizer_step_post_hook(lambda *_: self.exit_phase("optimizer")))
+
+    def enter_phase(self, phase: str) -> None:
+        if self.api_active:
+            self.writer.construct.setdefault(phase, None)
+            self.module_stack.append(phase)
+
+    def exit_phase(self, phase: str) -> None:
+        if phase in self.module_stack:
+            del self.module_stack[len(self.module_stack) - 1 - self.module_stack[::-1].index(phase):]
+
+    def _phase_wrapper(self, phase, original):
+        collector = self
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            collector.enter_phase(phase)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                collector.exit_phase(phase)
+        return wrapper
 
     def _patch(self, owner, name, replacement) -> None:
         self._patched.append((owner, name, getattr(owner, name)))

@@ -1,0 +1,25 @@
+"""construct.json of our mix dump against the reference's: module parents and the optimizer/clip_grad phases."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tests.pytorch.test_dump import our_dump, train  # noqa: E402
+
+from conftest import FIXTURES  # noqa: E402
+
+
+def test_construct_parents_match_the_reference(tmp_path):
+    train(dump_path=str(tmp_path), debugger_kwargs={"task": "statistics", "level": "mix"})
+    ours = json.loads((our_dump(tmp_path) / "construct.json").read_text())
+    reference = json.loads((FIXTURES / "stats_mix_step0" / "target" / "construct.json").read_text())
+    same = [key for key, parent in reference.items() if key in ours and ours[key] == parent]
+    assert len(same) >= 0.95 * len(reference), (len(same), len(reference))
+    assert ours["optimizer"] is None and ours["clip_grad"] is None
+    assert ours["Torch._foreach_norm.0.forward"] == "clip_grad"
+    assert ours["Tensor.__iadd__.0.forward"] == "optimizer"
+    assert ours["Functional.linear.0.forward"] == reference["Functional.linear.0.forward"]
