@@ -1,0 +1,176 @@
+"""Dump overhead of the PyTorch collector (issue 9): the refdata TinyGPT at a larger size, L1 statistics.
+
+Runs child processes: plain training and training with ``PrecisionDebugger`` in the system Python (ours),
+and the same two in the reference's interpreter (``mindstudio-probe`` installed in a separate venv, so that
+each tool's slowdown is taken against a plain run in its own interpreter). Each child does ``--warmup``
+unmeasured steps and ``--steps`` measured steps; a step is timed from ``debugger.start()`` to after
+``debugger.step()`` (forward, backward, clip, AdamW, dump writing).
+
+    python benchmarks/bench_dump_overhead.py                       # reference at /tmp/refvenv/bin/python
+    python benchmarks/bench_dump_overhead.py --ref-python none     # ours only
+    python benchmarks/bench_dump_overhead.py --d-model 256 --n-layer 4 --seq 128 --batch 8 --steps 5
+
+Reference venv: python3 -m venv /tmp/refvenv && /tmp/refvenv/bin/pip install torch==2.13.0 &&
+/tmp/refvenv/bin/pip install mindstudio-probe==26.2.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL_DIR = os.path.join(ROOT, "tests", "fixtures", "pytorch_model")
+
+CHILD = r'''
+import json, os, sys, time
+sys.path.insert(0, {model_dir!r})
+import torch
+from tiny_gpt import TinyGPT
+
+args = json.loads(sys.argv[1])
+torch.set_num_threads(args["threads"])
+if args["dump"]:
+    from msprobe.pytorch import PrecisionDebugger, seed_all
+    seed_all(1234)
+else:
+    import random
+    random.seed(1234)
+    torch.manual_seed(1234)
+model = TinyGPT(vocab=args["vocab"], d_model=args["d_model"], n_head=args["n_head"], n_layer=args["n_layer"],
+                max_seq=args["seq"], perturb_layer=0)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+g = torch.Generator().manual_seed(42)
+total = args["warmup"] + args["steps"]
+data = [(torch.randint(0, args["vocab"], (args["batch"], args["seq"]), generator=g),
+         torch.randint(0, args["vocab"], (args["batch"], args["seq"]), generator=g)) for _ in range(total)]
+debugger = None
+if args["dump"]:
+    cfg = {{"task": "statistics", "dump_path": args["dump_path"], "rank": [], "step": [], "level": "L1",
+           "extra_info": True, "async_dump": False,
+           "statistics": {{"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}}}}
+    cfg_path = os.path.join(os.path.dirname(args["dump_path"]), "config.json")
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    debugger = PrecisionDebugger(config_path=cfg_path)
+times = []
+for idx, tgt in data:
+    t0 = time.perf_counter()
+    if debugger:
+        debugger.start(model=model)
+    _, loss = model(idx, tgt)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad()
+    if debugger:
+        debugger.stop()
+        debugger.step()
+    loss_value = loss.item()
+    times.append(time.perf_counter() - t0)
+entries = 0
+if args["dump"]:
+    for base, _, files in os.walk(args["dump_path"]):
+        if "dump.json" in files:
+            with open(os.path.join(base, "dump.json")) as f:
+                entries += len(json.load(f).get("data", {{}}))
+print("RESULT " + json.dumps({{"times": times[args["warmup"]:], "loss": loss_value, "entries": entries,
+                              "torch": torch.__version__}}))
+'''
+
+
+def run_child(python: str, script: str, params: dict, workdir: str) -> dict:
+    proc = subprocess.run([python, script, json.dumps(params)], cwd=workdir, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise RuntimeError(f"{python} child failed (rc {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+
+
+def measure(label: str, python: str, dump: bool, script: str, params: dict, workdir: str, repeats: int) -> dict:
+    """Median per-step time over all measured steps of ``repeats`` child runs."""
+    times, result = [], {}
+    for i in range(repeats):
+        run = dict(params, dump=dump, dump_path=os.path.join(workdir, f"{label}_{i}", "dump"))
+        os.makedirs(os.path.dirname(run["dump_path"]), exist_ok=True)
+        result = run_child(python, script, run, workdir)
+        times.extend(result["times"])
+    result["median"] = statistics.median(times)
+    result["mean"] = statistics.fmean(times)
+    result["all"] = times
+    print(f"  {label:<10} median {result['median']:.4f} s/step  mean {result['mean']:.4f}  "
+          f"min {min(times):.4f}  max {max(times):.4f}  entries/step {result['entries'] // max(1, len(result['times']) + params['warmup']) if dump else '-'}",
+          flush=True)
+    return result
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--python", default=sys.executable, help="interpreter with our msprobe (default: this one)")
+    ap.add_argument("--ref-python", default="/tmp/refvenv/bin/python",
+                    help="interpreter with mindstudio-probe installed; 'none' to skip the reference")
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--n-head", type=int, default=8)
+    ap.add_argument("--n-layer", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=512)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=1, help="child runs per configuration")
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in the children")
+    ap.add_argument("--json", help="also write the figures to this file")
+    args = ap.parse_args(argv)
+
+    params = {"d_model": args.d_model, "n_head": args.n_head, "n_layer": args.n_layer, "seq": args.seq,
+              "batch": args.batch, "vocab": args.vocab, "warmup": args.warmup, "steps": args.steps,
+              "threads": args.threads}
+    ref = args.ref_python if args.ref_python.lower() != "none" else None
+    if ref and not os.path.exists(ref):
+        print(f"reference interpreter {ref} not found: measuring ours only")
+        ref = None
+    print(f"TinyGPT {params}, L1 statistics")
+    figures = {"params": params}
+    with tempfile.TemporaryDirectory(prefix="bench_dump_") as workdir:
+        script = os.path.join(workdir, "child.py")
+        with open(script, "w") as f:
+            f.write(CHILD.format(model_dir=MODEL_DIR))
+        print(f"ours ({args.python}):")
+        plain = measure("plain", args.python, False, script, params, workdir, args.repeats)
+        ours = measure("ours", args.python, True, script, params, workdir, args.repeats)
+        figures["ours"] = {"plain": plain["median"], "dump": ours["median"], "entries": ours["entries"],
+                           "overhead": ours["median"] / plain["median"] - 1}
+        if ref:
+            print(f"reference ({ref}):")
+            ref_plain = measure("ref_plain", ref, False, script, params, workdir, args.repeats)
+            ref_dump = measure("reference", ref, True, script, params, workdir, args.repeats)
+            figures["reference"] = {"plain": ref_plain["median"], "dump": ref_dump["median"],
+                                    "entries": ref_dump["entries"],
+                                    "overhead": ref_dump["median"] / ref_plain["median"] - 1}
+    print()
+    print("| tool | plain s/step | with dump s/step | slowdown | overhead |")
+    print("|---|---|---|---|---|")
+    for name in ("ours", "reference"):
+        if name in figures:
+            f = figures[name]
+            print(f"| {name} | {f['plain']:.4f} | {f['dump']:.4f} | {f['dump'] / f['plain']:.2f}x "
+                  f"| {100 * f['overhead']:+.1f} % |")
+    if "reference" in figures:
+        ok = figures["ours"]["overhead"] <= 0.5 * figures["reference"]["overhead"]
+        ratio = figures["ours"]["overhead"] / figures["reference"]["overhead"]
+        figures["verdict"] = ok
+        print(f"\nours overhead / reference overhead = {ratio:.2f} -> "
+              f"{'ok' if ok else 'MISSED'}: ours <= half the reference's slowdown")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

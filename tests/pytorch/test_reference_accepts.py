@@ -1,0 +1,97 @@
+"""The reference's own compare (PyPI ``mindstudio-probe``) accepts dumps written by our PrecisionDebugger.
+
+Optional: runs only when MSPROBE_REFERENCE_PYTHON names an interpreter that has mindstudio-probe installed
+(it installs a package also called ``msprobe``, so it must live in its own venv), e.g.
+
+    python3 -m venv /tmp/refvenv && /tmp/refvenv/bin/pip install torch==2.13.0 \
+        && /tmp/refvenv/bin/pip install mindstudio-probe==26.2.0
+    MSPROBE_REFERENCE_PYTHON=/tmp/refvenv/bin/python pytest tests/pytorch/test_reference_accepts.py
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, only_file, read_csv, run_cli
+
+torch = pytest.importorskip("torch")
+
+from msprobe.pytorch import PrecisionDebugger, seed_all  # noqa: E402
+
+sys.path.insert(0, str(FIXTURES / "pytorch_model"))
+from tiny_gpt import TinyGPT  # noqa: E402
+
+ENV = "MSPROBE_REFERENCE_PYTHON"
+
+
+def reference_python() -> str:
+    python = os.environ.get(ENV)
+    if not python:
+        pytest.skip(f"{ENV} is not set (point it to a python with mindstudio-probe installed)")
+    if not os.path.exists(python):
+        pytest.skip(f"{ENV}={python} does not exist")
+    probe = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('mindstudio-probe'))"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"mindstudio-probe is not installed in {python}")
+    return python
+
+
+def reference_compare_command(python: str) -> list:
+    """The ``msprobe`` console script installed beside the interpreter, else its module entry point."""
+    script = Path(python).parent / "msprobe"
+    if script.exists():
+        return [str(script)]
+    return [python, "-m", "msprobe.msprobe"]
+
+
+def dump_tiny_gpt(dump_path: Path, level: str, variant: str) -> Path:
+    """One step of the refdata dump_single.py loop (default size) with our collector; returns the proc dir."""
+    torch.set_num_threads(1)
+    seed_all(1234)
+    model = TinyGPT(vocab=64, d_model=32, n_head=4, n_layer=2, max_seq=8,
+                    perturb_layer=0 if variant == "target" else None)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    g = torch.Generator().manual_seed(42)
+    idx, tgt = torch.randint(0, 64, (2, 8), generator=g), torch.randint(0, 64, (2, 8), generator=g)
+    debugger = PrecisionDebugger(task="statistics", level=level, dump_path=str(dump_path))
+    debugger.start(model=model)
+    _, loss = model(idx, tgt)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad()
+    debugger.stop()
+    debugger.step()
+    (proc,) = [p for p in (dump_path / "step0").iterdir() if p.is_dir()]
+    return proc
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_reference_compare_accepts_our_dumps(tmp_path, level):
+    python = reference_python()
+    target = dump_tiny_gpt(tmp_path / "target", level, "target")
+    golden = dump_tiny_gpt(tmp_path / "golden", level, "golden")
+
+    out = tmp_path / "reference_out"
+    proc = subprocess.run(reference_compare_command(python)
+                          + ["compare", "-tp", str(target / "dump.json"), "-gp", str(golden / "dump.json"),
+                             "-o", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, f"reference compare failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    reference_rows = read_csv(only_file(out, "compare_result_*.csv"))
+
+    ours_out = tmp_path / "ours_out"
+    assert run_cli(["compare", "-tp", target / "dump.json", "-gp", golden / "dump.json", "-o", ours_out,
+                    "--csv"]) == 0
+    our_rows = read_csv(only_file(ours_out, "compare_result_*.csv"))
+
+    assert len(reference_rows) > 100
+    assert len(reference_rows) == len(our_rows)
+    assert reference_rows[0] == our_rows[0]
+    assert [row[0] for row in reference_rows] == [row[0] for row in our_rows]
