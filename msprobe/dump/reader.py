@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -23,6 +24,26 @@ TENSOR_DIR_NAME = "dump_tensor_data"
 SENTINELS = {"\x00msprobe:nan": float("nan"), "\x00msprobe:inf": float("inf"), "\x00msprobe:ninf": float("-inf")}
 _REWRITES = ((b"-Infinity", b'"\\u0000msprobe:ninf"'), (b"Infinity", b'"\\u0000msprobe:inf"'),
              (b"NaN", b'"\\u0000msprobe:nan"'))
+
+
+def json_number(value: float):
+    """A float as the collector stores it: non-finite values become the sentinel strings, which
+    `encode_dump_json` writes back as the NaN/Infinity/-Infinity tokens of the dump format."""
+    if value != value:
+        return "\x00msprobe:nan"
+    if value in (math.inf, -math.inf):
+        return "\x00msprobe:inf" if value > 0 else "\x00msprobe:ninf"
+    return value
+
+
+def encode_dump_json(content) -> bytes:
+    """JSON text of a dump file (orjson, indented), with the sentinels of json_number as bare tokens."""
+    raw = orjson.dumps(content, option=orjson.OPT_INDENT_2)
+    if b"\\u0000msprobe:" not in raw:
+        return raw
+    for token, sentinel in _REWRITES:
+        raw = raw.replace(sentinel, token)
+    return raw
 
 
 def _without_non_finite_tokens(raw: bytes) -> bytes | None:

@@ -7,6 +7,7 @@ import zlib
 import torch
 
 from msprobe.dump.flatten import crc32_text
+from msprobe.dump.reader import json_number
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -15,7 +16,8 @@ def _number(value: torch.Tensor, dtype=None):
     """0-d tensor -> Python number; low-precision statistics are rounded back to the tensor's dtype."""
     if dtype is not None and value.dtype != dtype:
         value = value.to(dtype)
-    return value.item()
+    number = value.item()
+    return json_number(number) if isinstance(number, float) else number
 
 
 def tensor_stats(t: torch.Tensor) -> dict:
@@ -30,6 +32,7 @@ def tensor_stats(t: torch.Tensor) -> dict:
         return {"Max": t.max().item(), "Min": t.min().item(), "Mean": None, "Norm": None}
     if t.dim() == 0:
         value = t.item()
+        value = json_number(value) if isinstance(value, float) else value
         return {"Max": value, "Min": value, "Mean": value, "Norm": value}
     data = t.float() if t.dtype in _LOW_PRECISION else t
     back = t.dtype if t.dtype in _LOW_PRECISION else None
@@ -64,7 +67,7 @@ def value_record(value):
     if isinstance(value, int):
         return {"type": "int", "value": value}
     if isinstance(value, float):
-        return {"type": "float", "value": value}
+        return {"type": "float", "value": json_number(value)}
     if isinstance(value, str):
         return {"type": "str", "value": value}
     if value is Ellipsis:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import torch
 
-from msprobe.report.atomic import atomic_path, write_text
+from msprobe.dump.reader import encode_dump_json
+from msprobe.report.atomic import atomic_path
 
 
 class StepWriter:
@@ -45,8 +45,14 @@ class StepWriter:
         tensor_dir = self.tensor_dir if self.task == "tensor" else None
         dump = {"task": self.task, "level": self.level, "framework": "pytorch", "dump_data_dir": tensor_dir,
                 "data": self.data}
-        write_text(os.path.join(self.directory, "dump.json"), json.dumps(dump, indent=1))
+        _write_json(os.path.join(self.directory, "dump.json"), dump)
         stack = {str(i): [names, list(lines)] for i, (lines, names) in enumerate(self.stacks.items())}
-        write_text(os.path.join(self.directory, "stack.json"), json.dumps(stack, indent=1))
+        _write_json(os.path.join(self.directory, "stack.json"), stack)
         construct = {} if self.level == "L1" else self.construct
-        write_text(os.path.join(self.directory, "construct.json"), json.dumps(construct, indent=1))
+        _write_json(os.path.join(self.directory, "construct.json"), construct)
+
+
+def _write_json(path: str, content) -> None:
+    """orjson (several times faster than json.dumps with indent), with the dump format's NaN/Infinity tokens."""
+    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+        handle.write(encode_dump_json(content))
