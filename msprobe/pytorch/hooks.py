@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 import threading
 import traceback
 import warnings
@@ -100,9 +101,25 @@ def _own_frame(filename: str) -> bool:
     return os.path.dirname(os.path.abspath(filename)) == _HERE
 
 
+_STACK_CACHE: dict = {}
+
+
 def _stack_lines() -> tuple:
-    frames = [f for f in traceback.extract_stack() if not _own_frame(f.filename)]
-    return tuple(f"File {f.filename}, line {f.lineno}, in {f.name}, \n {f.line or ''}" for f in reversed(frames))
+    """The caller's stack, innermost first, without our own frames. Formatting (source lines included) is
+    cached per chain of (code, line) positions: a training step calls the same sites again and again."""
+    key = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        key.append((frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    key = tuple(key)
+    lines = _STACK_CACHE.get(key)
+    if lines is None:
+        frames = [f for f in traceback.extract_stack(sys._getframe(1)) if not _own_frame(f.filename)]
+        lines = tuple(f"File {f.filename}, line {f.lineno}, in {f.name}, \n {f.line or ''}" for f in reversed(frames))
+        if len(_STACK_CACHE) < 100_000:
+            _STACK_CACHE[key] = lines
+    return lines
 
 
 def _first_grad_fn(value, depth=0):

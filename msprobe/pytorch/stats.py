@@ -29,14 +29,16 @@ def tensor_stats(t: torch.Tensor) -> dict:
     if t.is_complex():
         t = t.abs()
     if not t.is_floating_point():
-        return {"Max": t.max().item(), "Min": t.min().item(), "Mean": None, "Norm": None}
+        low, high = torch.aminmax(t)
+        return {"Max": high.item(), "Min": low.item(), "Mean": None, "Norm": None}
     if t.dim() == 0:
         value = t.item()
         value = json_number(value) if isinstance(value, float) else value
         return {"Max": value, "Min": value, "Mean": value, "Norm": value}
     data = t.float() if t.dtype in _LOW_PRECISION else t
     back = t.dtype if t.dtype in _LOW_PRECISION else None
-    return {"Max": _number(data.max(), back), "Min": _number(data.min(), back),
+    low, high = torch.aminmax(data)   # one pass for both
+    return {"Max": _number(high, back), "Min": _number(low, back),
             "Mean": _number(data.mean(), back), "Norm": _number(torch.linalg.vector_norm(data), back)}
 
 

@@ -23,3 +23,18 @@ def test_construct_parents_match_the_reference(tmp_path):
     assert ours["Torch._foreach_norm.0.forward"] == "clip_grad"
     assert ours["Tensor.__iadd__.0.forward"] == "optimizer"
     assert ours["Functional.linear.0.forward"] == reference["Functional.linear.0.forward"]
+
+
+def test_stack_lines_are_cached_per_call_site_and_never_conflated():
+    from msprobe.pytorch.hooks import _stack_lines
+
+    def site_a():
+        return _stack_lines()
+
+    def site_b():
+        return _stack_lines()
+
+    first, again, other = site_a(), site_a(), site_b()
+    assert first is again                       # same chain of positions: the cached tuple
+    assert first != other and "in site_a" in first[0] and "in site_b" in other[0]
+    assert first[0].startswith("File ") and "test_construct.py" in first[0] and ", \n " in first[0]
