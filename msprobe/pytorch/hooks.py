@@ -101,10 +101,7 @@ def _own_frame(filename: str) -> bool:
     return os.path.dirname(os.path.abspath(filename)) == _HERE
 
 
-_STACK_CACHE: dict = {}
-
-
-def _stack_lines() -> tuple:
+def _stack_lines(cache: dict) -> tuple:
     """The caller's stack, innermost first, without our own frames. Formatting (source lines included) is
     cached per chain of (code, line) positions: a training step calls the same sites again and again."""
     key = []
@@ -113,12 +110,12 @@ def _stack_lines() -> tuple:
         key.append((frame.f_code, frame.f_lineno))
         frame = frame.f_back
     key = tuple(key)
-    lines = _STACK_CACHE.get(key)
+    lines = cache.get(key)
     if lines is None:
         frames = [f for f in traceback.extract_stack(sys._getframe(1)) if not _own_frame(f.filename)]
         lines = tuple(f"File {f.filename}, line {f.lineno}, in {f.name}, \n {f.line or ''}" for f in reversed(frames))
-        if len(_STACK_CACHE) < 100_000:
-            _STACK_CACHE[key] = lines
+        if len(cache) < 100_000:
+            cache[key] = lines
     return lines
 
 
@@ -185,6 +182,7 @@ class Collector:
         self.module_bw_counts: dict = {}
         self.param_grad_counts: dict = {}
         self.module_stack: list = []
+        self.stack_cache: dict = {}       # formatted stacks per chain of (code, line) positions
         self._pending_forward: dict = {}
         self._pending_grads: dict = {}
         self.generation += 1
@@ -279,7 +277,7 @@ class Collector:
             stack = None
             if dump and self._direction_ok("forward"):
                 self._inputs(forward, body, args, kwargs)
-                stack = self._guard(forward, body, "stack", _stack_lines)
+                stack = self._guard(forward, body, "stack", lambda: _stack_lines(self.stack_cache))
             out = func(*args, **kwargs)
             if dump and self._direction_ok("forward"):
                 self._outputs(forward, body, (*args, *kwargs.values()) if collective else out)
@@ -433,7 +431,7 @@ class Collector:
                 dump = self._selected(forward) and self._direction_ok("forward")
                 if dump:
                     self._inputs(forward, body, args, kwargs)
-                    stack = self._guard(forward, body, "stack", _stack_lines)
+                    stack = self._guard(forward, body, "stack", lambda: _stack_lines(self.stack_cache))
                 self._pending_forward.setdefault(id(mod), []).append((forward, body, stack, dump))
             finally:
                 self.busy = previous
