@@ -21,6 +21,9 @@ YELLOW = "FFFFFF00"
 VERDICT_FILLS = {"error": RED, "warning": YELLOW}
 BATCH_ROWS = 5000
 SHARED_MIN_CHARS = 64        # longer texts (call stacks) are stored once in the shared-strings table
+WIDE_COLUMNS = {"NPU Name": 60, "Bench Name": 60, "Err_message": 50, "NPU_Stack_Info": 50, "Data_name": 50,
+                "File Path": 60, "Code Stack": 60, "Scope Name": 50, "Detail": 60}
+DEFAULT_WIDTH = 16
 
 _NEEDS_ESCAPE = re.compile(r"[&<>\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _INVALID_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -194,9 +197,12 @@ def _write_sheet(stream, sheet: Sheet, texts: dict, colors: list, shared: Shared
     letters = _column_letters(len(table.columns))
     header = "".join(f'<c s="1" t="inlineStr"><is><t>{_escape(name)}</t></is></c>' for name in table.columns)
     last = f"{letters[-1]}{rows + 1}" if letters else "A1"
+    widths = "".join(f'<col min="{i}" max="{i}" width="{WIDE_COLUMNS.get(name, DEFAULT_WIDTH)}" customWidth="1"/>'
+                     for i, name in enumerate(table.columns, start=1))
     stream.write(('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<worksheet xmlns="http://'
                   'schemas.openxmlformats.org/spreadsheetml/2006/main"><dimension ref="A1:'
-                  f'{last}"/><sheetData><row r="1">{header}</row>').encode())
+                  f'{last}"/><sheetFormatPr defaultRowHeight="15"/><cols>{widths}</cols><sheetData>'
+                  f'<row r="1">{header}</row>').encode())
     for batch in range(0, rows, BATCH_ROWS):
         end = min(batch + BATCH_ROWS, rows)
         # the first column (the row's name) stays inline: readers find rows by searching for it
