@@ -20,12 +20,14 @@ COMMANDS = {
     "compare": ("msprobe.cli.compare", "compare two dumps (files or rank/step folders) and write result tables"),
     "merge_result": ("msprobe.cli.merge_result", "merge chosen APIs and metrics of all ranks' compare results"),
     "report": ("msprobe.cli.report", "make a self-contained HTML report from a compare result .csv/.xlsx"),
+    "acc_check": ("msprobe.cli.acc_check", "replay the APIs of a PyTorch dump against a high-precision CPU benchmark"),
     "code_mapping": ("msprobe.cli.code_mapping", "map MindSpore static-graph dump data to IR nodes and source lines"),
 }
 
 EPILOG = """examples:
   msprobe compare -tp target/step0/rank0/dump.json -gp golden/step0/rank0/dump.json -o out
   msprobe merge_result -i compare_results -o merged -config merge_config.yaml
+  msprobe acc_check -api_info dump_L1/step0/rank0/dump.json -o acc
   msprobe code_mapping --ir graph_build_0.ir --dump_data dump/rank_0/Net/0/0 -o out
   msprobe compare -h
   msprobe -f mindspore compare -i compare.json -o out      (the 1.x form, same engine)

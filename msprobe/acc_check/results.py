@@ -1,0 +1,178 @@
+"""The result and details CSVs of acc_check (spec §5.8) and resuming an interrupted run (§5.6).
+
+Rows are appended as whole lines and flushed after every API: the details rows of an API first, then its
+result row, so a result row always means complete details. A resumed run skips the APIs of the result file
+and cuts details rows of an API whose result row was never written.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import re
+
+from msprobe.acc_check.standards import METRICS
+from msprobe.errors import MsprobeError
+
+RESULT_HEADER = ["API name", "Forward Test Success", "Backward Test Success", "Message"]
+DETAILS_HEADER = ["API Name", "Bench Dtype", "DEVICE Dtype", "Shape", *METRICS, "Status", "Message"]
+RESULT_NAME = re.compile(r"^accuracy_checking_result_(\d{14})\.csv$")
+BOM = "\ufeff"
+
+
+class ResumeError(MsprobeError):
+    """A result CSV given to -csv_path cannot be continued."""
+
+
+def _line(cells: list) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\r\n").writerow(cells)
+    return buffer.getvalue()
+
+
+def cell(value, precision: int = 14) -> str:
+    if value is None:
+        return " "
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return f"{value:.{precision}f}"
+    return str(value)
+
+
+def details_rows(result) -> list:
+    rows = []
+    for direction, outputs in (("forward", result.forward), ("backward", result.backward)):
+        for i, output in enumerate(outputs):
+            if output.metrics.get("dropout"):
+                continue
+            rows.append([f"{result.full_name}.{direction}.output.{i}", output.bench_dtype, output.device_dtype,
+                         output.shape, *(cell(output.metrics.get(m)) for m in METRICS), output.status,
+                         output.message])
+    return rows
+
+
+def result_row(result) -> list:
+    row = [result.full_name, result.forward_status, result.backward_status]
+    if "SKIP" in (result.forward_status, result.backward_status):
+        row.append(result.message or (result.forward[0].message if result.forward else ""))
+    return row
+
+
+class ResultFiles:
+    """The pair of CSV files of one run, opened for appending."""
+
+    def __init__(self, result_path: str, details_path: str, new: bool):
+        self.result_path, self.details_path = result_path, details_path
+        mode = "w" if new else "a"
+        self._result = open(result_path, mode, encoding="utf-8", newline="")
+        self._details = open(details_path, mode, encoding="utf-8", newline="")
+        if new:
+            self._result.write(BOM + _line(RESULT_HEADER))
+            self._details.write(BOM + _line(DETAILS_HEADER))
+            self.flush()
+
+    def append(self, result) -> None:
+        text = "".join(_line(row) for row in details_rows(result))
+        if text:
+            self._details.write(text)
+            self._details.flush()
+        self._result.write(_line(result_row(result)))
+        self._result.flush()
+
+    def flush(self) -> None:
+        self._details.flush()
+        self._result.flush()
+
+    def close(self) -> None:
+        self._result.close()
+        self._details.close()
+
+
+def new_files(output_dir: str, stamp: str) -> ResultFiles:
+    result = os.path.join(output_dir, f"accuracy_checking_result_{stamp}.csv")
+    details = os.path.join(output_dir, f"accuracy_checking_details_{stamp}.csv")
+    for path in (result, details):
+        if os.path.lexists(path):
+            raise MsprobeError(f"{path} already exists; not overwriting it.")
+    return ResultFiles(result, details, new=True)
+
+
+def _read_rows(path: str, header: list, what: str) -> tuple:
+    """(rows, byte offset after each complete row) of a result/details CSV; ResumeError when corrupt."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise ResumeError(f"cannot read the {what} {path}: {exc.strerror}.") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ResumeError(f"the {what} {path} is not a UTF-8 CSV written by acc_check.") from None
+    text = text[1:] if text.startswith(BOM) else text
+    lines = text.split("\r\n")
+    if not lines or next(csv.reader([lines[0]]), None) != header:
+        raise ResumeError(f"the {what} {path} is corrupt or not an acc_check file: its header is not "
+                          f"{', '.join(header)}.")
+    complete = lines[1:-1] if len(lines) > 1 else []   # the last piece has no line end (empty when complete)
+    if lines[-1]:
+        complete = lines[1:-1]
+    rows = []
+    try:
+        rows = list(csv.reader(complete))
+    except csv.Error as exc:
+        raise ResumeError(f"the {what} {path} is corrupt ({exc}).") from None
+    return rows, len(raw) - len(lines[-1].encode("utf-8"))
+
+
+def resume_files(csv_path: str, api_names: list) -> tuple:
+    """Open an interrupted run's pair of files; returns (ResultFiles, done set, timestamp)."""
+    from msprobe.dump.paths import check_input_file
+
+    csv_path = check_input_file(csv_path, "result csv to resume")
+    match = RESULT_NAME.match(os.path.basename(csv_path))
+    if not match:
+        raise ResumeError(f"{csv_path}: please do not modify the result csv name "
+                          "(expected accuracy_checking_result_<YYYYmmddHHMMSS>.csv).")
+    details_path = os.path.join(os.path.dirname(csv_path),
+                                os.path.basename(csv_path).replace("result", "details", 1))
+    if not os.path.isfile(details_path) or not os.access(details_path, os.R_OK | os.W_OK):
+        raise ResumeError(f"the details file {details_path} of {csv_path} is missing or not read/writable.")
+    rows, result_end = _read_rows(csv_path, RESULT_HEADER, "result csv")
+    done = [row[0] for row in rows if row]
+    bad = [row for row in rows if len(row) < 3 or row[1] not in ("pass", "warning", "error", "SKIP", " ")]
+    if bad:
+        raise ResumeError(f"the result csv {csv_path} is corrupt: row {bad[0]!r} is not an acc_check result row.")
+    known = set(api_names)
+    foreign = [name for name in done if name not in known]
+    if foreign:
+        raise ResumeError(f"the result csv {csv_path} belongs to another dump: {len(foreign)} of its APIs "
+                          f"(first: {foreign[0]}) are not in this dump.json.")
+    done_set = set(done)
+    details, _ = _read_rows(details_path, DETAILS_HEADER, "details csv")
+    # Keep the details of recorded APIs only; a run killed between an API's details and its result row leaves
+    # details that the resumed run writes again.
+    keep = 0
+    with open(details_path, "rb") as handle:
+        raw = handle.read()
+    offset = len(BOM.encode("utf-8")) if raw.startswith(BOM.encode("utf-8")) else 0
+    offset += raw[offset:].index(b"\r\n") + 2
+    keep = offset
+    for row in details:
+        end = raw.index(b"\r\n", offset) + 2
+        # a quoted cell may hold CR LF; advance until the row parses completely
+        while next(csv.reader([raw[offset:end].decode("utf-8")]), None) != row:
+            end = raw.index(b"\r\n", end) + 2
+        name = row[0].split(".forward.output.")[0].split(".backward.output.")[0]
+        if name in done_set:
+            keep = end
+        offset = end
+    with open(csv_path, "r+b") as handle:
+        handle.truncate(result_end)
+    with open(details_path, "r+b") as handle:
+        handle.truncate(keep)
+    return ResultFiles(csv_path, details_path, new=False), done_set, match.group(1)
