@@ -21,8 +21,11 @@ COMMANDS = {
     "merge_result": ("msprobe.cli.merge_result", "merge chosen APIs and metrics of all ranks' compare results"),
     "report": ("msprobe.cli.report", "make a self-contained HTML report from a compare result .csv/.xlsx"),
     "acc_check": ("msprobe.cli.acc_check", "replay the APIs of a PyTorch dump against a high-precision CPU benchmark"),
+    "graph": ("msprobe.cli.graph", "build/compare hierarchical model graphs (.vis) for TensorBoard"),
     "code_mapping": ("msprobe.cli.code_mapping", "map MindSpore static-graph dump data to IR nodes and source lines"),
 }
+
+ALIASES = {"graph": ["graph_visualize"]}
 
 EPILOG = """examples:
   msprobe compare -tp target/step0/rank0/dump.json -gp golden/step0/rank0/dump.json -o out
@@ -51,11 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.subcommands = {}
     for name, (module_name, help_text) in COMMANDS.items():
         module = importlib.import_module(module_name)
-        sub = commands.add_parser(name, help=help_text, description=module.DESCRIPTION, epilog=module.EPILOG,
+        sub = commands.add_parser(name, help=help_text, aliases=ALIASES.get(name, []), description=module.DESCRIPTION, epilog=module.EPILOG,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(sub)
         sub.set_defaults(_module=module_name)
         parser.subcommands[name] = sub
+        for alias in ALIASES.get(name, []):
+            parser.subcommands[alias] = sub
     return parser
 
 

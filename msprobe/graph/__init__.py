@@ -1,0 +1,1 @@
+"""`msprobe graph`: hierarchical model graphs built from dumps, compared, and written for tb-graph-ascend."""

@@ -1,0 +1,178 @@
+"""One graph job (build or compare of one rank), run in the main process or a worker process."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+
+from msprobe.compare.batch import JobFailure
+from msprobe.dump.locate import Job
+from msprobe.errors import MsprobeError
+
+
+@dataclass(frozen=True)
+class GraphOptions:
+    output_dir: str
+    compare: bool
+    output_format: str = "json"        # "json" (.vis) | "db" (.vis.db)
+    fuzzy: bool = False
+    layer_mapping: str | None = None   # None off, "" structural, else yaml
+    overflow_check: bool = False
+    complete_stack: bool = False
+    tensor_log: bool = False
+    jobs: int = 2
+    stamp: str = ""
+
+
+@dataclass
+class GraphResult:
+    label: str
+    mode: str
+    step: int
+    rank: int
+    npu_nodes: int
+    bench_nodes: int = 0
+    matched: int = 0
+    unmatched: int = 0
+    bench_unmatched: int = 0
+    overflow: int = 0
+    top: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+    output: str | None = None
+    rows: tuple | None = None          # db format: (node rows, stack rows) per graph, written by the caller
+    config: dict = field(default_factory=dict)
+
+
+def step_rank(job: Job) -> tuple[int, int]:
+    step = re.search(r"step(\d+)$", job.out_subdir or "")
+    rank = re.fullmatch(r"_rank(\d+)", job.suffix or "")
+    return (int(step.group(1)) if step else 0), (int(rank.group(1)) if rank else 0)
+
+
+def file_name(job: Job, options: GraphOptions) -> str:
+    kind = "compare" if options.compare else "build"
+    step = ("_" + job.out_subdir.replace("/", "_")) if job.out_subdir else ""
+    return f"{kind}{step}{job.suffix}_{options.stamp}.vis"
+
+
+def graph_job(job: Job, options: GraphOptions):
+    try:
+        return _graph_job(job, options)
+    except MsprobeError as exc:
+        return JobFailure(job.label, str(exc))
+    except OSError as exc:
+        return JobFailure(job.label, f"{exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}".strip(": "))
+
+
+def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
+    from msprobe.compare import columns as col
+    from msprobe.compare.pipeline import side_of
+    from msprobe.dump.flatten import entry_has_md5
+    from msprobe.dump.reader import read_dump
+    from msprobe.graph import scoring
+    from msprobe.graph.tree import build_graph
+    from msprobe.log import get_logger
+
+    logger = get_logger()
+    simplify = not options.complete_stack
+    target = read_dump(job.target, "target", with_stack=True, with_construct=True)
+    npu = build_graph(target, simplify)
+    step, rank = step_rank(job)
+    result = GraphResult(job.label, "", step, rank, len(npu.nodes), warnings=list(npu.warnings))
+    if not options.compare:
+        keep_md5 = any(entry_has_md5(body) for body in target.data.values())
+        result.mode = col.MD5 if keep_md5 else col.STATISTICS if target.task == "statistics" else col.TENSOR
+        if options.overflow_check:
+            result.overflow = scoring.overflow_levels(npu)
+        return _write(result, job, options, npu, None, keep_md5)
+    golden = read_dump(job.golden, "golden", with_stack=True, with_construct=True)
+    bench = build_graph(golden, simplify)
+    result.warnings += [f"golden: {w}" for w in bench.warnings]
+    if target.framework != golden.framework and options.layer_mapping is None:
+        raise MsprobeError(f"The target is a {target.framework} dump and the golden a {golden.framework} dump; "
+                           "a cross-framework graph compare needs -lm.")
+    layer = options.layer_mapping
+    if layer is not None and target.framework == golden.framework:
+        result.warnings.append("-lm maps the names of a MindSpore target to a PyTorch golden; both dumps are "
+                               f"{target.framework} dumps, so nodes are paired by name.")
+        layer = ""
+        compare_layer = None
+    else:
+        compare_layer = layer
+    t_side, g_side = side_of(target), side_of(golden)
+    del target, golden
+    table, summary, entry_map = _compare(t_side, g_side, replace(options, layer_mapping=compare_layer), job.label)
+    mode = result.mode = summary.mode
+    if layer is not None:
+        from msprobe.graph.match import match_mapped
+
+        match_mapped(npu, bench, entry_map)
+    elif options.fuzzy:
+        from msprobe.graph.match import match_fuzzy
+
+        match_fuzzy(npu, bench)
+    else:
+        from msprobe.graph.match import match_exact
+
+        match_exact(npu, bench)
+    new = options.output_format == "db"
+    scoring.attach_and_score(npu, table, mode, new)
+    del table
+    if options.overflow_check:
+        result.overflow = scoring.overflow_levels(npu)
+    result.bench_nodes = len(bench.nodes)
+    result.matched = sum(1 for n in npu.nodes.values() if n.link)
+    result.unmatched = len(npu.nodes) - result.matched
+    result.bench_unmatched = sum(1 for n in bench.nodes.values() if not n.link)
+    result.top = scoring.top_nodes(npu, mode, new)
+    logger.info("%sGraph compare mode: %s; %d of %d NPU nodes matched.", job.label,
+                "real data" if mode == col.TENSOR else mode, result.matched, len(npu.nodes))
+    return _write(result, job, options, npu, bench, mode == col.MD5)
+
+
+def _compare(t_side, g_side, options: GraphOptions, label: str):
+    """The compare core's judged table of the two dumps (and, with -lm, the entry map of its pairs)."""
+    from msprobe.compare.mapping import MappingOptions
+    from msprobe.compare.pipeline import CompareOptions, compare_dumps, match_items
+
+    compare_options = CompareOptions(output_dir=options.output_dir, tensor_log=options.tensor_log,
+                                     compare_only=True, fuzzy=options.fuzzy,
+                                     mapping=MappingOptions(layer=options.layer_mapping), jobs=options.jobs,
+                                     write_output=False)
+    table, summary = compare_dumps(t_side, g_side, compare_options, label, options.stamp)
+    entry_map: dict = {}
+    if options.layer_mapping is not None:
+        t_items, g_items = t_side.items, g_side.items
+        pairs = match_items(t_side.dump, g_side.dump, t_items, g_items, compare_options, label, options.stamp)
+        for t, g in zip(pairs.target.tolist(), pairs.golden.tolist()):
+            if g >= 0:
+                entry_map.setdefault(t_items.entry_names[t_items.entry[t]], g_items.entry_names[g_items.entry[g]])
+    return table, summary, entry_map
+
+
+def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench, keep_md5: bool) -> GraphResult:
+    from msprobe.graph import scoring
+
+    new = options.output_format == "db"
+    if new:
+        from msprobe.graph.vis_db import graph_rows
+
+        rows, stacks = graph_rows(npu, "NPU", result.step, result.rank, keep_md5)
+        if bench is not None:
+            more_rows, more_stacks = graph_rows(bench, "Bench", result.step, result.rank, keep_md5)
+            rows += more_rows
+            stacks += more_stacks
+        result.rows = (rows, stacks)
+        result.config = {"micro_steps": max(npu.micro_steps, bench.micro_steps if bench else 1)}
+        return result
+    from msprobe.graph import vis_json
+
+    path = os.path.join(options.output_dir, file_name(job, options))
+    if bench is None:
+        vis_json.write_build(npu, path, options.overflow_check)
+    else:
+        vis_json.write_compare(npu, bench, path, scoring.TASK[result.mode], scoring.TOOLTIPS[result.mode],
+                               scoring.colors(result.mode, False), options.overflow_check)
+    result.output = path
+    return result

@@ -1,0 +1,225 @@
+"""Compare columns on matched NPU nodes, the precision index per node (spec §7), colours (§8), overflow levels
+(§9), and the summary's top nodes."""
+
+from __future__ import annotations
+
+import math
+
+from msprobe.compare import columns as col
+from msprobe.graph.tree import COLLECTION, ROOT, Graph
+from msprobe.report.cells import cell_text
+
+OLD_COLUMNS = {
+    col.STATISTICS: col.STAT_DIFFS,
+    col.TENSOR: ["Cosine", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio"],
+    col.MD5: ["Result"],
+}
+NEW_COLUMNS = {
+    col.STATISTICS: col.STAT_DIFFS + col.VERDICT,
+    col.TENSOR: col.TENSOR_METRICS + col.VERDICT,
+    col.MD5: ["Result", "Requires_grad Consistent", "Err_message"],
+}
+TASK = {col.STATISTICS: "summary", col.MD5: "md5", col.TENSOR: "all"}
+VERDICT_INDEX = {"pass": 0, "warning": 0.5, "error": 1}
+GREY = "#C7C7C7"
+
+_STATS_TEXT = "all outputs' relative statistic errors of this node; the darker, the larger the deviation"
+OLD_COLORS = {
+    col.STATISTICS: [("#FFFCF3", [0, 0.2]), ("#FFEDBE", [0.2, 0.4]), ("#FFDC7F", [0.4, 0.6]),
+                     ("#FFC62E", [0.6, 0.8]), ("#FF704D", [0.8, 1])],
+    col.TENSOR: [("#FFFCF3", [0, 0.05]), ("#FFEDBE", [0.05, 0.1]), ("#FFDC7F", [0.1, 0.15]),
+                 ("#FFC62E", [0.15, 0.2]), ("#FF704D", [0.2, 1])],
+    col.MD5: [("#FFFCF3", [1, 1]), ("#FF704D", [0, 0])],
+}
+OLD_DESCRIPTIONS = {
+    col.STATISTICS: "maximum relative error of the node's output statistics; the darker, the larger the deviation",
+    col.TENSOR: "drop of the One Thousandth Err Ratio from inputs to outputs; the darker, the larger the drop",
+    col.MD5: "",
+}
+TOOLTIPS = {
+    col.STATISTICS: {"Max diff": "difference of the maximum values of NPU and bench",
+                     "Min diff": "difference of the minimum values of NPU and bench",
+                     "Mean diff": "difference of the mean values of NPU and bench",
+                     "L2norm diff": "difference of the L2 norms of NPU and bench"},
+    col.MD5: {"md5": "CRC-32 of the data; equal values mean bit-identical data"},
+    col.TENSOR: {"One Thousandth Err Ratio": "share of elements whose relative error is below 0.001",
+                 "Five Thousandths Err Ratio": "share of elements whose relative error is below 0.005",
+                 "Cosine": "cosine similarity of NPU and bench data",
+                 "MaxAbsErr": "maximum absolute error", "MaxRelativeErr": "maximum relative error"},
+}
+
+
+def colors(mode: str, new: bool) -> dict:
+    if new:
+        return {"#FFFCF3": {"value": [0, 0.3], "description": "pass", "accuracy_level": "pass"},
+                "#FFDC7F": {"value": [0.3, 0.6], "description": "warning", "accuracy_level": "warning"},
+                "#FF704D": {"value": [0.6, 1], "description": "error", "accuracy_level": "error"},
+                GREY: {"value": [], "description": "node not matched", "accuracy_level": "unmatched node"}}
+    out = {}
+    for colour, bucket in OLD_COLORS[mode]:
+        text = OLD_DESCRIPTIONS[mode] or ("all md5 values equal" if bucket == [1, 1] else "some md5 values differ")
+        out[colour] = {"value": bucket, "description": text}
+    out[GREY] = {"value": [], "description": "node not matched"}
+    return out
+
+
+def _fraction(value) -> float | None:
+    """A relative error cell as a fraction (`12.5%` -> 0.125); None when not a number."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return None if math.isnan(value) else float(value)
+    text = str(value).strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        return None
+    return None if math.isnan(number) else number
+
+
+def attach_and_score(npu: Graph, table, mode: str, new: bool) -> None:
+    """Merge the compare columns of each matched NPU node's parameters and set data.precision_index."""
+    cells = table.cells
+    names, bench = cells["NPU Name"], cells["Bench Name"]
+    results = cells["Result"]
+    row_of: dict = {}
+    for index, (name, partner) in enumerate(zip(names, bench)):
+        if partner != "N/A":
+            row_of.setdefault(name, index)
+    wanted = [(c, cells[c]) for c in (NEW_COLUMNS if new else OLD_COLUMNS)[mode] if c in cells]
+    for node in npu.nodes.values():
+        if not node.link or node.node_type == COLLECTION or node.id == ROOT:
+            continue
+        verdicts = []
+        for params in (node.input_data, node.output_data):
+            for key, item in params.items():
+                index = row_of.get(key)
+                if index is None:
+                    continue
+                for column, values in wanted:
+                    item[column] = cell_text(values[index])
+                verdicts.append(results[index])
+                node.compared = True
+        if new:
+            if verdicts:
+                node.data["precision_index"] = max(VERDICT_INDEX.get(v, 0) for v in verdicts)
+        else:
+            _old_index(node, mode, results, row_of)
+    _collections(npu, mode, new)
+
+
+def _old_index(node, mode: str, results, row_of) -> None:
+    if mode == col.MD5:
+        rows = [row_of[k] for p in (node.input_data, node.output_data) for k in p if k in row_of]
+        same = all(results[r] == "pass" for r in rows) and len(rows) == len(node.input_data) + len(node.output_data)
+        node.data["precision_index"] = 1 if same else 0
+        node.data["Result"] = "pass" if same else "Different"
+    elif mode == col.STATISTICS:
+        worst = 0.0
+        for item in node.output_data.values():
+            for column in ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr"):
+                value = _fraction(item.get(column))
+                if value is not None:
+                    worst = max(worst, abs(value))
+        node.data["precision_index"] = min(worst, 1.0)
+    else:
+        lows = []
+        for params in (node.input_data, node.output_data):
+            low, seen = 1.0, False
+            for item in params.values():
+                value = _fraction(item.get("One Thousandth Err Ratio"))
+                if value is not None and item.get("shape") not in (None, "[]", []):
+                    low, seen = min(low, value), True
+            lows.append(low if seen else None)
+        node.data["precision_index"] = (0 if None in lows else min(max(lows[0] - lows[1], 0.0), 1.0))
+
+
+def _collections(npu: Graph, mode: str, new: bool) -> None:
+    for node in npu.nodes.values():
+        if node.node_type != COLLECTION or not node.link:
+            continue
+        values = [npu.nodes[c].data.get("precision_index") for c in node.subnodes]
+        values = [v for v in values if v is not None]
+        if new:
+            if values:
+                node.data["precision_index"] = max(values)
+        elif mode == col.MD5:
+            node.data["precision_index"] = min(values) if values else 1
+        else:
+            node.data["precision_index"] = max(values) if values else 0
+
+
+def error_of(node, mode: str, new: bool) -> float | None:
+    """How bad a node is, larger = worse (md5's 1.x index is 1 for equal)."""
+    value = node.data.get("precision_index")
+    if value is None:
+        return None
+    return 1 - value if mode == col.MD5 and not new else value
+
+
+def top_nodes(npu: Graph, mode: str, new: bool, count: int = 10) -> list:
+    scored = []
+    for order, node in enumerate(npu.nodes.values()):
+        if node.node_type == COLLECTION or node.id == ROOT or not node.compared:
+            continue
+        error = error_of(node, mode, new)
+        if error:
+            scored.append((-error, order, node.id, error))
+    scored.sort()
+    return [(name, error) for _, _, name, error in scored[:count]]
+
+
+# --- overflow levels (spec §9) -------------------------------------------------------------------------------
+_IGNORE = {
+    "torch.empty": ("output.0",), "torch.empty_like": ("output.0",), "torch.empty_strided": ("output.0",),
+    "distributed.recv": ("input.0", "input.tensor"), "distributed.all_gather": ("input.0",),
+    "distributed.reduce_scatter": ("input.0", "input.output"), "distributed._reduce_scatter_base": ("input.0",),
+    "distributed.all_gather_into_tensor": ("input.0",), "distributed.reduce_scatter_tensor": ("input.0",),
+    "tensor.masked_fill_": ("input.0",),
+}
+_BAD = {"inf", "-inf", "nan"}
+
+
+def _anomalous(item: dict) -> bool:
+    return any(str(item.get(s)).lower() in _BAD for s in ("Max", "Min", "Mean"))
+
+
+def _norms(params: dict) -> list:
+    out = []
+    for item in params.values():
+        norm = item.get("Norm")
+        if item.get("type") == "torch.Tensor" and isinstance(norm, (int, float)) and not math.isnan(norm):
+            out.append(abs(float(norm)))
+    return out
+
+
+def overflow_levels(graph: Graph) -> int:
+    """Set data.overflow_level on every dumped node with an anomaly; returns how many were set."""
+    flagged = 0
+    for node in graph.nodes.values():
+        if not node.in_dump:
+            continue
+        inputs = {k: v for k, v in node.input_data.items() if ".parameters." not in k}
+        bad_in = [k for k, v in inputs.items() if _anomalous(v)]
+        bad_out = [k for k, v in node.output_data.items() if _anomalous(v)]
+        level = None
+        if bad_out and not bad_in:
+            level = "critical"
+        elif bad_in and bad_out:
+            level = "high"
+        elif bad_in:
+            level = "medium"
+        else:
+            norms_in, norms_out = _norms(inputs), _norms(node.output_data)
+            if norms_out:
+                top_in, top_out = max(norms_in, default=0.0), max(norms_out)
+                if (top_out / top_in > 100) if top_in else top_out > 100:
+                    level = "high"
+        if level and (bad_in or bad_out):
+            rule = _IGNORE.get(".".join(node.id.lower().split(".")[:2]))
+            if rule and all(any(k.endswith("." + r) for r in rule) for k in bad_in + bad_out):
+                level = None
+        if level:
+            node.data["overflow_level"] = level
+            flagged += 1
+    return flagged

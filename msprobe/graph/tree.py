@@ -1,0 +1,311 @@
+"""The hierarchy tree of one dump (spec §4): modules and APIs nested by construct.json, parameter gradients,
+API collections, micro steps and stacks. Every walk over the tree is iterative (no recursion limit)."""
+
+from __future__ import annotations
+
+import re
+
+from msprobe.dump.reader import Dump
+from msprobe.errors import DumpFormatError, MsprobeError
+from msprobe.graph.params import node_params
+
+ROOT = "DefaultModel"
+MODULE, API, COLLECTION = 0, 1, 9
+API_PREFIXES = ("Tensor.", "Torch.", "Functional.", "NPU.", "VF.", "Distributed.", "Aten.", "Mint.",
+                "MintFunctional.", "Primitive.", "Jit.", "MindSpeed.")
+COLLECTION_PREFIX = "Apis_Between_Modules"
+_TEMPLATE_LINE = re.compile(r"[A-Z]\w*Template\(")
+
+
+class Node:
+    __slots__ = ("id", "node_type", "upnode", "subnodes", "input_data", "output_data", "stack_info",
+                 "micro_step_id", "link", "data", "in_dump", "compared")
+
+    def __init__(self, name: str, node_type: int):
+        self.id = name
+        self.node_type = node_type
+        self.upnode: str | None = None
+        self.subnodes: list = []
+        self.input_data: dict = {}
+        self.output_data: dict = {}
+        self.stack_info: list = []
+        self.micro_step_id: int | None = None
+        self.link: list = []
+        self.data: dict = {}
+        self.in_dump = False
+        self.compared = False      # compare columns were attached to at least one parameter
+
+
+class Graph:
+    def __init__(self, dump_data_dir):
+        self.root = ROOT
+        self.dump_data_dir = dump_data_dir
+        self.nodes: dict = {ROOT: Node(ROOT, MODULE)}
+        self.micro_steps = 1
+        self.warnings: list = []
+
+    def ancestors(self) -> dict:
+        """node id -> list of ids from the root down to its parent, for every node reachable from the root."""
+        result = {ROOT: []}
+        queue = [ROOT]
+        nodes = self.nodes
+        for name in queue:        # breadth first; the list grows while it is walked
+            below = result[name] + [name]
+            for child in nodes[name].subnodes:
+                result[child] = below
+                queue.append(child)
+        return result
+
+    def post_order(self) -> list:
+        """Node ids children first, siblings in order, the root last."""
+        out: list = []
+        stack = [(ROOT, False)]
+        nodes = self.nodes
+        while stack:
+            name, expanded = stack.pop()
+            if expanded:
+                out.append(name)
+                continue
+            stack.append((name, True))
+            stack.extend((child, False) for child in reversed(nodes[name].subnodes))
+        return out
+
+
+def node_type_of(name: str) -> int:
+    if name.startswith(API_PREFIXES):
+        return API
+    return MODULE
+
+
+def _backward_parent(child: str, parent, construct: dict):
+    """A backward node with a null parent takes the backward twin of its forward twin's parent (spec §4.2 a)."""
+    if parent is not None:
+        return parent
+    if ".backward." in child:
+        twin = child.replace(".backward.", ".forward.")
+    elif child.endswith(".backward"):
+        twin = child[:-len("backward")] + "forward"
+    else:
+        return None
+    twin_parent = construct.get(twin)
+    if not isinstance(twin_parent, str) or ".forward." not in twin_parent:
+        return None
+    head, _, tail = twin_parent.rpartition(".forward.")
+    candidate = f"{head}.backward.{tail}"
+    return candidate if candidate in construct else None
+
+
+def simplify_stack(name: str, lines: list) -> list:
+    """The short stack of the 1.x graphs (spec §4.6)."""
+    if name.startswith(("Module.", "Cell.")):
+        fields = name.split(".")
+        if len(fields) >= 4:
+            needle = fields[-4] + "("
+            for line in lines:
+                if needle in line:
+                    return [line]
+        return lines
+    for index, line in enumerate(lines):
+        if _TEMPLATE_LINE.search(line):
+            return lines[index + 1:index + 2]
+    return lines
+
+
+def _stack_for(name: str, stacks: dict, nodes: dict, simplify: bool) -> list:
+    lines = stacks.get(name)
+    if lines is None:
+        twin = None
+        if ".backward." in name:
+            twin = name.rsplit(".backward.", 1)[0] + ".forward.0"
+        elif name.endswith(".backward"):
+            twin = name[:-len("backward")] + "forward"
+        if twin is None:
+            return []
+        lines = stacks.get(twin)
+        if lines is None:
+            return [f"The forward node {twin} of this backward node could not be found."] \
+                if twin not in nodes else []
+    return simplify_stack(name, lines) if simplify else list(lines)
+
+
+def build_graph(dump: Dump, simplify_stacks: bool = True) -> Graph:
+    """The tree of one dump read with construct and stack (dump.data must still hold the entries)."""
+    construct = dump.construct
+    where = dump.directory
+    if construct is None:
+        raise MsprobeError(f"{where} has no construct.json; the graph needs dump.json, stack.json and "
+                           "construct.json of an L0 or mix dump.")
+    if dump.stack is None:
+        raise MsprobeError(f"{where} has no stack.json; the graph needs dump.json, stack.json and construct.json.")
+    if not construct:
+        raise MsprobeError(f"{where}/construct.json is empty (an L1 dump has no module structure); dump at level "
+                           "L0 or mix to build a graph.")
+    data = dump.data
+    graph = Graph(data_dir_of(dump))
+    nodes = graph.nodes
+    root = nodes[ROOT]
+
+    def get_or_create(name: str) -> Node:
+        node = nodes.get(name)
+        if node is None:
+            node = nodes[name] = Node(name, node_type_of(name))
+            record = data.get(name)
+            if isinstance(record, dict):
+                node.input_data, node.output_data = node_params(name, record)
+                node.in_dump = True
+        return node
+
+    for child, parent in construct.items():
+        if child == ROOT:
+            raise DumpFormatError(f"{where}/construct.json: {ROOT} is reserved for the graph root.")
+        if parent is not None and not isinstance(parent, str):
+            if isinstance(parent, list) and parent and (parent[0] is None or isinstance(parent[0], str)):
+                parent = parent[0]          # [parent, micro step] of the Megatron variant
+            else:
+                raise DumpFormatError(f"{where}/construct.json: the parent of {child} must be a name or null.")
+        if child == "megatron_micro_step_number":
+            continue
+        parent = _backward_parent(child, parent, construct)
+        parent_node = root if parent is None else get_or_create(parent)
+        node = get_or_create(child)
+        if node.upnode is None and node is not parent_node:
+            node.upnode = parent_node.id
+            parent_node.subnodes.append(child)
+
+    _check_cycles(graph, where)
+    _adopt_orphans(graph, construct, where)
+    _attach_parameter_grads(graph, data, get_or_create)
+    missing = [name for name in data if name not in nodes]
+    if missing:
+        graph.warnings.append(f"{len(missing)} dump.json entries are not in construct.json and are not shown "
+                              f"(first: {missing[0]}).")
+    absent = sum(1 for node in nodes.values() if not node.in_dump and node.node_type == API)
+    if absent:
+        graph.warnings.append(f"{absent} API nodes of construct.json have no dump.json entry (not dumped); they "
+                              "are shown without data.")
+    _group_apis(graph)
+    _micro_steps(graph)
+    stacks = dump.stack
+    for name, node in nodes.items():
+        if node.node_type != COLLECTION and name != ROOT:
+            node.stack_info = _stack_for(name, stacks, nodes, simplify_stacks)
+    return graph
+
+
+def data_dir_of(dump: Dump):
+    """Where the tensors of a tensor-mode dump are: <dump dir>/dump_tensor_data (spec §12, re-rooted)."""
+    import os
+
+    path = dump.tensor_dir
+    return path if dump.task == "tensor" and os.path.isdir(path) else None
+
+
+def _check_cycles(graph: Graph, where: str) -> None:
+    reached = {ROOT}
+    queue = [ROOT]
+    nodes = graph.nodes
+    for name in queue:
+        for child in nodes[name].subnodes:
+            if child in reached:
+                raise DumpFormatError(f"{where}/construct.json: {child} is listed twice in the tree.")
+            reached.add(child)
+            queue.append(child)
+    for name, node in nodes.items():
+        if name in reached or node.upnode is None:
+            continue
+        # walk up from an unreached node with a parent: either an orphan chain or a cycle
+        seen = []
+        current = name
+        while current is not None and current not in reached and current not in seen:
+            seen.append(current)
+            current = nodes[current].upnode
+        if current in seen:
+            cycle = seen[seen.index(current):]
+            raise DumpFormatError(f"{where}/construct.json has a cycle of parents: "
+                                  f"{' -> '.join(cycle[:6])}{' -> ...' if len(cycle) > 6 else ''} -> {current}.")
+
+
+def _adopt_orphans(graph: Graph, construct: dict, where: str) -> None:
+    """Parents named in construct.json that are not construct keys themselves have no place in the tree; they are
+    shown under the root instead of being lost."""
+    nodes = graph.nodes
+    orphans = [name for name, node in nodes.items() if node.upnode is None and name != ROOT]
+    if not orphans:
+        return
+    root = nodes[ROOT]
+    for name in orphans:
+        nodes[name].upnode = ROOT
+        root.subnodes.append(name)
+    graph.warnings.append(f"{where}/construct.json names {len(orphans)} parent(s) that are not nodes of their own "
+                          f"(unknown parents, first: {orphans[0]}); they are shown under {ROOT}.")
+
+
+def _attach_parameter_grads(graph: Graph, data: dict, get_or_create) -> None:
+    nodes = graph.nodes
+    backward: dict = {}
+    for name in nodes:
+        head, sep, tail = name.rpartition(".backward.")
+        if sep and tail.isdigit() and (head not in backward or int(tail) > backward[head][0]):
+            backward[head] = (int(tail), name)
+    for name in data:
+        if ".parameters_grad" not in name or name in nodes:
+            continue
+        prefix = name.split(".parameters_grad", 1)[0]
+        parent = nodes[backward[prefix][1]] if prefix in backward else nodes[ROOT]
+        node = get_or_create(name)
+        node.node_type = MODULE
+        node.upnode = parent.id
+        parent.subnodes.append(name)
+
+
+def _group_apis(graph: Graph) -> None:
+    nodes = graph.nodes
+    root = nodes[ROOT]
+    children: list = []
+    run: list = []
+    count = 0
+
+    def flush():
+        nonlocal count
+        if len(run) >= 2:
+            name = f"{COLLECTION_PREFIX}.{count}"
+            count += 1
+            collection = nodes[name] = Node(name, COLLECTION)
+            collection.upnode = ROOT
+            collection.subnodes = list(run)
+            for api in run:
+                nodes[api].upnode = name
+            children.append(name)
+        else:
+            children.extend(run)
+        run.clear()
+
+    for name in root.subnodes:
+        if nodes[name].node_type == API:
+            run.append(name)
+        else:
+            flush()
+            children.append(name)
+    flush()
+    root.subnodes = children
+
+
+def _micro_steps(graph: Graph) -> None:
+    nodes = graph.nodes
+    step = 0
+    backward_seen = False
+    for name in nodes[ROOT].subnodes:
+        node = nodes[name]
+        if node.node_type == MODULE:
+            if ".forward." in name:
+                if backward_seen:
+                    step += 1
+                    backward_seen = False
+            else:
+                backward_seen = True
+        node.micro_step_id = step
+        queue = list(node.subnodes)
+        for child in queue:
+            nodes[child].micro_step_id = step
+            queue.extend(nodes[child].subnodes)
+    graph.micro_steps = step + 1

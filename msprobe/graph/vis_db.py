@@ -1,0 +1,73 @@
+"""The SQLite `.vis.db` of the 26.x reference (spec §12): tb_nodes, tb_config, tb_stack, one file for all
+steps and ranks."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from msprobe.graph.params import format_params
+from msprobe.graph.tree import Graph
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tb_nodes (
+    id TEXT PRIMARY KEY, graph_id TEXT NOT NULL, node_order INTEGER NOT NULL, node_name TEXT NOT NULL,
+    node_type TEXT NOT NULL, up_node TEXT, sub_nodes TEXT, precision_index INTEGER, overflow_level TEXT,
+    micro_step_id INTEGER NOT NULL, matched_node_link TEXT, stack_id TEXT, parallel_merge_info TEXT,
+    matched_distributed TEXT, modified INTEGER NOT NULL, input_data TEXT, output_data TEXT, data_source TEXT,
+    dump_data_dir TEXT, step INTEGER NOT NULL, rank INTEGER NOT NULL, is_distributed INTEGER);
+CREATE TABLE IF NOT EXISTS tb_config (
+    id TEXT PRIMARY KEY, graph_type TEXT NOT NULL, task TEXT, tool_tip TEXT, micro_steps INTEGER,
+    overflow_check INTEGER, node_colors TEXT NOT NULL, rank_list TEXT NOT NULL, step_list TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tb_stack (id TEXT PRIMARY KEY, stack_info TEXT);
+"""
+INDEXES = """
+CREATE INDEX IF NOT EXISTS index1 ON tb_nodes (step, rank, data_source, up_node, node_order);
+CREATE INDEX IF NOT EXISTS index2 ON tb_nodes (step, rank, data_source, node_name);
+CREATE INDEX IF NOT EXISTS index3 ON tb_nodes (step, rank, data_source, node_order);
+CREATE INDEX IF NOT EXISTS index4 ON tb_nodes (step, rank, node_order);
+CREATE INDEX IF NOT EXISTS index5 ON tb_nodes (step, rank, micro_step_id, node_order);
+CREATE INDEX IF NOT EXISTS index6 ON tb_nodes (step, rank, modified, matched_node_link);
+CREATE INDEX IF NOT EXISTS index7 ON tb_nodes (is_distributed);
+"""
+
+
+def graph_rows(graph: Graph, source: str, step: int, rank: int, keep_md5: bool) -> tuple[list, list]:
+    """(node rows, stack rows) of one graph; plain tuples, so that worker processes can return them."""
+    graph_id = f"{source}_{step}_{rank}"
+    stacks: dict = {}
+    stack_rows = []
+    rows = []
+    for order, name in enumerate(graph.post_order()):
+        node = graph.nodes[name]
+        stack_text = json.dumps(node.stack_info, ensure_ascii=False)
+        stack_id = stacks.get(stack_text)
+        if stack_id is None:
+            stack_id = stacks[stack_text] = f"{graph_id}_{len(stacks)}"
+            stack_rows.append((stack_id, stack_text))
+        rows.append((f"{graph_id}_{name}", graph_id, order, name, str(node.node_type), node.upnode or "",
+                     json.dumps(node.subnodes, ensure_ascii=False) if node.subnodes else "",
+                     node.data.get("precision_index"), node.data.get("overflow_level"), node.micro_step_id or 0,
+                     json.dumps(node.link, ensure_ascii=False), stack_id, "", "{}", 0,
+                     json.dumps(format_params(node.input_data, False, keep_md5), ensure_ascii=False),
+                     json.dumps(format_params(node.output_data, False, keep_md5), ensure_ascii=False),
+                     source, graph.dump_data_dir, step, rank, int(name.startswith("Distributed"))))
+    return rows, stack_rows
+
+
+def write_db(path: str, parts: list, config: tuple) -> None:
+    """parts: [(node rows, stack rows)]; config: the tb_config row. The file is written complete or not at all
+    (the caller passes a temporary path)."""
+    connection = sqlite3.connect(path)
+    try:
+        connection.executescript(SCHEMA)
+        connection.execute("PRAGMA journal_mode=WAL")
+        for rows, stack_rows in parts:
+            connection.executemany("INSERT INTO tb_nodes VALUES (" + ",".join("?" * 22) + ")", rows)
+            connection.executemany("INSERT INTO tb_stack VALUES (?,?)", stack_rows)
+        connection.execute("INSERT OR IGNORE INTO tb_config VALUES (?,?,?,?,?,?,?,?,?)", config)
+        connection.executescript(INDEXES)
+        connection.commit()
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        connection.close()

@@ -1,0 +1,247 @@
+"""msprobe graph: build and compare on the real stats/md5/tensor mix dumps, checked against the reference's
+.vis.db (tests/fixtures/graph/*.ref.json.gz, extracted from refdata), batch modes and bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, only_file, run_cli
+
+STATS = FIXTURES / "stats_mix_step0"
+MD5 = FIXTURES / "md5_mix_step0"
+REF = FIXTURES / "graph"
+
+
+def _ref(name: str) -> dict:
+    with gzip.open(REF / f"{name}.ref.json.gz", "rt") as handle:
+        return json.load(handle)
+
+
+def _vis(directory, pattern="*.vis") -> dict:
+    return json.loads(only_file(directory, pattern).read_text())
+
+
+def test_build_json(tmp_path):
+    assert run_cli(["graph", "-tp", STATS / "target", "-o", tmp_path]) == 0
+    vis = _vis(tmp_path, "build_*.vis")
+    assert set(vis) == {"root", "dump_data_dir", "node", "MicroSteps", "OverflowCheck"}
+    nodes = vis["node"]
+    assert vis["root"] == "DefaultModel" and len(nodes) == 475 and vis["MicroSteps"] == 1
+    root = nodes["DefaultModel"]
+    assert root["upnode"] == "None" and root["subnodes"][:2] == ["Torch.arange.0.forward",
+                                                                "Module.tok_emb.Embedding.forward.0"]
+    assert "Apis_Between_Modules.0" in root["subnodes"] and nodes["Apis_Between_Modules.0"]["node_type"] == 9
+    linear = nodes["Functional.linear.0.forward"]
+    assert linear["node_type"] == 1 and linear["upnode"] == "Module.blocks.0.attn.qkv.Linear.forward.0"
+    assert list(linear) == ["id", "node_type", "output_data", "input_data", "upnode", "subnodes",
+                            "matched_node_link", "suggestions", "stack_info", "micro_step_id", "data"]
+    assert linear["output_data"]["Functional.linear.0.forward.output.0"] == {
+        "type": "torch.Tensor", "dtype": "torch.float32", "shape": "[2, 8, 96]", "Max": "1.664152",
+        "Min": "-2.088689", "Mean": "-0.019612", "Norm": "22.996609", "data_name": "-1", "md5": "00000000"}
+    embedding = nodes["Functional.embedding.0.forward"]["input_data"]
+    assert embedding["Functional.embedding.0.forward.input.2"] == {"value": "null"}
+    assert embedding["Functional.embedding.0.forward.input.4"]["dtype"] == "<class float>"  # single quotes removed (spec §11.3)
+    assert embedding["Functional.embedding.0.forward.input.4"]["Max"] == "2.0"
+    # short stacks by default: the module's line of the caller
+    stack = nodes["Module.tok_emb.Embedding.forward.0"]["stack_info"]
+    assert len(stack) == 1 and "self.tok_emb(" in stack[0]
+    grad = nodes["Module.lm_head.Linear.parameters_grad.0"]
+    assert grad["upnode"] == "Module.lm_head.Linear.backward.0" and grad["node_type"] == 0
+
+
+def test_complete_stack(tmp_path):
+    assert run_cli(["graph", "-tp", STATS / "target", "-o", tmp_path, "-cs"]) == 0
+    stack = _vis(tmp_path)["node"]["Module.tok_emb.Embedding.forward.0"]["stack_info"]
+    assert len(stack) > 3
+
+
+def test_compare_db_matches_reference(tmp_path):
+    """Tree, order, types, links, micro steps and precision index per node equal the reference's .vis.db."""
+    assert run_cli(["graph", "-tp", STATS / "target", "-gp", STATS / "golden", "-o", tmp_path,
+                    "--format", "db"]) == 0
+    ref = _ref("stats_mix_compare_files")
+    connection = sqlite3.connect(only_file(tmp_path, "compare_*.vis.db"))
+    for table, columns in ref["columns"].items():
+        assert [r[1] for r in connection.execute(f"pragma table_info({table})")] == columns
+    rows = [list(r) for r in connection.execute(
+        "select data_source,step,rank,node_name,node_order,node_type,up_node,sub_nodes,precision_index,"
+        "micro_step_id,matched_node_link from tb_nodes order by data_source,step,rank,node_order")]
+    assert rows == ref["nodes"]
+    assert Counter(r[8] for r in rows if r[0] == "NPU") == {0: 392, None: 74, 0.5: 7, 1: 2}
+    config = connection.execute("select graph_type,task,micro_steps,overflow_check,rank_list,step_list "
+                                "from tb_config").fetchone()
+    assert list(config) == ref["config"]
+    # every node has a stack row (the plugin INNER JOINs tb_stack)
+    assert connection.execute("select count(*) from tb_nodes n join tb_stack s on n.stack_id = s.id").fetchone()[0] \
+        == len(rows)
+    data = json.loads(connection.execute("select output_data from tb_nodes where node_name = "
+                                         "'Functional.linear.2.forward' and data_source = 'NPU'").fetchone()[0])
+    item = data["Functional.linear.2.forward.output.0"]
+    assert item["Result"] == "error" and item["dtype"] == "torch.bfloat16" and "md5" not in item
+
+
+def test_compare_json_statistics(tmp_path, capsys):
+    assert run_cli(["graph_visualize", "-tp", STATS / "target", "-gp", STATS / "golden", "-o", tmp_path]) == 0
+    vis = _vis(tmp_path, "compare_*.vis")
+    assert set(vis) == {"NPU", "Bench", "ToolTip", "Colors", "MicroSteps", "task", "OverflowCheck"}
+    assert vis["task"] == "summary" and set(json.loads(vis["ToolTip"])) == {"Max diff", "Min diff", "Mean diff",
+                                                                           "L2norm diff"}
+    assert vis["Colors"]["#FFFCF3"]["value"] == [0, 0.2] and vis["Colors"]["#C7C7C7"]["value"] == []
+    npu, bench = vis["NPU"]["node"], vis["Bench"]["node"]
+    assert len(npu) == 475 and len(bench) == 473
+    node = npu["Functional.linear.0.forward"]
+    link = ["DefaultModel", "Module.blocks.0.Block.forward.0", "Module.blocks.0.attn.CausalSelfAttention.forward.0",
+            "Module.blocks.0.attn.qkv.Linear.forward.0", "Functional.linear.0.forward"]
+    assert node["matched_node_link"] == link and bench["Functional.linear.0.forward"]["matched_node_link"] == link
+    assert node["data"] == {"precision_index": 0.0}
+    # statistics: the largest output relative error, capped at 1
+    worst = npu["Functional.linear.2.forward"]
+    errors = [float(v[k].rstrip("%")) / 100 for v in worst["output_data"].values()
+              for k in ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr")]
+    assert worst["data"]["precision_index"] == pytest.approx(min(1.0, max(abs(e) for e in errors)), rel=1e-5)
+    unmatched = sorted(n for n, v in npu.items() if not v["matched_node_link"])
+    assert unmatched == ["Tensor.to.0.backward", "Tensor.to.1.backward", "Tensor.to.2.backward"]
+    assert "Bench" not in json.dumps(npu["DefaultModel"]["data"])
+    text = capsys.readouterr().out
+    assert "Nodes built: NPU 475, Bench 473; matched 472, unmatched 3 (NPU), 1 (Bench)." in text
+    assert "Top 10 nodes by precision error:" in text
+
+
+def test_compare_md5(tmp_path):
+    assert run_cli(["graph", "-tp", MD5 / "target", "-gp", MD5 / "golden", "-o", tmp_path]) == 0
+    vis = _vis(tmp_path)
+    assert vis["task"] == "md5" and vis["Colors"]["#FFFCF3"]["value"] == [1, 1]
+    npu = vis["NPU"]["node"]
+    assert npu["Functional.linear.2.forward"]["data"] == {"precision_index": 0, "Result": "Different"}
+    assert npu["Functional.embedding.0.forward"]["data"] == {"precision_index": 1, "Result": "pass"}
+
+
+def test_compare_tensor(tmp_path, tensor_mix):
+    target, golden = (str(Path(p).parent) for p in tensor_mix)
+    assert run_cli(["graph", "-tp", target, "-gp", golden, "-o", tmp_path]) == 0
+    vis = _vis(tmp_path)
+    assert vis["task"] == "all"
+    npu = vis["NPU"]["node"]
+    assert vis["NPU"]["dump_data_dir"].endswith("dump_tensor_data")
+    scored = {n: v["data"]["precision_index"] for n, v in npu.items() if "precision_index" in v["data"]}
+    assert all(0 <= s <= 1 for s in scored.values())
+    item = next(iter(npu["Functional.linear.0.forward"]["output_data"].values()))
+    assert {"Cosine", "MaxAbsErr", "One Thousandth Err Ratio"} <= set(item)
+    # the index is the drop of the One Thousandth ratio from inputs to outputs
+    node = npu["Functional.linear.2.forward"]
+    low = [min([float(v["One Thousandth Err Ratio"]) for v in side.values() if v.get("shape") not in (None, "[]")
+                and v.get("One Thousandth Err Ratio", "N/A") not in ("N/A", "Nan", "null")] or [1.0])
+           for side in (node["input_data"], node["output_data"])]
+    assert node["data"]["precision_index"] == pytest.approx(max(0.0, min(1.0, low[0] - low[1])), abs=1e-6)
+
+
+def test_fuzzy_and_layer_mapping(tmp_path):
+    """-fm ignores call counts: a golden whose linear call is numbered differently still pairs by order."""
+    golden = tmp_path / "golden"
+    shutil.copytree(STATS / "golden", golden)
+    for name in ("construct.json", "dump.json"):
+        text = (golden / name).read_text().replace("Functional.linear.0.forward", "Functional.linear.90.forward")
+        (golden / name).write_text(text)
+    assert run_cli(["graph", "-tp", STATS / "target", "-gp", golden, "-o", tmp_path / "e"]) == 0
+    assert _vis(tmp_path / "e")["NPU"]["node"]["Functional.linear.0.forward"]["matched_node_link"] == []
+    assert run_cli(["graph", "-tp", STATS / "target", "-gp", golden, "-o", tmp_path / "f", "-fm"]) == 0
+    npu = _vis(tmp_path / "f")["NPU"]["node"]
+    assert npu["Functional.linear.0.forward"]["matched_node_link"][-1] == "Functional.linear.90.forward"
+    assert npu["Tensor.to.3.backward"]["matched_node_link"][-1] == "Tensor.to.3.backward"
+    assert npu["Tensor.to.0.backward"]["matched_node_link"] == []
+    # same-framework -lm: nothing to map, nodes pair by name (with a warning)
+    assert run_cli(["graph", "-tp", STATS / "target", "-gp", STATS / "golden", "-o", tmp_path / "l", "-lm"]) == 0
+    npu = _vis(tmp_path / "l")["NPU"]["node"]
+    assert npu["Functional.linear.0.forward"]["matched_node_link"][-1] == "Functional.linear.0.forward"
+
+
+def test_overflow_levels(tmp_path):
+    target = tmp_path / "t"
+    shutil.copytree(STATS / "target", target)
+    dump = json.loads((target / "dump.json").read_text())
+    out = dump["data"]["Functional.linear.0.forward"]["output"][0]
+    out["Max"] = "\x00"  # replaced below by a real inf token
+    text = json.dumps(dump).replace('"Max": "\\u0000"', '"Max": Infinity')
+    (target / "dump.json").write_text(text)
+    assert run_cli(["graph", "-tp", target, "-o", tmp_path / "o", "-oc"]) == 0
+    vis = _vis(tmp_path / "o")
+    assert vis["OverflowCheck"] is True
+    assert vis["node"]["Functional.linear.0.forward"]["data"]["overflow_level"] == "critical"
+    assert "overflow_level" not in vis["node"]["Functional.embedding.0.forward"]["data"]
+
+
+def test_batch_ranks_and_steps(tmp_path, multirank_step0):
+    target, golden = multirank_step0
+    assert run_cli(["graph", "-tp", target, "-o", tmp_path / "b", "-j", "2"]) == 0
+    names = sorted(p.name.rsplit("_", 1)[0] for p in (tmp_path / "b").glob("*.vis"))
+    assert names == ["build_rank0", "build_rank1", "build_rank2", "build_rank3"]
+    counts = {int(n[-1]): len(json.loads(only_file(tmp_path / "b", f"{n}_*.vis").read_text())["node"])
+              for n in names}
+    ref = _ref("multirank_build_step0")
+    assert counts == dict(Counter(r[2] for r in ref["nodes"]))
+    root = tmp_path / "root"
+    for side, path in (("target", target), ("golden", golden)):
+        shutil.copytree(path, root / side / "step0")
+    assert run_cli(["graph", "-tp", root / "target", "-gp", root / "golden", "-o", tmp_path / "c"]) == 0
+    names = sorted(p.name.rsplit("_", 1)[0] for p in (tmp_path / "c").glob("*.vis"))
+    assert names == [f"compare_step0_rank{r}" for r in range(4)]
+    assert run_cli(["graph", "-tp", root / "target", "-o", tmp_path / "d", "--format", "db"]) == 0
+    connection = sqlite3.connect(only_file(tmp_path / "d", "build_*.vis.db"))
+    assert connection.execute("select rank_list, step_list from tb_config").fetchone() == ("[0, 1, 2, 3]", "[0]")
+    ours = [list(r) for r in connection.execute(
+        "select data_source,step,rank,node_name,node_order,node_type,up_node,sub_nodes,precision_index,"
+        "micro_step_id,matched_node_link from tb_nodes order by data_source,step,rank,node_order")]
+    assert ours == ref["nodes"]
+
+
+def test_bad_input(tmp_path, capsys, multirank_step0):
+    assert run_cli(["graph", "-tp", FIXTURES / "stats_L1_step0" / "target", "-o", tmp_path / "o"]) == 1
+    assert "dump at level L0 or mix" in capsys.readouterr().err
+    bad = tmp_path / "cycle"
+    shutil.copytree(STATS / "target", bad)
+    construct = json.loads((bad / "construct.json").read_text())
+    construct["Module.tok_emb.Embedding.forward.0"] = "Functional.embedding.0.forward"
+    (bad / "construct.json").write_text(json.dumps(construct))
+    assert run_cli(["graph", "-tp", bad, "-o", tmp_path / "o"]) == 1
+    assert "cycle of parents" in capsys.readouterr().err
+    nostack = tmp_path / "nostack"
+    shutil.copytree(STATS / "target", nostack)
+    (nostack / "stack.json").unlink()
+    assert run_cli(["graph", "-tp", nostack, "-o", tmp_path / "o"]) == 1
+    assert "no stack.json" in capsys.readouterr().err
+    # unknown parents are kept, under the root, with a warning
+    unknown = tmp_path / "unknown"
+    shutil.copytree(STATS / "target", unknown)
+    construct = json.loads((unknown / "construct.json").read_text())
+    construct["Torch.arange.0.forward"] = "Module.ghost.Ghost.forward.0"
+    (unknown / "construct.json").write_text(json.dumps(construct))
+    assert run_cli(["graph", "-tp", unknown, "-o", tmp_path / "u"]) == 0
+    nodes = _vis(tmp_path / "u")["node"]
+    assert nodes["Module.ghost.Ghost.forward.0"]["upnode"] == "DefaultModel"
+    # mismatched rank sets: nothing written
+    target, golden = multirank_step0
+    partial = tmp_path / "partial"
+    shutil.copytree(golden, partial)
+    shutil.rmtree(partial / "rank3")
+    assert run_cli(["graph", "-tp", target, "-gp", partial, "-o", tmp_path / "m"]) == 1
+    assert "rank3 exists only in the target dump" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").iterdir())
+    assert not any((tmp_path / "o").glob("*.vis")) if (tmp_path / "o").exists() else True
+
+
+def test_legacy_form(tmp_path):
+    config = tmp_path / "compare.json"
+    config.write_text(json.dumps({"npu_path": str(STATS / "target"), "bench_path": str(STATS / "golden"),
+                                  "is_print_compare_log": False}))
+    assert run_cli(["-f", "pytorch", "graph", "-i", config, "-o", tmp_path / "o", "-f"]) == 0
+    assert _vis(tmp_path / "o", "compare_*.vis")["task"] == "summary"
+    config.write_text(json.dumps({"npu_path": str(STATS / "target")}))
+    assert run_cli(["-f", "mindspore", "graph", "-i", config, "-o", tmp_path / "b"]) == 0
+    only_file(tmp_path / "b", "build_*.vis")
