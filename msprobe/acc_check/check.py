@@ -52,7 +52,11 @@ def load_api_dump(path: str) -> tuple:
 
 
 def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error_data: bool = False,
-                  logger=None) -> Summary:
+                  logger=None, *, subset=None, suffix: str = "", stamp: str = "", show_progress: bool = True
+                  ) -> Summary:
+    """Check the forward APIs of a dump (only those of `subset`, in dump order, when given: multi_acc_check
+    gives each worker its share) and append their rows to a new pair of result files
+    (accuracy_checking_result_<stamp><suffix>.csv) or to the interrupted pair `csv_path`."""
     import torch
 
     from msprobe.acc_check.results import new_files, resume_files
@@ -62,6 +66,10 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     from msprobe.log import progress
 
     path, content, names = load_api_dump(api_info)
+    all_names = names
+    if subset is not None:
+        wanted = set(subset)
+        names = [n for n in names if n in wanted]
     real_data = content.get("task") == "tensor" or bool(content.get("dump_data_dir"))
     tensor_dir = os.path.join(os.path.dirname(path), "dump_tensor_data") if real_data else None
     lists = support_lists()
@@ -75,13 +83,13 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     device = device_name()
     summary = Summary(device=device, total=len(names), supported=sum(1 for n in names if supported(n)))
     if csv_path:
-        files, done, stamp = resume_files(csv_path, names)
+        files, done, stamp = resume_files(csv_path, names, suffix)
     else:
         output_dir = prepare_output_dir(output_dir or "./")
-        stamp = timestamp()
-        files, done = new_files(output_dir, stamp), set()
+        stamp = stamp or timestamp()
+        files, done = new_files(output_dir, stamp, suffix), set()
     summary.result_path, summary.details_path = files.result_path, files.details_path
-    _write_info(files.result_path, stamp, path, device, real_data)
+    _write_info(files.result_path, path, device, real_data)
     error_dir = os.path.join(prepare_output_dir(output_dir or "./"), f"ut_error_data{stamp}") \
         if save_error_data else ""
     summary.resumed = sum(1 for n in names if n in done)
@@ -91,9 +99,11 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
                     device, "real-data" if real_data else "random-data")
     replayer = Replayer(content["data"], tensor_dir, device.split(":")[0] if device == "cpu" else device)
     torch.manual_seed(1234)
-    todo = [(i, n) for i, n in enumerate(names) if n not in done]
+    # the index seeds the API's inputs: its position in the whole dump, whichever worker checks it
+    position = {n: i for i, n in enumerate(all_names)}
+    todo = [(position[n], n) for n in names if n not in done]
     try:
-        for index, name in progress(todo, total=len(todo), desc="APIs"):
+        for index, name in (progress(todo, total=len(todo), desc="APIs") if show_progress else todo):
             result = replayer.run(name, index)
             files.append(result)
             summary.checked += 1
@@ -116,13 +126,15 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     return summary
 
 
-def _write_info(result_path: str, stamp: str, dump_path: str, device: str, real_data: bool) -> None:
-    """accuracy_checking_info_<timestamp>.json beside the CSVs: the device under test and the benchmark."""
+def _write_info(result_path: str, dump_path: str, device: str, real_data: bool) -> None:
+    """accuracy_checking_info_<timestamp>[_device<id>].json beside the CSVs: the device under test and the
+    benchmark."""
     import json
 
     from msprobe.report.atomic import write_text
 
-    info_path = os.path.join(os.path.dirname(result_path), f"accuracy_checking_info_{stamp}.json")
+    base = os.path.basename(result_path).replace("accuracy_checking_result_", "accuracy_checking_info_", 1)
+    info_path = os.path.join(os.path.dirname(result_path), base[: -len(".csv")] + ".json")
     runs = []
     if os.path.isfile(info_path):
         try:

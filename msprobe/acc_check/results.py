@@ -93,9 +93,10 @@ class ResultFiles:
         self._details.close()
 
 
-def new_files(output_dir: str, stamp: str) -> ResultFiles:
-    result = os.path.join(output_dir, f"accuracy_checking_result_{stamp}.csv")
-    details = os.path.join(output_dir, f"accuracy_checking_details_{stamp}.csv")
+def new_files(output_dir: str, stamp: str, suffix: str = "") -> ResultFiles:
+    """The pair accuracy_checking_result|details_<stamp><suffix>.csv (suffix `_device<id>` for multi_acc_check)."""
+    result = os.path.join(output_dir, f"accuracy_checking_result_{stamp}{suffix}.csv")
+    details = os.path.join(output_dir, f"accuracy_checking_details_{stamp}{suffix}.csv")
     for path in (result, details):
         if os.path.lexists(path):
             raise MsprobeError(f"{path} already exists; not overwriting it.")
@@ -129,15 +130,17 @@ def _read_rows(path: str, header: list, what: str) -> tuple:
     return rows, len(raw) - len(lines[-1].encode("utf-8"))
 
 
-def resume_files(csv_path: str, api_names: list) -> tuple:
-    """Open an interrupted run's pair of files; returns (ResultFiles, done set, timestamp)."""
+def resume_files(csv_path: str, api_names: list, suffix: str = "") -> tuple:
+    """Open an interrupted run's pair of files; returns (ResultFiles, done set, timestamp). `suffix` is the
+    `_device<id>` part of a multi_acc_check file name."""
     from msprobe.dump.paths import check_input_file
 
     csv_path = check_input_file(csv_path, "result csv to resume")
-    match = RESULT_NAME.match(os.path.basename(csv_path))
+    pattern = re.compile(r"^accuracy_checking_result_(\d{14})" + re.escape(suffix) + r"\.csv$")
+    match = pattern.match(os.path.basename(csv_path))
     if not match:
         raise ResumeError(f"{csv_path}: please do not modify the result csv name "
-                          "(expected accuracy_checking_result_<YYYYmmddHHMMSS>.csv).")
+                          f"(expected accuracy_checking_result_<YYYYmmddHHMMSS>{suffix}.csv).")
     details_path = os.path.join(os.path.dirname(csv_path),
                                 os.path.basename(csv_path).replace("result", "details", 1))
     if not os.path.isfile(details_path) or not os.access(details_path, os.R_OK | os.W_OK):

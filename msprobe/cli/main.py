@@ -21,6 +21,8 @@ COMMANDS = {
     "merge_result": ("msprobe.cli.merge_result", "merge chosen APIs and metrics of all ranks' compare results"),
     "report": ("msprobe.cli.report", "make a self-contained HTML report from a compare result .csv/.xlsx"),
     "acc_check": ("msprobe.cli.acc_check", "replay the APIs of a PyTorch dump against a high-precision CPU benchmark"),
+    "multi_acc_check": ("msprobe.cli.multi_acc_check", "acc_check with the APIs split over devices (worker processes)"),
+    "op_generate": ("msprobe.cli.op_generate", "write a standalone script replaying one dumped PyTorch API vs CPU"),
     "graph": ("msprobe.cli.graph", "build/compare hierarchical model graphs (.vis) for TensorBoard"),
     "code_mapping": ("msprobe.cli.code_mapping", "map MindSpore static-graph dump data to IR nodes and source lines"),
 }
