@@ -20,27 +20,29 @@ def translate(argv: list) -> list:
                          "msprobe -f mindspore compare -i compare.json -o out).")
     rest = argv[2:]
     if rest and rest[0] in ("graph", "graph_visualize"):
-        return ["graph"] + _translate_graph(rest[1:])
+        return ["graph"] + _translate_options(rest[1:], _graph_from_compare_json)
     if not rest or rest[0] != "compare":
         return rest
-    return ["compare"] + _translate_compare(rest[1:])
+    return ["compare"] + _translate_options(rest[1:], _from_compare_json)
 
 
-def _translate_graph(args: list) -> list:
-    """1.x graph: -i compare.json (npu_path, optional bench_path, is_print_compare_log), -f = fuzzy match."""
+def _translate_options(args: list, from_compare_json) -> list:
+    """The options after a 1.x command: `-i compare.json` becomes today's path options, and `-f` (after the
+    command it means fuzzy match) becomes -fm; the rest passes through."""
     out = []
+    paths: list = []
     index = 0
     while index < len(args):
         arg = args[index]
         if arg in ("-i", "--input_path"):
             if index + 1 >= len(args):
                 raise UsageError("-i needs the path of compare.json.")
-            out = _graph_from_compare_json(args[index + 1]) + out
+            paths = from_compare_json(args[index + 1])
             index += 2
             continue
         out.append("-fm" if arg in ("-f", "--fuzzy_match") else arg)
         index += 1
-    return out
+    return paths + out
 
 
 def _graph_from_compare_json(path: str) -> list:
@@ -69,38 +71,9 @@ def _load_compare_json(path: str):
     return config
 
 
-def _translate_compare(args: list) -> list:
-    out = []
-    compare_json = None
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        if arg in ("-i", "--input_path"):
-            if index + 1 >= len(args):
-                raise UsageError("-i needs the path of compare.json.")
-            compare_json = args[index + 1]
-            index += 2
-            continue
-        if arg in ("-f", "--fuzzy_match"):      # after `compare`, -f is fuzzy match in the 1.x form
-            out.append("-fm")
-        else:
-            out.append(arg)
-        index += 1
-    if compare_json is None:
-        return out
-    return _from_compare_json(compare_json) + out
-
-
 def _from_compare_json(path: str) -> list:
-    from msprobe.dump.paths import check_input_file
-
-    path = check_input_file(path, "compare.json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            config = json.load(handle)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path} is not valid JSON ({exc}).") from None
-    if not isinstance(config, dict) or "npu_path" not in config or "bench_path" not in config:
+    config = _load_compare_json(path)
+    if "npu_path" not in config or "bench_path" not in config:
         raise UsageError(f"{path} must be an object with npu_path and bench_path.")
     args = ["-tp", str(config["npu_path"]), "-gp", str(config["bench_path"])]
     if config.get("is_print_compare_log", True) is True and not os.path.isdir(str(config["npu_path"])):
