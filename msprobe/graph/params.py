@@ -120,13 +120,15 @@ def _six(text: str) -> str:
     return f"{number:.6f}{'%' if percent else ''}"
 
 
-_CACHES: dict = {}
+def new_caches() -> tuple:
+    """Text caches (strings, floats) for one graph write; values recur across the nodes of a graph."""
+    return {}, {}
 
 
-def format_params(params: dict, old: bool, keep_md5: bool) -> dict:
-    """Parameter dicts as the plugin shows them: every value a string (spec §11.3)."""
+def format_params(params: dict, old: bool, keep_md5: bool, caches: tuple) -> dict:
+    """Parameter dicts as the plugin shows them: every value a string (spec §11.3). `caches` comes from
+    new_caches() and serves one write (one spelling: `old` for .vis, the new one for .vis.db)."""
     text = _text_old if old else _text_new
-    caches = _CACHES.setdefault(old, ({}, {}))
     if len(caches[0]) + len(caches[1]) > 1_000_000:
         caches[0].clear()
         caches[1].clear()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from msprobe.graph.params import format_params
+from msprobe.graph.params import format_params, new_caches
 from msprobe.graph.tree import Graph
 
 SCHEMA = """
@@ -38,6 +38,7 @@ def graph_rows(graph: Graph, source: str, step: int, rank: int, keep_md5: bool) 
     stacks: dict = {}
     stack_rows = []
     rows = []
+    caches = new_caches()
     for order, name in enumerate(graph.post_order()):
         node = graph.nodes[name]
         stack_text = json.dumps(node.stack_info, ensure_ascii=False)
@@ -49,8 +50,8 @@ def graph_rows(graph: Graph, source: str, step: int, rank: int, keep_md5: bool) 
                      json.dumps(node.subnodes, ensure_ascii=False) if node.subnodes else "",
                      node.data.get("precision_index"), node.data.get("overflow_level"), node.micro_step_id or 0,
                      json.dumps(node.link, ensure_ascii=False), stack_id, "", "{}", 0,
-                     json.dumps(format_params(node.input_data, False, keep_md5), ensure_ascii=False),
-                     json.dumps(format_params(node.output_data, False, keep_md5), ensure_ascii=False),
+                     json.dumps(format_params(node.input_data, False, keep_md5, caches), ensure_ascii=False),
+                     json.dumps(format_params(node.output_data, False, keep_md5, caches), ensure_ascii=False),
                      source, graph.dump_data_dir, step, rank, int(name.startswith("Distributed"))))
     return rows, stack_rows
 

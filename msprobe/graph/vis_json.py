@@ -9,15 +9,16 @@ import shutil
 
 import orjson
 
-from msprobe.graph.params import format_params
+from msprobe.graph.params import format_params, new_caches
 from msprobe.graph.tree import Graph
 from msprobe.report.atomic import atomic_path
 
 
-def node_object(node, keep_md5: bool = True) -> dict:
+def node_object(node, keep_md5: bool = True, caches: tuple | None = None) -> dict:
+    caches = caches if caches is not None else new_caches()
     body = {"id": node.id, "node_type": node.node_type,
-            "output_data": format_params(node.output_data, True, keep_md5),
-            "input_data": format_params(node.input_data, True, keep_md5),
+            "output_data": format_params(node.output_data, True, keep_md5, caches),
+            "input_data": format_params(node.input_data, True, keep_md5, caches),
             "upnode": node.upnode or "None", "subnodes": node.subnodes, "matched_node_link": node.link,
             "suggestions": {}, "stack_info": node.stack_info}
     if node.micro_step_id is not None:
@@ -31,11 +32,12 @@ def _write_graph(handle, graph: Graph) -> None:
     handle.write(b'{"root":' + dumps(graph.root) + b',"dump_data_dir":' + dumps(graph.dump_data_dir)
                  + b',"node":{')
     first = True
+    caches = new_caches()
     for name, node in graph.nodes.items():
         if not first:
             handle.write(b",")
         first = False
-        handle.write(dumps(name) + b":" + dumps(node_object(node)))
+        handle.write(dumps(name) + b":" + dumps(node_object(node, caches=caches)))
     handle.write(b"}}")
 
 
