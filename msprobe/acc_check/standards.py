@@ -199,21 +199,19 @@ def _cascade(metrics: dict, cosine_ok: bool, abs_err, rel_origin, device_dtype) 
     metrics["最大绝对误差"] = max_abs
     if max_abs < 0.001:
         return PASS, MSG_MAX_ABS
-    size = rel_origin.size
+    def share_below(bound: float) -> float:
+        return float(np.count_nonzero(rel_origin < bound)) / rel_origin.size
+
     if device_dtype in (torch.float16, torch.bfloat16):
-        hundredth = float(np.count_nonzero(rel_origin < 0.01)) / size
-        metrics["双百指标"] = hundredth
+        hundredth = metrics["双百指标"] = share_below(0.01)
         if hundredth <= 0.99:
             return ERROR, MSG_HUNDREDTH
-        thousandth = float(np.count_nonzero(rel_origin < 0.001)) / size
-        metrics["双千指标"] = thousandth
+        thousandth = metrics["双千指标"] = share_below(0.001)
         return (PASS, MSG_LOW_PASS) if thousandth > 0.999 else (WARNING, MSG_LOW_WARNING)
-    thousandth = float(np.count_nonzero(rel_origin < 0.001)) / size
-    metrics["双千指标"] = thousandth
+    thousandth = metrics["双千指标"] = share_below(0.001)
     if thousandth <= 0.999:
         return ERROR, MSG_THOUSANDTH
-    ten_thousandth = float(np.count_nonzero(rel_origin < 0.0001)) / size
-    metrics["双万指标"] = ten_thousandth
+    ten_thousandth = metrics["双万指标"] = share_below(0.0001)
     if ten_thousandth <= 0.9999:
         return WARNING, MSG_TEN_THOUSANDTH
     return PASS, MSG_PASS
