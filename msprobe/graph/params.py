@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import zlib
 
+from msprobe.compare.columns import STAT_DIFFS, TENSOR_METRICS, VERDICT
 from msprobe.dump.reader import SENTINELS
 
 SOURCES = (("input_args", "input"), ("input_kwargs", "input"), ("input", "input"), ("output", "output"),
@@ -125,35 +126,54 @@ def new_caches() -> tuple:
     return {}, {}
 
 
+def spell(value: str, old: bool) -> str:
+    """The text of one compare cell as a node parameter shows it (attach_and_score stores it spelled)."""
+    return _text_old(value) if old else _text_new(value)
+
+
 def format_params(params: dict, old: bool, keep_md5: bool, caches: tuple) -> dict:
     """Parameter dicts as the plugin shows them: every value a string (spec §11.3). `caches` comes from
-    new_caches() and serves one write (one spelling: `old` for .vis, the new one for .vis.db)."""
+    new_caches() and serves one write (one spelling: `old` for .vis, the new one for .vis.db). Compare columns
+    arrive spelled already (COMPARE_FIELDS)."""
     text = _text_old if old else _text_new
     if len(caches[0]) + len(caches[1]) > 1_000_000:
         caches[0].clear()
         caches[1].clear()
     strings, floats = caches
-    drop = ("requires_grad", "full_op_name", "state") if old else ("full_op_name", "state")
+
+    def spelled(value):
+        kind = type(value)
+        if kind is str:
+            found = strings.get(value)
+            if found is None:
+                found = strings[value] = text(value)
+            return found
+        if kind is float and value:
+            found = floats.get(value)
+            if found is None:
+                found = floats[value] = text(value)
+            return found
+        return text(value)
+
+    drop = _DROP_OLD if old else _DROP_NEW
+    if not keep_md5:
+        drop = drop | {"md5"}
     out = {}
     for key, item in params.items():
-        if item.get("Max") is None and item.get("type") is None:
-            out[key] = {"value": "null"}
+        kind = item.get("type")
+        if kind is None and item.get("Max") is None:
+            out[key] = _NULL
             continue
-        if item.get("type") == "torch.ProcessGroup":
+        if kind == "torch.ProcessGroup":
             item = {k: item[k] for k in ("type", "group_ranks", "group_id", "data_name") if k in item}
-        formatted = {}
-        for field, value in item.items():
-            if field in drop or (field == "md5" and not keep_md5):
-                continue
-            kind = type(value)
-            if kind is str:
-                formatted[field] = strings.get(value) or strings.setdefault(value, text(value))
-            elif kind is float and value:
-                formatted[field] = floats.get(value) or floats.setdefault(value, text(value))
-            else:
-                formatted[field] = value if field == "error_key" else text(value)
-        if formatted.get("Max") == "null" and item.get("type") != "torch.ProcessGroup":
-            out[key] = {"value": "null"}
-        else:
-            out[key] = formatted
+        formatted = {field: value if field in COMPARE_FIELDS else spelled(value)
+                     for field, value in item.items() if field not in drop}
+        out[key] = _NULL if formatted.get("Max") == "null" and kind != "torch.ProcessGroup" else formatted
     return out
+
+
+_NULL = {"value": "null"}
+_DROP_OLD = frozenset(("requires_grad", "full_op_name", "state"))
+_DROP_NEW = frozenset(("full_op_name", "state"))
+# written by scoring.attach_and_score, already spelled with spell()
+COMPARE_FIELDS = frozenset(STAT_DIFFS + TENSOR_METRICS + VERDICT + ["Result"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from msprobe.compare import columns as col
+from msprobe.graph.params import spell
 from msprobe.graph.tree import COLLECTION, ROOT, Graph
 from msprobe.report.cells import cell_text
 
@@ -78,7 +79,8 @@ def _fraction(value) -> float | None:
 
 
 def attach_and_score(npu: Graph, table, mode: str, new: bool) -> None:
-    """Merge the compare columns of each matched NPU node's parameters and set data.precision_index."""
+    """Merge the compare columns of each matched NPU node's parameters (spelled as the node shows them) and set
+    data.precision_index (from the unrounded cells)."""
     cells = table.cells
     names, bench = cells["NPU Name"], cells["Bench Name"]
     results = cells["Result"]
@@ -87,6 +89,7 @@ def attach_and_score(npu: Graph, table, mode: str, new: bool) -> None:
         if partner != "N/A":
             row_of.setdefault(name, index)
     wanted = [(c, cells[c]) for c in (NEW_COLUMNS if new else OLD_COLUMNS)[mode] if c in cells]
+    old = not new
     for node in npu.nodes.values():
         if not node.link or node.node_type == COLLECTION or node.id == ROOT:
             continue
@@ -97,37 +100,45 @@ def attach_and_score(npu: Graph, table, mode: str, new: bool) -> None:
                 if index is None:
                     continue
                 for column, values in wanted:
-                    item[column] = cell_text(values[index])
+                    item[column] = spell(cell_text(values[index]), old)
                 verdicts.append(results[index])
                 node.compared = True
         if new:
             if verdicts:
                 node.data["precision_index"] = max(VERDICT_INDEX.get(v, 0) for v in verdicts)
         else:
-            _old_index(node, mode, results, row_of)
+            _old_index(node, mode, cells, row_of)
     _collections(npu, mode, new)
 
 
-def _old_index(node, mode: str, results, row_of) -> None:
+def _old_index(node, mode: str, cells: dict, row_of: dict) -> None:
     if mode == col.MD5:
+        results = cells["Result"]
         rows = [row_of[k] for p in (node.input_data, node.output_data) for k in p if k in row_of]
         same = all(results[r] == "pass" for r in rows) and len(rows) == len(node.input_data) + len(node.output_data)
         node.data["precision_index"] = 1 if same else 0
         node.data["Result"] = "pass" if same else "Different"
     elif mode == col.STATISTICS:
         worst = 0.0
-        for item in node.output_data.values():
-            for column in ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr"):
-                value = _fraction(item.get(column))
+        columns = [cells[c] for c in ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr")
+                   if c in cells]
+        for key in node.output_data:
+            row = row_of.get(key)
+            if row is None:
+                continue
+            for values in columns:
+                value = _fraction(cell_text(values[row]))
                 if value is not None:
                     worst = max(worst, abs(value))
         node.data["precision_index"] = min(worst, 1.0)
     else:
+        ratios = cells.get("One Thousandth Err Ratio")
         lows = []
         for params in (node.input_data, node.output_data):
             low, seen = 1.0, False
-            for item in params.values():
-                value = _fraction(item.get("One Thousandth Err Ratio"))
+            for key, item in params.items():
+                row = row_of.get(key)
+                value = None if row is None or ratios is None else _fraction(cell_text(ratios[row]))
                 if value is not None and item.get("shape") not in (None, "[]", []):
                     low, seen = min(low, value), True
             lows.append(low if seen else None)
