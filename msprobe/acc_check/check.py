@@ -1,30 +1,38 @@
-"""One acc_check run over a PyTorch dump: select the APIs, replay each, append its rows (spec §5)."""
+"""One acc_check run over a dump: select the APIs, check the inputs, replay each API with the backend of the dump's
+framework (PyTorch spec §5, MindSpore spec §4), append its rows; resumable."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 from dataclasses import dataclass
 
-from msprobe.errors import DumpFormatError, MsprobeError
+from msprobe.acc_check.select import CheckOptions
+from msprobe.errors import DumpFormatError
 
 
 @dataclass
 class Summary:
     device: str
-    supported: int = 0     # forward APIs of the dump that acc_check replays
-    total: int = 0         # forward API entries of the dump
+    supported: int = 0     # APIs of this run that acc_check replays
+    total: int = 0         # forward API entries of the dump (of the share, for a multi_acc_check worker)
     checked: int = 0       # APIs run in this invocation
     resumed: int = 0       # APIs already recorded in a resumed CSV
     passed: int = 0
     failed: int = 0
     skipped: int = 0
+    filtered: int = 0      # APIs dropped by -f/--filter_api
     result_path: str = ""
     details_path: str = ""
+    framework: str = ""
+    benchmark: str = ""
 
 
 def load_api_dump(path: str) -> tuple:
-    """(content, forward API names in call order) of a PyTorch dump.json; errors for other dumps."""
+    """(path, content, API names in dump order) of an L1/mix dump.json; a clear error for anything else. The names
+    are those the dump's backend writes rows for (PyTorch: every forward API; MindSpore: the checkable ones)."""
+    from msprobe.acc_check.backends import backend_for, forward_count
     from msprobe.dump.paths import check_input_file
     from msprobe.dump.reader import load_json
 
@@ -32,91 +40,104 @@ def load_api_dump(path: str) -> tuple:
     content = load_json(path, "api_info file")
     if not isinstance(content, dict) or not isinstance(content.get("data"), dict):
         raise DumpFormatError(f"{path} is not a msprobe dump.json: it needs an object 'data'.")
-    if "framework" not in content:
-        raise DumpFormatError(f'Key "framework" not found in {path}')
-    framework = str(content["framework"]).lower()
-    if framework in ("mindspore", "ms", "mindtorch"):
-        raise MsprobeError(f"{path} is a MindSpore dump; the MindSpore checker is not implemented yet "
-                           "(only PyTorch dumps are checked).")
-    if framework not in ("pytorch", "pt"):
-        raise DumpFormatError(f"Unsupported framework in api_info: {content['framework']}")
-    names = []
-    for key in content["data"]:
-        if "Module" in key or not key.endswith(".forward"):
-            continue
-        names.append(key[: -len(".forward")])
-    if not names:
+    backend = backend_for(content, path)
+    names = backend.api_names(content["data"])
+    if not forward_count(content["data"]):
         raise DumpFormatError(f"{path} holds no API entries (level {content.get('level')!r}); acc_check needs an "
                               "L1 or mix dump.")
+    if not names:
+        raise DumpFormatError(f"{path} holds no API that acc_check checks for {backend.framework} (Mint.*, "
+                              "MintFunctional.*, the Tensor methods of msprobe/data/acc_check_mindspore_apis.yaml and "
+                              "Functional.flash_attention_score); nothing to do.")
     return path, content, names
 
 
-def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error_data: bool = False,
-                  logger=None, *, subset=None, suffix: str = "", stamp: str = "", show_progress: bool = True
-                  ) -> Summary:
-    """Check the forward APIs of a dump (only those of `subset`, in dump order, when given: multi_acc_check
-    gives each worker its share) and append their rows to a new pair of result files
-    (accuracy_checking_result_<stamp><suffix>.csv) or to the interrupted pair `csv_path`."""
-    import torch
+def tensor_directory(path: str, content: dict) -> str:
+    """Where the tensor files of a real-data dump are: dump_tensor_data beside dump.json, else the dump's
+    dump_data_dir when that is an existing directory (error data saved by acc_check)."""
+    beside = os.path.join(os.path.dirname(path), "dump_tensor_data")
+    recorded = content.get("dump_data_dir")
+    if not os.path.isdir(beside) and isinstance(recorded, str) and recorded:
+        recorded = recorded if os.path.isabs(recorded) else os.path.join(os.path.dirname(path), recorded)
+        if os.path.isdir(recorded):
+            return recorded
+    return beside
 
+
+def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error_data: bool = False,
+                  logger=None, *, subset=None, suffix: str = "", stamp: str = "", show_progress: bool = True,
+                  options: CheckOptions | None = None, config_path: str = "") -> Summary:
+    """Check the APIs of a dump (only those of `subset`, in dump order, when given: multi_acc_check gives each
+    worker its share) and append their rows to a new pair of result files
+    (accuracy_checking_result_<stamp><suffix>.csv) or to the interrupted pair `csv_path`. Every check that can
+    refuse the run (dump, options, -config, tensor files, framework import, resume files) happens before anything
+    is written."""
+    from msprobe.acc_check.backends import MINDSPORE, backend_for, forward_count
     from msprobe.acc_check.results import new_files, resume_files
-    from msprobe.acc_check.runner import Replayer, device_name, parse_api, support_lists
+    from msprobe.acc_check.select import filter_apis, load_config
     from msprobe.compare.pipeline import timestamp
     from msprobe.dump.paths import prepare_output_dir
     from msprobe.log import progress
 
-    path, content, names = load_api_dump(api_info)
-    all_names = names
-    if subset is not None:
-        wanted = set(subset)
-        names = [n for n in names if n in wanted]
-    real_data = content.get("task") == "tensor" or bool(content.get("dump_data_dir"))
-    tensor_dir = os.path.join(os.path.dirname(path), "dump_tensor_data") if real_data else None
-    lists = support_lists()
-
-    def supported(name):
-        parsed = parse_api(name)
-        return parsed is not None and parsed[1] in lists.get(parsed[0], ())
-
+    options = options or CheckOptions()
+    path, content, all_names = load_api_dump(api_info)
+    backend = backend_for(content, path)
+    data = content["data"]
+    if config_path:
+        lists, error_data_path = load_config(config_path, backend.known_api_name, backend.framework)
+        options = dataclasses.replace(options, lists=lists, error_data_path=error_data_path)
+    wanted = None if subset is None else set(subset)
+    names = all_names if wanted is None else [n for n in all_names if n in wanted]
+    total = forward_count(data) if subset is None else len(names)
+    kept = filter_apis(data, names) if options.filter_api else names
+    real_data = backend.real_data(content)
+    tensor_dir = tensor_directory(path, content) if real_data else None
     if real_data:
-        _check_tensor_files(content["data"], [n for n in names if supported(n)], tensor_dir)
-    device = device_name()
-    summary = Summary(device=device, total=len(names), supported=sum(1 for n in names if supported(n)))
+        check_tensor_files(backend.needed_files(data, kept), tensor_dir)
+    device = backend.prepare(options)
+    summary = Summary(device=device, total=total, supported=sum(1 for n in kept if backend.supported(n)),
+                      filtered=len(names) - len(kept), framework=backend.framework, benchmark=backend.benchmark)
     if csv_path:
-        files, done, stamp = resume_files(csv_path, names, suffix)
+        files, done, stamp = resume_files(csv_path, all_names, suffix, backend)
+        output_dir = os.path.dirname(files.result_path)
     else:
         output_dir = prepare_output_dir(output_dir or "./")
         stamp = stamp or timestamp()
-        files, done = new_files(output_dir, stamp, suffix), set()
+        files, done = new_files(output_dir, stamp, suffix, backend), set()
     summary.result_path, summary.details_path = files.result_path, files.details_path
-    _write_info(files.result_path, path, device, real_data)
-    error_dir = os.path.join(prepare_output_dir(output_dir or "./"), f"ut_error_data{stamp}") \
-        if save_error_data else ""
-    summary.resumed = sum(1 for n in names if n in done)
+    _write_info(files.result_path, path, device, backend.benchmark, real_data)
+    error_dir = ""
+    if save_error_data and real_data and backend is MINDSPORE:
+        if logger:
+            logger.info("-save_error_data: a real-data MindSpore run does not save error data (its inputs and "
+                        "outputs are the dump's tensor files already).")
+    elif save_error_data:
+        error_dir = os.path.join(options.error_data_path or output_dir, f"ut_error_data{stamp}")
+    summary.resumed = sum(1 for n in kept if n in done)
     if logger:
-        logger.info("acc_check on %s: %d forward APIs, %d supported, device under test %s, benchmark cpu "
-                    "(float64; float32 for float16/bfloat16), %s inputs.", path, len(names), summary.supported,
-                    device, "real-data" if real_data else "random-data")
-    replayer = Replayer(content["data"], tensor_dir, device.split(":")[0] if device == "cpu" else device)
-    torch.manual_seed(1234)
+        logger.info("acc_check on %s (%s): %d APIs, %d replayed%s, device under test %s, benchmark %s, %s "
+                    "inputs.", path, backend.framework, len(kept), summary.supported,
+                    f", {summary.filtered} dropped by -f" if summary.filtered else "", device, backend.benchmark,
+                    "real-data" if real_data else "random-data")
+    replayer = backend.replayer(data, tensor_dir, device, options)
     # the index seeds the API's inputs: its position in the whole dump, whichever worker checks it
     position = {n: i for i, n in enumerate(all_names)}
-    todo = [(position[n], n) for n in names if n not in done]
+    todo = [(position[n], n) for n in kept if n not in done]
     try:
         for index, name in (progress(todo, total=len(todo), desc="APIs") if show_progress else todo):
             result = replayer.run(name, index)
             files.append(result)
             summary.checked += 1
-            if "SKIP" == result.forward_status:
+            if result.skipped:
                 summary.skipped += 1
             elif result.failed:
                 summary.failed += 1
                 if error_dir:
-                    save_error(error_dir, result)
+                    backend.save_error(error_dir, result)
             else:
                 summary.passed += 1
             if logger and result.failed:
-                logger.warning("%s: forward %s, backward %s.", name, result.forward_status,
+                logger.warning("%s: forward %s, backward %s.", name, result.forward_status or "-",
                                result.backward_status.strip() or "-")
             del result
             if index % 64 == 63:
@@ -126,9 +147,9 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     return summary
 
 
-def _write_info(result_path: str, dump_path: str, device: str, real_data: bool) -> None:
+def _write_info(result_path: str, dump_path: str, device: str, benchmark: str, real_data: bool) -> None:
     """accuracy_checking_info_<timestamp>[_device<id>].json beside the CSVs: the device under test and the
-    benchmark."""
+    benchmark (DECISIONS 18)."""
     import json
 
     from msprobe.report.atomic import write_text
@@ -142,50 +163,24 @@ def _write_info(result_path: str, dump_path: str, device: str, real_data: bool) 
                 runs = json.load(handle).get("runs", [])
         except (OSError, ValueError, AttributeError):
             runs = []
-    runs.append({"api_info": dump_path, "device": device, "benchmark": "cpu (float64; float32 for float16/bfloat16 "
-                 "inputs)", "inputs": "real-data" if real_data else "random-data"})
+    runs.append({"api_info": dump_path, "device": device, "benchmark": benchmark,
+                 "inputs": "real-data" if real_data else "random-data"})
     write_text(info_path, json.dumps({"runs": runs}, indent=2) + "\n")
 
 
-def _check_tensor_files(data: dict, names: list, tensor_dir: str) -> None:
-    from msprobe.acc_check.inputs import InputError, data_names
+def check_tensor_files(wanted: list, tensor_dir: str) -> None:
+    """Refuse a real-data run before anything is written when a tensor file it needs is missing or unsafe."""
+    from msprobe.acc_check.common import InputError
     from msprobe.dump.paths import safe_tensor_path
 
-    missing = []
-    for name in names:
-        forward = data.get(f"{name}.forward") or {}
-        wanted = data_names(forward.get("input_args")) + data_names(forward.get("input_kwargs"))
-        backward = data.get(f"{name}.backward")
-        if backward:
-            wanted += data_names((backward.get("input") or [])[:1])
-        for data_name in wanted:
-            if safe_tensor_path(tensor_dir, data_name)[0] is None:
-                missing.append(data_name)
+    missing = [name for name in wanted if safe_tensor_path(tensor_dir, name)[0] is None]
     if missing:
         raise InputError(f"real-data mode: {len(missing)} tensor file(s) of the dump are missing or unsafe in "
                          f"{tensor_dir} (first: {missing[0]}); nothing was written.")
 
 
-def save_error(directory: str, result) -> None:
-    """Save the inputs and outputs of a failing API as .pt files; args and kwargs get distinct names."""
-    import torch
+def _check_tensor_files(data: dict, names: list, tensor_dir: str) -> None:
+    """The real-data check of a PyTorch dump's APIs (kept for multi_acc_check)."""
+    from msprobe.acc_check.backends import TORCH
 
-    os.makedirs(directory, mode=0o750, exist_ok=True)
-    for key, value in result.saved.items():
-        leaves = []
-        _leaves(value, leaves)
-        for k, leaf in enumerate(leaves):
-            if isinstance(leaf, torch.Tensor):
-                leaf = leaf.detach().cpu().contiguous()
-            torch.save(leaf, os.path.join(directory, f"{result.full_name}.{key}.{k}.pt"))
-
-
-def _leaves(value, out: list) -> None:
-    if isinstance(value, (list, tuple)):
-        for element in value:
-            _leaves(element, out)
-    elif isinstance(value, dict):
-        for element in value.values():
-            _leaves(element, out)
-    else:
-        out.append(value)
+    check_tensor_files(TORCH.needed_files(data, names), tensor_dir)

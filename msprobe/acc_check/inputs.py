@@ -11,8 +11,7 @@ import math
 import numpy as np
 import torch
 
-from msprobe.dump.reader import SENTINELS
-from msprobe.errors import MsprobeError
+from msprobe.acc_check.common import InputError, data_names, number  # noqa: F401 (re-exported)
 
 FLOAT_DTYPES = {"torch.float16", "torch.half", "torch.bfloat16", "torch.float32", "torch.float", "torch.float64",
                 "torch.double", "torch.float8_e4m3fn", "torch.float8_e5m2"}
@@ -22,40 +21,11 @@ NUMPY_TYPES = ("numpy.int8", "numpy.int16", "numpy.int32", "numpy.int64", "numpy
                "numpy.complex64", "numpy.complex128", "numpy.str_")
 
 
-class InputError(MsprobeError):
-    """An argument of a dumped API cannot be rebuilt (bad statistics, missing tensor file)."""
-
-
-def number(value):
-    """A statistic or scalar as read by load_json: its NaN/Infinity sentinel strings become floats."""
-    return SENTINELS.get(value, value) if isinstance(value, str) else value
-
-
 def torch_dtype(text: str) -> torch.dtype:
     dtype = getattr(torch, str(text).replace("torch.", ""), None)
     if not isinstance(dtype, torch.dtype):
         raise InputError(f"unknown torch dtype {text!r}.")
     return dtype
-
-
-def is_tensor_item(item) -> bool:
-    return isinstance(item, dict) and item.get("type") in TENSOR_TYPES
-
-
-def data_names(node) -> list:
-    """Every data_name (or datapath) of the tensor leaves below node, in traversal order."""
-    found = []
-    if isinstance(node, list):
-        for element in node:
-            found.extend(data_names(element))
-    elif is_tensor_item(node):
-        name = node.get("datapath") or node.get("data_name")
-        if name:
-            found.append(name)
-    elif isinstance(node, dict) and "type" not in node:
-        for value in node.values():
-            found.extend(data_names(value))
-    return found
 
 
 class InputBuilder:

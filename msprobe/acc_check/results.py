@@ -1,4 +1,5 @@
-"""The result and details CSVs of acc_check (spec §5.8) and resuming an interrupted run (§5.6).
+"""The result and details CSVs of acc_check (spec §5.8 PyTorch, §4.5 MindSpore) and resuming an interrupted run
+(§5.6, §4.6). The columns and cells come from the dump's backend (`backends.py`); writing and resuming are shared.
 
 Rows are appended as whole lines and flushed after every API: the details rows of an API first, then its
 result row, so a result row always means complete details. A resumed run skips the APIs of the result file
@@ -9,15 +10,14 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import os
 import re
 
-from msprobe.acc_check.standards import METRICS
+from msprobe.acc_check.backends import MINDSPORE, TORCH
 from msprobe.errors import MsprobeError
 
-RESULT_HEADER = ["API name", "Forward Test Success", "Backward Test Success", "Message"]
-DETAILS_HEADER = ["API Name", "Bench Dtype", "DEVICE Dtype", "Shape", *METRICS, "Status", "Message"]
+RESULT_HEADER = TORCH.result_header      # PyTorch headers (spec §5.8)
+DETAILS_HEADER = TORCH.details_header
 RESULT_NAME = re.compile(r"^accuracy_checking_result_(\d{14})\.csv$")
 BOM = "\ufeff"
 
@@ -32,56 +32,26 @@ def _line(cells: list) -> str:
     return buffer.getvalue()
 
 
-def cell(value, precision: int = 14) -> str:
-    if value is None:
-        return " "
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return f"{value:.{precision}f}"
-    return str(value)
-
-
-def details_rows(result) -> list:
-    rows = []
-    for direction, outputs in (("forward", result.forward), ("backward", result.backward)):
-        for i, output in enumerate(outputs):
-            if output.metrics.get("dropout"):
-                continue
-            rows.append([f"{result.full_name}.{direction}.output.{i}", output.bench_dtype, output.device_dtype,
-                         output.shape, *(cell(output.metrics.get(m)) for m in METRICS), output.status,
-                         output.message])
-    return rows
-
-
-def result_row(result) -> list:
-    row = [result.full_name, result.forward_status, result.backward_status]
-    if "SKIP" in (result.forward_status, result.backward_status):
-        row.append(result.message or (result.forward[0].message if result.forward else ""))
-    return row
-
-
 class ResultFiles:
     """The pair of CSV files of one run, opened for appending."""
 
-    def __init__(self, result_path: str, details_path: str, new: bool):
+    def __init__(self, result_path: str, details_path: str, new: bool, backend=TORCH):
         self.result_path, self.details_path = result_path, details_path
+        self.backend = backend
         mode = "w" if new else "a"
         self._result = open(result_path, mode, encoding="utf-8", newline="")
         self._details = open(details_path, mode, encoding="utf-8", newline="")
         if new:
-            self._result.write(BOM + _line(RESULT_HEADER))
-            self._details.write(BOM + _line(DETAILS_HEADER))
+            self._result.write(BOM + _line(backend.result_header))
+            self._details.write(BOM + _line(backend.details_header))
             self.flush()
 
     def append(self, result) -> None:
-        text = "".join(_line(row) for row in details_rows(result))
+        text = "".join(_line(row) for row in self.backend.details_rows(result))
         if text:
             self._details.write(text)
             self._details.flush()
-        self._result.write(_line(result_row(result)))
+        self._result.write(_line(self.backend.result_row(result)))
         self._result.flush()
 
     def flush(self) -> None:
@@ -93,17 +63,17 @@ class ResultFiles:
         self._details.close()
 
 
-def new_files(output_dir: str, stamp: str, suffix: str = "") -> ResultFiles:
+def new_files(output_dir: str, stamp: str, suffix: str = "", backend=TORCH) -> ResultFiles:
     """The pair accuracy_checking_result|details_<stamp><suffix>.csv (suffix `_device<id>` for multi_acc_check)."""
     result = os.path.join(output_dir, f"accuracy_checking_result_{stamp}{suffix}.csv")
     details = os.path.join(output_dir, f"accuracy_checking_details_{stamp}{suffix}.csv")
     for path in (result, details):
         if os.path.lexists(path):
             raise MsprobeError(f"{path} already exists; not overwriting it.")
-    return ResultFiles(result, details, new=True)
+    return ResultFiles(result, details, new=True, backend=backend)
 
 
-def _read_rows(path: str, header: list, what: str) -> tuple:
+def _read_rows(path: str, header: list, what: str, backend=TORCH) -> tuple:
     """(rows, byte offset after each complete row) of a result/details CSV; ResumeError when corrupt."""
     try:
         with open(path, "rb") as handle:
@@ -116,7 +86,12 @@ def _read_rows(path: str, header: list, what: str) -> tuple:
         raise ResumeError(f"the {what} {path} is not a UTF-8 CSV written by acc_check.") from None
     text = text[1:] if text.startswith(BOM) else text
     lines = text.split("\r\n")
-    if not lines or next(csv.reader([lines[0]]), None) != header:
+    found = next(csv.reader([lines[0]]), None) if lines else None
+    if found != header:
+        other = MINDSPORE if backend is TORCH else TORCH
+        if found in (other.result_header, other.details_header):
+            raise ResumeError(f"the {what} {path} is the result of a {other.framework} dump and this dump.json is "
+                              f"a {backend.framework} dump; nothing was changed.")
         raise ResumeError(f"the {what} {path} is corrupt or not an acc_check file: its header is not "
                           f"{', '.join(header)}.")
     complete = lines[1:-1] if len(lines) > 1 else []   # the last piece has no line end (empty when complete)
@@ -130,9 +105,9 @@ def _read_rows(path: str, header: list, what: str) -> tuple:
     return rows, len(raw) - len(lines[-1].encode("utf-8"))
 
 
-def resume_files(csv_path: str, api_names: list, suffix: str = "") -> tuple:
+def resume_files(csv_path: str, api_names: list, suffix: str = "", backend=TORCH) -> tuple:
     """Open an interrupted run's pair of files; returns (ResultFiles, done set, timestamp). `suffix` is the
-    `_device<id>` part of a multi_acc_check file name."""
+    `_device<id>` part of a multi_acc_check file name. Nothing is changed when the files are refused."""
     from msprobe.dump.paths import check_input_file
 
     csv_path = check_input_file(csv_path, "result csv to resume")
@@ -145,9 +120,9 @@ def resume_files(csv_path: str, api_names: list, suffix: str = "") -> tuple:
                                 os.path.basename(csv_path).replace("result", "details", 1))
     if not os.path.isfile(details_path) or not os.access(details_path, os.R_OK | os.W_OK):
         raise ResumeError(f"the details file {details_path} of {csv_path} is missing or not read/writable.")
-    rows, result_end = _read_rows(csv_path, RESULT_HEADER, "result csv")
+    rows, result_end = _read_rows(csv_path, backend.result_header, "result csv", backend)
     done = [row[0] for row in rows if row]
-    bad = [row for row in rows if len(row) < 3 or row[1] not in ("pass", "warning", "error", "SKIP", " ")]
+    bad = [row for row in rows if len(row) < 3 or row[1] not in backend.statuses or row[2] not in backend.statuses]
     if bad:
         raise ResumeError(f"the result csv {csv_path} is corrupt: row {bad[0]!r} is not an acc_check result row.")
     known = set(api_names)
@@ -156,7 +131,7 @@ def resume_files(csv_path: str, api_names: list, suffix: str = "") -> tuple:
         raise ResumeError(f"the result csv {csv_path} belongs to another dump: {len(foreign)} of its APIs "
                           f"(first: {foreign[0]}) are not in this dump.json.")
     done_set = set(done)
-    details, _ = _read_rows(details_path, DETAILS_HEADER, "details csv")
+    details, _ = _read_rows(details_path, backend.details_header, "details csv", backend)
     # Keep the details of recorded APIs only; a run killed between an API's details and its result row leaves
     # details that the resumed run writes again.
     keep = 0
@@ -178,4 +153,4 @@ def resume_files(csv_path: str, api_names: list, suffix: str = "") -> tuple:
         handle.truncate(result_end)
     with open(details_path, "r+b") as handle:
         handle.truncate(keep)
-    return ResultFiles(csv_path, details_path, new=False), done_set, match.group(1)
+    return ResultFiles(csv_path, details_path, new=False, backend=backend), done_set, match.group(1)

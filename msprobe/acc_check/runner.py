@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass, field
 
 import torch
 
+from msprobe.acc_check.common import (  # noqa: F401 (ApiResult re-exported)
+    BLANK,
+    SKIP,
+    ApiResult,
+    aggregate,
+    first_line,
+    raise_target,
+    skip_result,
+)
 from msprobe.acc_check.inputs import InputBuilder
-from msprobe.acc_check.standards import BLANK, ERROR, PASS, SKIP, WARNING, OutputResult, compare_output
+from msprobe.acc_check.standards import compare_output
 
 BLACK_LIST = {"to", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_with_format"}
 SKIP_PREFIXES = ("Distributed", "MindSpeed")
@@ -66,15 +74,46 @@ def _capture_originals() -> None:
 _capture_originals()
 
 
-def device_name() -> str:
-    """The device under test (DECISIONS 18): Ascend NPU with torch_npu, else CUDA, else CPU."""
+def device_name(device_id: int = 0) -> str:
+    """The device under test (DECISIONS 18): Ascend NPU with torch_npu, else CUDA, else CPU; `device_id` is the
+    first -d id (ignored on the CPU)."""
     try:
         import torch_npu  # noqa: F401
 
-        return "npu:0"
+        return f"npu:{device_id}"
     except ImportError:
         pass
-    return "cuda:0" if torch.cuda.is_available() else "cpu"
+    return f"cuda:{device_id}" if torch.cuda.is_available() else "cpu"
+
+
+def set_jit_compile(jit_compile: bool) -> None:
+    """-j on an Ascend NPU (spec §2.3): jit compile mode on and internal formats allowed; off: both off."""
+    torch.npu.set_compile_mode(jit_compile=jit_compile)
+    torch.npu.config.allow_internal_format = jit_compile
+
+
+def save_error(directory: str, result) -> None:
+    """Save the inputs and outputs of a failing API as .pt files (spec §5.9); args and kwargs get distinct names
+    (DECISIONS 19)."""
+    os.makedirs(directory, mode=0o750, exist_ok=True)
+    for key, value in result.saved.items():
+        leaves = []
+        _leaves(value, leaves)
+        for k, leaf in enumerate(leaves):
+            if isinstance(leaf, torch.Tensor):
+                leaf = leaf.detach().cpu().contiguous()
+            torch.save(leaf, os.path.join(directory, f"{result.full_name}.{key}.{k}.pt"))
+
+
+def _leaves(value, out: list) -> None:
+    if isinstance(value, (list, tuple)):
+        for element in value:
+            _leaves(element, out)
+    elif isinstance(value, dict):
+        for element in value.values():
+            _leaves(element, out)
+    else:
+        out.append(value)
 
 
 def parse_api(full_name: str):
@@ -87,35 +126,6 @@ def parse_api(full_name: str):
     if len(parts) == 4:
         return parts[0], f"{parts[1]}.{parts[2]}"
     return None
-
-
-@dataclass
-class ApiResult:
-    full_name: str
-    forward_status: str
-    backward_status: str
-    message: str = ""
-    forward: list = field(default_factory=list)    # OutputResult per forward output
-    backward: list = field(default_factory=list)
-    saved: dict = field(default_factory=dict)      # name -> object, for -save_error_data
-
-    @property
-    def failed(self) -> bool:
-        return self.forward_status in (ERROR, WARNING) or self.backward_status in (ERROR, WARNING)
-
-
-def skip_result(full_name: str, message: str) -> ApiResult:
-    return ApiResult(full_name, SKIP, SKIP, message,
-                     [OutputResult(" ", " ", " ", SKIP, message)])
-
-
-def aggregate(rows: list) -> str:
-    statuses = {row.status for row in rows}
-    if ERROR in statuses:
-        return ERROR
-    if WARNING in statuses:
-        return WARNING
-    return PASS
 
 
 def _walk(value, fn):
@@ -141,11 +151,10 @@ def _raise_plan(args, kwargs, output_dtype):
     dtypes = {t.dtype for t in _tensors([args, kwargs]) if t.dtype in RAISE}
     if not dtypes:
         return None, None
+    raise_dtype = getattr(torch, raise_target(str(d).replace("torch.", "") for d in dtypes))
     if len(dtypes) == 1:
-        (dtype,) = dtypes
-        raise_dtype, autocast_dtype, autocast = RAISE[dtype], dtype, False
+        (autocast_dtype,), autocast = dtypes, False
     else:
-        raise_dtype = torch.float32
         autocast_dtype = next(d for d in sorted(dtypes, key=str) if d != torch.float32)
         autocast = True
     if not autocast and output_dtype is not None and autocast_dtype != output_dtype:
@@ -164,26 +173,27 @@ def _hf32(tensor: torch.Tensor) -> torch.Tensor:
 class Replayer:
     """Runs APIs of one dump: builds inputs, runs device and benchmark, compares."""
 
-    def __init__(self, dump_data: dict, tensor_dir: str | None, device: str = "cpu", seed: int = 1234):
+    def __init__(self, dump_data: dict, tensor_dir: str | None, device: str = "cpu", seed: int = 1234, lists=None):
         self.data = dump_data
         self.builder = InputBuilder(tensor_dir, seed)
         self.seed = seed
         self.device = device
+        self.lists = lists     # select.ApiLists of -config, or None
+        torch.manual_seed(seed)
 
     def run(self, full_name: str, index: int) -> ApiResult:
         parsed = parse_api(full_name)
         if parsed is None:
             return skip_result(full_name, f"API {full_name} not support for acc_check. SKIP.")
         api_type, api_name = parsed
-        if api_name in BLACK_LIST:
+        if api_name in BLACK_LIST or (self.lists is not None and self.lists.excluded(api_name)):
             return skip_result(full_name, f"API {api_name} in black list or not in white list. SKIP.")
         if api_name not in support_lists().get(api_type, ()) or bench_function(api_type, api_name) is None:
             return skip_result(full_name, f"API {full_name} not support for acc_check. SKIP.")
         try:
             return self._run(full_name, api_type, api_name, index)
         except Exception as exc:  # any failure of one API becomes its SKIP row (spec §5.1 step 5)
-            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return skip_result(full_name, f"Run {full_name} failed: {type(exc).__name__}: {text}")
+            return skip_result(full_name, f"Run {full_name} failed: {first_line(exc)}")
 
     def _run(self, full_name: str, api_type: str, api_name: str, index: int) -> ApiResult:
         forward = self.data[f"{full_name}.forward"]

@@ -8,12 +8,12 @@ ten-thousandth ratios); the precision standard chosen by the API name (DECISIONS
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-PASS, WARNING, ERROR, SKIP, BLANK = "pass", "warning", "error", "SKIP", " "
+from msprobe.acc_check.common import ERROR, METRICS, PASS, SKIP, WARNING, OutputResult  # noqa: F401 (re-exported)
 
 ABSOLUTE, BINARY, ULP, THOUSANDTH, ACCUMULATIVE, BENCHMARK = (
     "absolute_threshold", "binary_consistency", "ulp_compare", "thousandth_threshold",
@@ -61,11 +61,6 @@ CONFIGS = {
 NEW_STANDARD_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BF16_FINITE_MAX = 3.3895313892515355e38
 
-# Detail columns after "Shape" and before "Status" (spec §5.8), in order.
-METRICS = ["余弦相似度", "最大绝对误差", "双百指标", "双千指标", "双万指标", "二进制一致错误率", "误差均衡性",
-           "均方根误差", "小值域错误占比", "相对误差最大值", "相对误差平均值", "inf/nan错误率", "相对误差错误率",
-           "绝对误差错误率", "ULP误差最大值", "ULP误差平均值", "ULP误差大于阈值占比"]
-
 MSG_COSINE = "Cosine similarity is less than 0.99, consider as error, skip other check and set to SPACE.\n"
 MSG_MAX_ABS = "Max abs error is less than 0.001, consider as pass, skip other check and set to SPACE.\n"
 MSG_HUNDREDTH = "Relative error is greater than 0.01, consider as error, skip other check and set to SPACE.\n"
@@ -74,18 +69,6 @@ MSG_LOW_WARNING = "Relative error is greater than 0.001, consider as warning, sk
 MSG_THOUSANDTH = "Relative error is greater than 0.001, consider as error, skip other check and set to SPACE.\n"
 MSG_TEN_THOUSANDTH = "Relative error is greater than 0.0001, consider as warning, skip other check and set to SPACE.\n"
 MSG_PASS = "Relative error is less than 0.0001, consider as pass.\n"
-
-
-@dataclass
-class OutputResult:
-    """One details row: dtypes, shape, metric cells (None = blank), status and message."""
-
-    bench_dtype: str
-    device_dtype: str
-    shape: str
-    status: str
-    message: str
-    metrics: dict = field(default_factory=dict)
 
 
 def compare_output(bench, device, api_name: str, full_name: str) -> list:

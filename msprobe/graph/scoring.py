@@ -88,8 +88,7 @@ def attach_and_score(npu: Graph, table, mode: str, new: bool) -> None:
     for index, (name, partner) in enumerate(zip(names, bench)):
         if partner != "N/A":
             row_of.setdefault(name, index)
-    wanted = [(c, cells[c]) for c in (NEW_COLUMNS if new else OLD_COLUMNS)[mode] if c in cells]
-    old = not new
+    attached = []          # (item, row) of every parameter with a compared row
     for node in npu.nodes.values():
         if not node.link or node.node_type == COLLECTION or node.id == ROOT:
             continue
@@ -97,17 +96,27 @@ def attach_and_score(npu: Graph, table, mode: str, new: bool) -> None:
         for params in (node.input_data, node.output_data):
             for key, item in params.items():
                 index = row_of.get(key)
-                if index is None:
-                    continue
-                for column, values in wanted:
-                    item[column] = spell(cell_text(values[index]), old)
-                verdicts.append(results[index])
-                node.compared = True
+                if index is not None:
+                    attached.append((item, index))
+                    verdicts.append(results[index])
+        node.compared = node.compared or bool(verdicts)
         if new:
             if verdicts:
                 node.data["precision_index"] = max(VERDICT_INDEX.get(v, 0) for v in verdicts)
         else:
             _old_index(node, mode, cells, row_of)
+    old = not new
+    for column in (NEW_COLUMNS if new else OLD_COLUMNS)[mode]:
+        if column not in cells:
+            continue
+        values = cells[column]
+        texts: dict = {}
+        for item, index in attached:
+            text = cell_text(values[index])
+            spelled = texts.get(text)
+            if spelled is None:
+                spelled = texts[text] = spell(text, old)
+            item[column] = spelled
     _collections(npu, mode, new)
 
 
