@@ -95,8 +95,8 @@ def _text_old(value) -> str:
         if "." not in value:
             return value
         if _WHOLE_LONG_DECIMAL.match(value):
-            return _six(value)
-        return _LONG_DECIMAL.sub(_six_match, value) if _LONG_DECIMAL.search(value) else value
+            return "%.6f%%" % float(value[:-1]) if value[-1] == "%" else "%.6f" % float(value)
+        return _LONG_DECIMAL.sub(_six_match, value)
     if value is None:
         return "null"
     return str(value).replace("'", "")
@@ -126,16 +126,17 @@ def new_caches() -> tuple:
     return {}, {}
 
 
-def spell(value: str, old: bool) -> str:
-    """The text of one compare cell as a node parameter shows it (attach_and_score stores it spelled)."""
-    return _text_old(value) if old else _text_new(value)
+def speller(old: bool):
+    """The function that spells one value as a node parameter shows it (attach_and_score stores compare cells
+    spelled)."""
+    return _text_old if old else _text_new
 
 
 def format_params(params: dict, old: bool, keep_md5: bool, caches: tuple) -> dict:
     """Parameter dicts as the plugin shows them: every value a string (spec §11.3). `caches` comes from
     new_caches() and serves one write (one spelling: `old` for .vis, the new one for .vis.db). Compare columns
     arrive spelled already (COMPARE_FIELDS)."""
-    text = _text_old if old else _text_new
+    text = speller(old)
     if len(caches[0]) + len(caches[1]) > 1_000_000:
         caches[0].clear()
         caches[1].clear()
@@ -175,5 +176,5 @@ def format_params(params: dict, old: bool, keep_md5: bool, caches: tuple) -> dic
 _NULL = {"value": "null"}
 _DROP_OLD = frozenset(("requires_grad", "full_op_name", "state"))
 _DROP_NEW = frozenset(("full_op_name", "state"))
-# written by scoring.attach_and_score, already spelled with spell()
+# written by scoring.attach_and_score, already spelled with speller()
 COMPARE_FIELDS = frozenset(STAT_DIFFS + TENSOR_METRICS + VERDICT + ["Result"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from msprobe.compare import columns as col
-from msprobe.graph.params import spell
+from msprobe.graph.params import speller
 from msprobe.graph.tree import COLLECTION, ROOT, Graph
 from msprobe.report.cells import cell_text
 
@@ -105,17 +105,19 @@ def attach_and_score(npu: Graph, table, mode: str, new: bool) -> None:
                 node.data["precision_index"] = max(VERDICT_INDEX.get(v, 0) for v in verdicts)
         else:
             _old_index(node, mode, cells, row_of)
-    old = not new
+    spell = speller(not new)
     for column in (NEW_COLUMNS if new else OLD_COLUMNS)[mode]:
         if column not in cells:
             continue
         values = cells[column]
         texts: dict = {}
         for item, index in attached:
-            text = cell_text(values[index])
+            text = values[index]
+            if type(text) is not str:
+                text = cell_text(text)
             spelled = texts.get(text)
             if spelled is None:
-                spelled = texts[text] = spell(text, old)
+                spelled = texts[text] = spell(text)
             item[column] = spelled
     _collections(npu, mode, new)
 

@@ -127,11 +127,13 @@ def _mask(payload: bytes, mask: bytes) -> bytes:
 class Browser:
     """One headless Chromium with a fresh profile and one page; use as a context manager."""
 
-    def __init__(self, executable: str | None = None, width: int = 1400, height: int = 1000, timeout: float = 20.0):
+    def __init__(self, executable: str | None = None, width: int = 1400, height: int = 1000, timeout: float = 20.0,
+                 extra_args: tuple = ()):
         self.executable = executable or find_chromium()
         if not self.executable:
             raise BrowserError("no chromium executable found (apt-get install chromium)")
         self.width, self.height, self.timeout = width, height, timeout
+        self.extra_args = tuple(extra_args)
         self.process = None
         self.profile = None
         self.ws = None
@@ -147,7 +149,7 @@ class Browser:
 
     def start(self) -> None:
         self.profile = tempfile.mkdtemp(prefix="msprobe-chromium-")
-        command = [self.executable, *FLAGS, f"--user-data-dir={self.profile}",
+        command = [self.executable, *FLAGS, *self.extra_args, f"--user-data-dir={self.profile}",
                    f"--window-size={self.width},{self.height}", "about:blank"]
         try:
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -219,6 +221,15 @@ class Browser:
         self.send("Page.navigate", {"url": url})
         self.wait_for("document.readyState === 'complete'")
         return time.perf_counter() - started
+
+    def navigate(self, url: str, width: int | None = None, height: int | None = None) -> None:
+        """Load any URL (http:// too); with width and height the page's viewport gets exactly that size (the window
+        size of headless Chromium includes room for browser chrome). Returns once the request is sent: wait_for
+        the state the page must reach."""
+        if width and height:
+            self.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
+                                                             "deviceScaleFactor": 1, "mobile": False})
+        self.send("Page.navigate", {"url": url})
 
     def wait_for(self, expression: str, timeout: float | None = None, interval: float = 0.02):
         deadline = time.monotonic() + (timeout or self.timeout)
