@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import zlib
 
-from msprobe.compare.columns import STAT_DIFFS, TENSOR_METRICS, VERDICT
 from msprobe.dump.reader import SENTINELS
 
 SOURCES = (("input_args", "input"), ("input_kwargs", "input"), ("input", "input"), ("output", "output"),
@@ -13,6 +12,7 @@ SOURCES = (("input_args", "input"), ("input_kwargs", "input"), ("input", "input"
 STATS = ("Max", "Min", "Mean", "Norm")
 _LONG_DECIMAL = re.compile(r"-?\d+\.\d{7,}%?")
 _WHOLE_LONG_DECIMAL = re.compile(r"^-?\d+\.\d{7,}%?$")
+_NUMBER = re.compile(r"(-?\d+\.(\d+))((?:e[-+]?\d+)?%?)")
 
 
 def _leaves(name: str, record: dict):
@@ -94,9 +94,11 @@ def _text_old(value) -> str:
             value = value.replace("'", "").replace("None", "null")
         if "." not in value:
             return value
-        if _WHOLE_LONG_DECIMAL.match(value):
-            return "%.6f%%" % float(value[:-1]) if value[-1] == "%" else "%.6f" % float(value)
-        return _LONG_DECIMAL.sub(_six_match, value)
+        number = _NUMBER.fullmatch(value)     # a number as Python writes it, maybe with an exponent or a %
+        if number is None:
+            return _LONG_DECIMAL.sub(_six_match, value)
+        mantissa, fraction, rest = number.groups()
+        return ("%.6f" % float(mantissa) if len(fraction) >= 7 else mantissa) + rest
     if value is None:
         return "null"
     return str(value).replace("'", "")
@@ -126,17 +128,10 @@ def new_caches() -> tuple:
     return {}, {}
 
 
-def speller(old: bool):
-    """The function that spells one value as a node parameter shows it (attach_and_score stores compare cells
-    spelled)."""
-    return _text_old if old else _text_new
-
-
 def format_params(params: dict, old: bool, keep_md5: bool, caches: tuple) -> dict:
     """Parameter dicts as the plugin shows them: every value a string (spec §11.3). `caches` comes from
-    new_caches() and serves one write (one spelling: `old` for .vis, the new one for .vis.db). Compare columns
-    arrive spelled already (COMPARE_FIELDS)."""
-    text = speller(old)
+    new_caches() and serves one write (one spelling: `old` for .vis, the new one for .vis.db)."""
+    text = _text_old if old else _text_new
     if len(caches[0]) + len(caches[1]) > 1_000_000:
         caches[0].clear()
         caches[1].clear()
@@ -167,8 +162,7 @@ def format_params(params: dict, old: bool, keep_md5: bool, caches: tuple) -> dic
             continue
         if kind == "torch.ProcessGroup":
             item = {k: item[k] for k in ("type", "group_ranks", "group_id", "data_name") if k in item}
-        formatted = {field: value if field in COMPARE_FIELDS else spelled(value)
-                     for field, value in item.items() if field not in drop}
+        formatted = {field: spelled(value) for field, value in item.items() if field not in drop}
         out[key] = _NULL if formatted.get("Max") == "null" and kind != "torch.ProcessGroup" else formatted
     return out
 
@@ -176,5 +170,3 @@ def format_params(params: dict, old: bool, keep_md5: bool, caches: tuple) -> dic
 _NULL = {"value": "null"}
 _DROP_OLD = frozenset(("requires_grad", "full_op_name", "state"))
 _DROP_NEW = frozenset(("full_op_name", "state"))
-# written by scoring.attach_and_score, already spelled with speller()
-COMPARE_FIELDS = frozenset(STAT_DIFFS + TENSOR_METRICS + VERDICT + ["Result"])

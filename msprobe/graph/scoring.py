@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 from msprobe.compare import columns as col
-from msprobe.graph.params import speller
 from msprobe.graph.tree import COLLECTION, ROOT, Graph
 from msprobe.report.cells import cell_text
 
@@ -79,8 +78,7 @@ def _fraction(value) -> float | None:
 
 
 def attach_and_score(npu: Graph, table, mode: str, new: bool) -> None:
-    """Merge the compare columns of each matched NPU node's parameters (spelled as the node shows them) and set
-    data.precision_index (from the unrounded cells)."""
+    """Merge the compare columns of each matched NPU node's parameters and set data.precision_index."""
     cells = table.cells
     names, bench = cells["NPU Name"], cells["Bench Name"]
     results = cells["Result"]
@@ -105,20 +103,12 @@ def attach_and_score(npu: Graph, table, mode: str, new: bool) -> None:
                 node.data["precision_index"] = max(VERDICT_INDEX.get(v, 0) for v in verdicts)
         else:
             _old_index(node, mode, cells, row_of)
-    spell = speller(not new)
     for column in (NEW_COLUMNS if new else OLD_COLUMNS)[mode]:
-        if column not in cells:
-            continue
-        values = cells[column]
-        texts: dict = {}
-        for item, index in attached:
-            text = values[index]
-            if type(text) is not str:
-                text = cell_text(text)
-            spelled = texts.get(text)
-            if spelled is None:
-                spelled = texts[text] = spell(text)
-            item[column] = spelled
+        if column in cells:
+            values = cells[column]
+            for item, index in attached:
+                text = values[index]
+                item[column] = text if type(text) is str else cell_text(text)
     _collections(npu, mode, new)
 
 

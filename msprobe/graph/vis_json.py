@@ -13,6 +13,8 @@ from msprobe.graph.params import format_params, new_caches
 from msprobe.graph.tree import Graph
 from msprobe.report.atomic import atomic_path
 
+_PLAIN_FIELDS = 10     # fields of a tensor parameter before compare cells are attached
+
 
 def node_object(node, keep_md5: bool = True, caches: tuple | None = None) -> dict:
     caches = caches if caches is not None else new_caches()
@@ -27,61 +29,97 @@ def node_object(node, keep_md5: bool = True, caches: tuple | None = None) -> dic
     return body
 
 
-def _write_graph(handle, graph: Graph) -> None:
+def _segments(parts: list) -> list:
+    """The document as segments in order: bytes as they are, or (graph, node name, first) to format. parts:
+    bytes, or a Graph, which stands for `{"root":...,"dump_data_dir":...,"node":{...}` (its object left open)."""
+    out: list = []
     dumps = orjson.dumps
-    handle.write(b'{"root":' + dumps(graph.root) + b',"dump_data_dir":' + dumps(graph.dump_data_dir)
-                 + b',"node":{')
-    first = True
+    for part in parts:
+        if isinstance(part, bytes):
+            out.append(part)
+            continue
+        out.append(b'{"root":' + dumps(part.root) + b',"dump_data_dir":' + dumps(part.dump_data_dir) + b',"node":{')
+        out.extend((part, name, index == 0) for index, name in enumerate(part.nodes))
+        out.append(b"}")
+    return out
+
+
+def _write_segments(handle, segments) -> None:
+    dumps = orjson.dumps
     caches = new_caches()
-    for name, node in graph.nodes.items():
-        if not first:
-            handle.write(b",")
-        first = False
-        handle.write(dumps(name) + b":" + dumps(node_object(node, caches=caches)))
-    handle.write(b"}}")
+    for segment in segments:
+        if isinstance(segment, bytes):
+            handle.write(segment)
+            continue
+        graph, name, first = segment
+        handle.write((b"" if first else b",") + dumps(name) + b":"
+                     + dumps(node_object(graph.nodes[name], caches=caches)))
 
 
-def write_build(graph: Graph, path: str, overflow_check: bool) -> None:
+def _split(segments: list) -> int:
+    """Where half of the formatting work is done. The work of a parameter is its number of values, and three
+    times that for the compare cells attached to it (mostly unique texts, spelled one by one)."""
+    weights = []
+    for segment in segments:
+        if isinstance(segment, bytes):
+            weights.append(0)
+            continue
+        node = segment[0].nodes[segment[1]]
+        weight = 1
+        for params in (node.input_data, node.output_data):
+            for item in params.values():
+                size = len(item)
+                weight += size + 2 * max(size - _PLAIN_FIELDS, 0)
+        weights.append(weight)
+    half, total = sum(weights) / 2, 0
+    for index, weight in enumerate(weights):
+        total += weight
+        if total >= half:
+            return index + 1
+    return len(segments)
+
+
+def _write_document(path: str, parts: list) -> None:
+    """Write the parts into path, atomically. Where the system can fork, a child process formats the second half
+    of the nodes into a side file (it inherits the graphs, nothing is copied) while this process formats the
+    first half."""
+    segments = _segments(parts)
+    split = _split(segments)
     with atomic_path(path) as temporary, open(temporary, "wb") as handle:
-        _write_graph(handle, graph)
-        handle.seek(handle.tell() - 1)     # reopen the top-level object for the remaining keys
-        handle.write(b',"MicroSteps":' + orjson.dumps(graph.micro_steps) + b',"OverflowCheck":'
-                     + orjson.dumps(overflow_check) + b"}")
-
-
-def write_compare(npu: Graph, bench: Graph, path: str, task: str, tooltip: dict, colors: dict,
-                  overflow_check: bool) -> None:
-    """The two graphs are formatted at the same time where the system can fork: a child process writes the Bench
-    half into a side file (it inherits the graphs, nothing is copied) while this process writes the NPU half."""
-    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
-        bench_path = temporary + ".bench"
-        child = _fork_writer(bench, bench_path)
+        side = temporary + ".part"
+        child = _fork_writer(segments[split:], side)
         try:
-            handle.write(b'{"NPU":')
-            _write_graph(handle, npu)
-            handle.write(b',"Bench":')
+            _write_segments(handle, segments[:split])
             if child is None:
-                _write_graph(handle, bench)
+                _write_segments(handle, segments[split:])
             else:
                 _, status = os.waitpid(child, 0)
                 child = None
                 if status != 0:
-                    raise OSError(f"writing the Bench graph failed (status {status})")
-                with open(bench_path, "rb") as part:
+                    raise OSError(f"writing the second half of {os.path.basename(path)} failed (status {status})")
+                with open(side, "rb") as part:
                     shutil.copyfileobj(part, handle, 1 << 22)
         finally:
             if child is not None:
                 os.waitpid(child, 0)
-            if os.path.exists(bench_path):
-                os.unlink(bench_path)
-        tail = {"ToolTip": json.dumps(tooltip, ensure_ascii=False), "Colors": colors,
-                "MicroSteps": max(npu.micro_steps, bench.micro_steps), "task": task,
-                "OverflowCheck": overflow_check}
-        handle.write(b"," + orjson.dumps(tail)[1:])
+            if os.path.exists(side):
+                os.unlink(side)
 
 
-def _fork_writer(graph: Graph, path: str) -> int | None:
-    if not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
+def write_build(graph: Graph, path: str, overflow_check: bool) -> None:
+    _write_document(path, [graph, b',"MicroSteps":' + orjson.dumps(graph.micro_steps) + b',"OverflowCheck":'
+                           + orjson.dumps(overflow_check) + b"}"])
+
+
+def write_compare(npu: Graph, bench: Graph, path: str, task: str, tooltip: dict, colors: dict,
+                  overflow_check: bool) -> None:
+    tail = {"ToolTip": json.dumps(tooltip, ensure_ascii=False), "Colors": colors,
+            "MicroSteps": max(npu.micro_steps, bench.micro_steps), "task": task, "OverflowCheck": overflow_check}
+    _write_document(path, [b'{"NPU":', npu, b'},"Bench":', bench, b"}," + orjson.dumps(tail)[1:]])
+
+
+def _fork_writer(segments: list, path: str) -> int | None:
+    if not segments or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
         return None
     pid = os.fork()
     if pid:
@@ -89,7 +127,7 @@ def _fork_writer(graph: Graph, path: str) -> int | None:
     code = 1
     try:
         with open(path, "wb") as part:
-            _write_graph(part, graph)
+            _write_segments(part, segments)
         code = 0
     finally:
         os._exit(code)
