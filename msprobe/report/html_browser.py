@@ -23,6 +23,8 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--dis
          "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--hide-scrollbars",
          "--mute-audio", "--remote-debugging-port=0")
 _LISTENING = re.compile(r"DevTools listening on (ws://[^\s]+)")
+# the DevTools endpoint is on the loopback interface: never ask an http_proxy of the environment for it
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class BrowserError(RuntimeError):
@@ -157,6 +159,17 @@ class Browser:
         except OSError as exc:
             self.close()
             raise BrowserError(f"cannot start {self.executable}: {exc}") from None
+        try:
+            self._connect()
+        except BaseException:
+            # whatever went wrong after the start (an HTTP error from /json/list, a refused websocket, ^C): the
+            # browser must not outlive this object
+            if self.process is not None and self.process.poll() is None:
+                self.process.kill()
+            self.close()
+            raise
+
+    def _connect(self) -> None:
         found: list = []
         ready = threading.Event()
 
@@ -178,7 +191,7 @@ class Browser:
         deadline = time.monotonic() + self.timeout
         page_url = None
         while page_url is None and time.monotonic() < deadline:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5) as response:
+            with _DIRECT.open(f"http://127.0.0.1:{port}/json/list", timeout=5) as response:
                 targets = json.load(response)
             page_url = next((t["webSocketDebuggerUrl"] for t in targets if t.get("type") == "page"), None)
             if page_url is None:
