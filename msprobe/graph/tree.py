@@ -78,9 +78,19 @@ def node_type_of(name: str) -> int:
 
 
 def _backward_parent(child: str, parent, construct: dict):
-    """A backward node with a null parent takes the backward twin of its forward twin's parent (spec §4.2 a)."""
+    """Backward fixes of spec §4.2: (a) a backward node with a null parent takes the backward twin of its forward
+    twin's parent; (b) a backward module whose scope differs from its parent's scope (in-place layers break
+    backward hooks and misplace it) does the same when that twin parent exists."""
     if parent is not None:
-        return parent
+        if ".backward." not in child or not child.startswith(("Module.", "Cell.")) \
+                or child.split(".")[:-4] == parent.split(".")[:-3]:
+            return parent
+        return _twin_parent(child, construct) or parent
+    return _twin_parent(child, construct)
+
+
+def _twin_parent(child: str, construct: dict):
+    """The backward counterpart of the parent of child's forward twin, when it is a construct key."""
     if ".backward." in child:
         twin = child.replace(".backward.", ".forward.")
     elif child.endswith(".backward"):
@@ -88,6 +98,8 @@ def _backward_parent(child: str, parent, construct: dict):
     else:
         return None
     twin_parent = construct.get(twin)
+    if isinstance(twin_parent, list):   # [parent, micro step] of the Megatron variant
+        twin_parent = twin_parent[0] if twin_parent else None
     if not isinstance(twin_parent, str) or ".forward." not in twin_parent:
         return None
     head, _, tail = twin_parent.rpartition(".forward.")

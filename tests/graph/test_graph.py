@@ -245,3 +245,26 @@ def test_legacy_form(tmp_path):
     config.write_text(json.dumps({"npu_path": str(STATS / "target")}))
     assert run_cli(["-f", "mindspore", "graph", "-i", config, "-o", tmp_path / "b"]) == 0
     only_file(tmp_path / "b", "build_*.vis")
+
+
+def test_backward_fixes(tmp_path):
+    """Spec §4.2: a backward module hooked under a foreign scope (in-place layers) moves under the backward twin
+    of its forward twin's parent; one in its own scope stays; a null-parent backward node takes the twin parent."""
+    moved = tmp_path / "moved"
+    shutil.copytree(STATS / "target", moved)
+    construct = json.loads((moved / "construct.json").read_text())
+    attn = "Module.blocks.0.attn.CausalSelfAttention.backward.0"
+    assert construct[attn] == "Module.blocks.0.Block.backward.0"
+    construct[attn] = "Module.blocks.1.Block.backward.0"        # misplaced by a broken backward hook
+    construct["Module.blocks.0.mlp.MLP.backward.0"] = None       # lost its parent
+    (moved / "construct.json").write_text(json.dumps(construct))
+    assert run_cli(["graph", "-tp", moved, "-o", tmp_path / "o"]) == 0
+    nodes = _vis(tmp_path / "o")["node"]
+    assert nodes[attn]["upnode"] == "Module.blocks.0.Block.backward.0"
+    assert attn in nodes["Module.blocks.0.Block.backward.0"]["subnodes"]
+    assert attn not in nodes["Module.blocks.1.Block.backward.0"]["subnodes"]
+    assert nodes["Module.blocks.0.mlp.MLP.backward.0"]["upnode"] == "Module.blocks.0.Block.backward.0"
+    same = tmp_path / "same"
+    shutil.copytree(STATS / "target", same)
+    assert run_cli(["graph", "-tp", same, "-o", tmp_path / "s"]) == 0
+    assert _vis(tmp_path / "s")["node"][attn]["upnode"] == "Module.blocks.0.Block.backward.0"
