@@ -195,9 +195,10 @@ def build_graph(dump: Dump, simplify_stacks: bool = True) -> Graph:
     if absent:
         graph.warnings.append(f"{absent} API nodes of construct.json have no dump.json entry (not dumped); they "
                               "are shown without data.")
+    stacks = dump.stack
+    _recompute(graph, stacks)
     _group_apis(graph)
     _micro_steps(graph)
-    stacks = dump.stack
     for name, node in nodes.items():
         if node.node_type != COLLECTION and name != ROOT:
             node.stack_info = _stack_for(name, stacks, nodes, simplify_stacks)
@@ -268,6 +269,76 @@ def _attach_parameter_grads(graph: Graph, data: dict, get_or_create) -> None:
         node.node_type = MODULE
         node.upnode = parent.id
         parent.subnodes.append(name)
+
+
+def is_recompute(lines) -> bool:
+    """A module call made again by activation recomputation during backward (spec §4.2 step 4): torch's checkpoint
+    (`recompute_fn` in torch/utils/checkpoint.py) or a custom autograd backward (Megatron/MindSpeed checkpointing)
+    that runs it."""
+    autograd = custom_backward = False
+    for line in lines or ():
+        if "torch/utils/checkpoint.py" in line and "recompute_fn" in line:
+            return True
+        if "torch/autograd/function.py" in line:
+            autograd = True
+        elif ", in backward" in line:
+            custom_backward = True
+    return autograd and custom_backward
+
+
+def _recompute(graph: Graph, stacks: dict) -> None:
+    """Top-level recomputed module calls move under the backward counterpart of the parent of the forward call they
+    repeat (the nearest earlier call of the same module that is not a recomputation)."""
+    nodes = graph.nodes
+    root = nodes[ROOT]
+    recomputed = {name for name in root.subnodes
+                  if nodes[name].node_type == MODULE and ".forward." in name and is_recompute(_first_stack(name, nodes,
+                                                                                                       stacks))}
+    if not recomputed:
+        return
+    kept = []
+    for name in root.subnodes:
+        target = _recompute_parent(name, nodes, recomputed) if name in recomputed else None
+        if target is None:
+            kept.append(name)
+            continue
+        nodes[name].upnode = target
+        nodes[target].subnodes.append(name)
+    if len(kept) < len(root.subnodes):
+        graph.warnings.append(f"{len(root.subnodes) - len(kept)} recomputed module call(s) (activation "
+                              "checkpointing) are shown under the backward of the layer they repeat.")
+    root.subnodes = kept
+
+
+def _first_stack(name: str, nodes: dict, stacks: dict):
+    """The node's stack, or, when it has none (torch's checkpoint stops a recomputation once it has what backward
+    needs, so the outer call never finishes and is never dumped), the stack of its first descendant that has one."""
+    queue = [name]
+    for current in queue:
+        lines = stacks.get(current)
+        if lines is not None:
+            return lines
+        queue.extend(nodes[current].subnodes)
+        if len(queue) > 64:
+            break
+    return None
+
+
+def _recompute_parent(name: str, nodes: dict, recomputed: set):
+    head, _, index = name.rpartition(".forward.")
+    if not index.isdigit():
+        return None
+    for earlier in range(int(index) - 1, -1, -1):
+        original = nodes.get(f"{head}.forward.{earlier}")
+        if original is None or original.id in recomputed:
+            continue
+        parent = original.upnode
+        if not parent or parent == ROOT or ".forward." not in parent:
+            return None
+        front, _, tail = parent.rpartition(".forward.")
+        backward = f"{front}.backward.{tail}"
+        return backward if backward in nodes else None
+    return None
 
 
 def _group_apis(graph: Graph) -> None:
