@@ -72,3 +72,12 @@ def write_db(path: str, parts: list, config: tuple) -> None:
         connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         connection.close()
+
+
+def add_links(rows: list, links: dict) -> list:
+    """The node rows with matched_distributed set (links: (data source, node name) -> value)."""
+    out = []
+    for row in rows:
+        value = links.get((row[17], row[3]))
+        out.append(row if value is None else row[:13] + (json.dumps(value, ensure_ascii=False),) + row[14:])
+    return out

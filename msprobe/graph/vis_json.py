@@ -14,6 +14,7 @@ from msprobe.graph.tree import Graph
 from msprobe.report.atomic import atomic_path
 
 _PLAIN_FIELDS = 10     # fields of a tensor parameter before compare cells are attached
+COMM_PREFIX = "Distributed."
 
 
 def node_object(node, keep_md5: bool = True, caches: tuple | None = None) -> dict:
@@ -30,30 +31,38 @@ def node_object(node, keep_md5: bool = True, caches: tuple | None = None) -> dic
 
 
 def _segments(parts: list) -> list:
-    """The document as segments in order: bytes as they are, or (graph, node name, first) to format. parts:
-    bytes, or a Graph, which stands for `{"root":...,"dump_data_dir":...,"node":{...}` (its object left open)."""
+    """The document as segments in order: bytes as they are, or (graph, node name, first, label) to format. parts:
+    bytes, or (label, Graph), which stands for `{"root":...,"dump_data_dir":...,"node":{...}` (left open)."""
     out: list = []
     dumps = orjson.dumps
     for part in parts:
         if isinstance(part, bytes):
             out.append(part)
             continue
-        out.append(b'{"root":' + dumps(part.root) + b',"dump_data_dir":' + dumps(part.dump_data_dir) + b',"node":{')
-        out.extend((part, name, index == 0) for index, name in enumerate(part.nodes))
+        label, graph = part
+        out.append(b'{"root":' + dumps(graph.root) + b',"dump_data_dir":' + dumps(graph.dump_data_dir)
+                   + b',"node":{')
+        out.extend((graph, name, index == 0, label) for index, name in enumerate(graph.nodes))
         out.append(b"}")
     return out
 
 
-def _write_segments(handle, segments) -> None:
+def _write_segments(handle, segments) -> list:
+    """Write; returns [label, node name, offset] of the end of every communication node's object (before its
+    closing brace), where matched_distributed is inserted later (add_links)."""
     dumps = orjson.dumps
     caches = new_caches()
+    ends = []
     for segment in segments:
         if isinstance(segment, bytes):
             handle.write(segment)
             continue
-        graph, name, first = segment
+        graph, name, first, label = segment
         handle.write((b"" if first else b",") + dumps(name) + b":"
                      + dumps(node_object(graph.nodes[name], caches=caches)))
+        if name.startswith(COMM_PREFIX):
+            ends.append([label, name, handle.tell() - 1])
+    return ends
 
 
 def _split(segments: list) -> int:
@@ -79,43 +88,49 @@ def _split(segments: list) -> int:
     return len(segments)
 
 
-def _write_document(path: str, parts: list) -> None:
-    """Write the parts into path, atomically. Where the system can fork, a child process formats the second half
-    of the nodes into a side file (it inherits the graphs, nothing is copied) while this process formats the
-    first half."""
+def _write_document(path: str, parts: list) -> list:
+    """Write the parts into path, atomically; returns the communication nodes' ends (see _write_segments). Where
+    the system can fork, a child process formats the second half of the nodes into a side file (it inherits the
+    graphs, nothing is copied) while this process formats the first half."""
     segments = _segments(parts)
     split = _split(segments)
     with atomic_path(path) as temporary, open(temporary, "wb") as handle:
         side = temporary + ".part"
         child = _fork_writer(segments[split:], side)
         try:
-            _write_segments(handle, segments[:split])
+            ends = _write_segments(handle, segments[:split])
             if child is None:
-                _write_segments(handle, segments[split:])
+                ends += _write_segments(handle, segments[split:])
             else:
                 _, status = os.waitpid(child, 0)
                 child = None
                 if status != 0:
                     raise OSError(f"writing the second half of {os.path.basename(path)} failed (status {status})")
+                base = handle.tell()
+                with open(side + ".ends", "rb") as part:
+                    ends += [[label, name, base + end] for label, name, end in orjson.loads(part.read())]
                 with open(side, "rb") as part:
                     shutil.copyfileobj(part, handle, 1 << 22)
         finally:
             if child is not None:
                 os.waitpid(child, 0)
-            if os.path.exists(side):
-                os.unlink(side)
+            for leftover in (side, side + ".ends"):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
+    return ends
 
 
-def write_build(graph: Graph, path: str, overflow_check: bool) -> None:
-    _write_document(path, [graph, b',"MicroSteps":' + orjson.dumps(graph.micro_steps) + b',"OverflowCheck":'
-                           + orjson.dumps(overflow_check) + b"}"])
+def write_build(graph: Graph, path: str, overflow_check: bool) -> list:
+    return _write_document(path, [("", graph), b',"MicroSteps":' + orjson.dumps(graph.micro_steps)
+                                  + b',"OverflowCheck":' + orjson.dumps(overflow_check) + b"}"])
 
 
 def write_compare(npu: Graph, bench: Graph, path: str, task: str, tooltip: dict, colors: dict,
-                  overflow_check: bool) -> None:
+                  overflow_check: bool) -> list:
     tail = {"ToolTip": json.dumps(tooltip, ensure_ascii=False), "Colors": colors,
             "MicroSteps": max(npu.micro_steps, bench.micro_steps), "task": task, "OverflowCheck": overflow_check}
-    _write_document(path, [b'{"NPU":', npu, b'},"Bench":', bench, b"}," + orjson.dumps(tail)[1:]])
+    return _write_document(path, [b'{"NPU":', ("NPU", npu), b'},"Bench":', ("Bench", bench),
+                                  b"}," + orjson.dumps(tail)[1:]])
 
 
 def _fork_writer(segments: list, path: str) -> int | None:
@@ -127,7 +142,34 @@ def _fork_writer(segments: list, path: str) -> int | None:
     code = 1
     try:
         with open(path, "wb") as part:
-            _write_segments(part, segments)
+            ends = _write_segments(part, segments)
+        with open(path + ".ends", "wb") as part:
+            part.write(orjson.dumps(ends))
         code = 0
     finally:
         os._exit(code)
+
+
+def add_links(path: str, ends: list, links: dict) -> None:
+    """Insert `"matched_distributed": {...}` into the node objects of a written .vis (links: (label, node name) ->
+    value; ends: what the write returned), streaming the file into a new one that replaces it."""
+    inserts = sorted((end, b',"matched_distributed":' + orjson.dumps(links[(label, name)]))
+                     for label, name, end in ends if (label, name) in links)
+    if not inserts:
+        return
+    with open(path, "rb") as source, atomic_path(path) as temporary, open(temporary, "wb") as target:
+        position = 0
+        for offset, text in inserts:
+            _copy(source, target, offset - position)
+            target.write(text)
+            position = offset
+        shutil.copyfileobj(source, target, 1 << 22)
+
+
+def _copy(source, target, size: int) -> None:
+    while size > 0:
+        chunk = source.read(min(size, 1 << 22))
+        if not chunk:
+            raise OSError("the graph file is shorter than when it was written")
+        target.write(chunk)
+        size -= len(chunk)
