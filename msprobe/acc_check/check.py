@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 
 from msprobe.acc_check.select import CheckOptions
-from msprobe.errors import DumpFormatError
+from msprobe.errors import DumpFormatError, MsprobeError
 
 
 @dataclass
@@ -66,12 +66,13 @@ def tensor_directory(path: str, content: dict) -> str:
 
 def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error_data: bool = False,
                   logger=None, *, subset=None, suffix: str = "", stamp: str = "", show_progress: bool = True,
-                  options: CheckOptions | None = None, config_path: str = "") -> Summary:
+                  options: CheckOptions | None = None, config_path: str = "", expected_framework: str = ""
+                  ) -> Summary:
     """Check the APIs of a dump (only those of `subset`, in dump order, when given: multi_acc_check gives each
     worker its share) and append their rows to a new pair of result files
     (accuracy_checking_result_<stamp><suffix>.csv) or to the interrupted pair `csv_path`. Every check that can
     refuse the run (dump, options, -config, tensor files, framework import, resume files) happens before anything
-    is written."""
+    is written. `expected_framework` is the framework named by the 1.x form (`msprobe -f pytorch run_ut`)."""
     from msprobe.acc_check.backends import MINDSPORE, backend_for, forward_count
     from msprobe.acc_check.results import new_files, resume_files
     from msprobe.acc_check.select import filter_apis, load_config
@@ -82,7 +83,12 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     options = options or CheckOptions()
     path, content, all_names = load_api_dump(api_info)
     backend = backend_for(content, path)
+    if expected_framework and expected_framework.lower() != backend.framework.lower():
+        raise MsprobeError(f"-f {expected_framework} was given (1.x form) but {path} is a {backend.framework} dump; "
+                           f"use -f {backend.framework.lower()} or the form without -f.")
     data = content["data"]
+    real_data = backend.real_data(content)
+    device = backend.prepare(options)       # the framework is imported here, the device options applied
     if config_path:
         lists, error_data_path = load_config(config_path, backend.known_api_name, backend.framework)
         options = dataclasses.replace(options, lists=lists, error_data_path=error_data_path)
@@ -90,11 +96,9 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     names = all_names if wanted is None else [n for n in all_names if n in wanted]
     total = forward_count(data) if subset is None else len(names)
     kept = filter_apis(data, names) if options.filter_api else names
-    real_data = backend.real_data(content)
     tensor_dir = tensor_directory(path, content) if real_data else None
     if real_data:
         check_tensor_files(backend.needed_files(data, kept), tensor_dir)
-    device = backend.prepare(options)
     summary = Summary(device=device, total=total, supported=sum(1 for n in kept if backend.supported(n)),
                       filtered=len(names) - len(kept), framework=backend.framework, benchmark=backend.benchmark)
     if csv_path:
@@ -177,6 +181,16 @@ def check_tensor_files(wanted: list, tensor_dir: str) -> None:
     if missing:
         raise InputError(f"real-data mode: {len(missing)} tensor file(s) of the dump are missing or unsafe in "
                          f"{tensor_dir} (first: {missing[0]}); nothing was written.")
+
+
+def check_real_data(path: str, content: dict, names: list) -> None:
+    """For a real-data dump of any framework, refuse a run of these APIs before anything is written when a tensor
+    file it needs is missing (what run_acc_check checks first; for callers that split the APIs over workers)."""
+    from msprobe.acc_check.backends import backend_for
+
+    backend = backend_for(content, path)
+    if backend.real_data(content):
+        check_tensor_files(backend.needed_files(content["data"], names), tensor_directory(path, content))
 
 
 def _check_tensor_files(data: dict, names: list, tensor_dir: str) -> None:

@@ -1,5 +1,6 @@
 """The documented 1.x command form (DECISIONS 2): `msprobe -f {pytorch,mindspore} compare -i compare.json ...`,
-translated into today's options so that both forms drive the same engine."""
+`msprobe -f {pytorch,mindspore} run_ut -api_info dump.json ...` (acc_check), `... multi_run_ut ...`
+(multi_acc_check), translated into today's options so that both forms drive the same engine."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ def translate(argv: list) -> list:
         raise UsageError(f"-f/--framework must be one of {', '.join(FRAMEWORKS)} (1.x form: "
                          "msprobe -f mindspore compare -i compare.json -o out).")
     rest = argv[2:]
+    if rest and rest[0] == "run_ut":
+        # acc_check's options are those of run_ut (the same option names; -f after the command is -f/--filter_api)
+        return ["acc_check", *rest[1:], "--expected_framework", argv[1]]
+    if rest and rest[0] == "multi_run_ut":
+        return ["multi_acc_check", *rest[1:]]
     if rest and rest[0] in ("graph", "graph_visualize"):
         return ["graph"] + _translate_options(rest[1:], _graph_from_compare_json)
     if not rest or rest[0] != "compare":

@@ -20,7 +20,8 @@ COMMANDS = {
     "compare": ("msprobe.cli.compare", "compare two dumps (files or rank/step folders) and write result tables"),
     "merge_result": ("msprobe.cli.merge_result", "merge chosen APIs and metrics of all ranks' compare results"),
     "report": ("msprobe.cli.report", "make a self-contained HTML report from a compare result .csv/.xlsx"),
-    "acc_check": ("msprobe.cli.acc_check", "replay the APIs of a PyTorch dump against a high-precision CPU benchmark"),
+    "acc_check": ("msprobe.cli.acc_check", "replay the APIs of a PyTorch or MindSpore dump against a high-precision "
+                  "CPU benchmark"),
     "multi_acc_check": ("msprobe.cli.multi_acc_check", "acc_check with the APIs split over devices (worker processes)"),
     "op_generate": ("msprobe.cli.op_generate", "write a standalone script replaying one dumped PyTorch API vs CPU"),
     "graph": ("msprobe.cli.graph", "build/compare hierarchical model graphs (.vis) for TensorBoard"),

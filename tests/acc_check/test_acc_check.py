@@ -227,3 +227,93 @@ def test_unsupported_apis_are_listed(tmp_path):
         ["Torch.matmul.0", "pass", " "]]
     assert details[1][0] == "Distributed.all_reduce.0.forward.output.0" and details[1][21:] == [
         "SKIP", "API Distributed.all_reduce.0 not support for acc_check. SKIP."]
+
+
+def test_filter_api_keeps_first_of_equal_calls(tmp_path, capsys):
+    code, out = _run(tmp_path, "-f")
+    assert code == 0
+    result, _ = _results(out)
+    names = [row[0] for row in result[1:]]
+    # spec §5.2: equal input_kwargs and tensor records apart from Max/Min -> only the first call is checked
+    assert len(names) == 244 and names[0] == "Functional.embedding.0"
+    content = json.loads(L1.read_text())["data"]
+    dropped = [n[: -len(".forward")] for n in content if n.endswith(".forward")
+               and n[: -len(".forward")] not in set(names)]
+    assert len(dropped) == 58
+    for name in dropped:   # each dropped call has an earlier kept twin of the same API
+        base = name.rsplit(".", 1)[0]
+        record = content[f"{name}.forward"]
+
+        def strip(rec):
+            return rec.get("input_kwargs"), [{k: v for k, v in a.items() if k not in ("Max", "Min")}
+                                             for a in rec.get("input_args") or [] if isinstance(a, dict)]
+
+        assert any(strip(content[f"{k}.forward"]) == strip(record) for k in names if k.rsplit(".", 1)[0] == base)
+    assert "58 dropped by -f" in capsys.readouterr().out
+
+
+def test_config_white_and_black_lists(tmp_path, capsys, monkeypatch):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"task": "statistics", "acc_check": {"white_list": ["matmul", "gelu"],
+                                                                      "black_list": ["gelu"]}}))
+    code, out = _run(tmp_path, "-config", config)
+    assert code == 0
+    rows = {row[0]: row[1:] for row in _results(out)[0][1:]}
+    assert rows["Torch.matmul.0"] == ["pass", "pass"]
+    assert rows["Functional.gelu.0"] == ["SKIP", "SKIP", "API gelu in black list or not in white list. SKIP."]
+    assert rows["Functional.linear.0"] == ["SKIP", "SKIP", "API linear in black list or not in white list. SKIP."]
+    assert [n for n, r in rows.items() if r[0] != "SKIP"] == [f"Torch.matmul.{i}" for i in range(4)]
+    # the 1.x section name, an error_data_path; bad entries are refused before anything is written
+    errors = tmp_path / "errors"
+    errors.mkdir()
+    config.write_text(json.dumps({"run_ut": {"white_list": ["gelu"], "error_data_path": str(errors)}}))
+    original = torch.nn.functional.gelu
+    import msprobe.acc_check.runner  # noqa: F401
+
+    monkeypatch.setattr(torch.nn.functional, "gelu", lambda *a, **k: original(*a, **k) + 1e-2)
+    assert run_cli(["acc_check", "-api_info", L1, "-o", tmp_path / "out2", "-config", config, "-save_error_data"]) == 0
+    (saved,) = errors.glob("ut_error_data*")
+    assert (saved / "Functional.gelu.0.forward.output.device.0.pt").is_file()
+    for bad, text in (({"acc_check": {"black_list": ["Torch.matmul.0"]}}, "black_list names 1 API(s) that are not "
+                                                                          "PyTorch APIs acc_check knows"),
+                      ({"acc_check": {"error_data_path": str(tmp_path / "nowhere")}}, "is not an existing directory"),
+                      ({"acc_check": {"white": []}}, "unknown key(s) in the acc_check section: white"),
+                      ({"statistics": {}}, 'has no "acc_check" (or 1.x "run_ut") section')):
+        config.write_text(json.dumps(bad))
+        assert run_cli(["acc_check", "-api_info", L1, "-o", tmp_path / "bad", "-config", config]) == 1
+        assert text in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
+def test_device_only_and_framework_only_options(tmp_path, capsys):
+    assert run_cli(["acc_check", "-api_info", L1, "-o", tmp_path / "j", "-j"]) == 1
+    assert "-j/--jit_compile applies to Ascend NPU only (torch_npu); the device under test here is cpu" in \
+        capsys.readouterr().err
+    assert run_cli(["acc_check", "-api_info", L1, "-o", tmp_path / "m", "--max-abs-err", "0.01"]) == 1
+    assert "--max-abs-err applies to MindSpore dumps" in capsys.readouterr().err
+    assert run_cli(["acc_check", "-api_info", L1, "-o", tmp_path / "d", "-d", "0", "0"]) == 1
+    assert "device ids must be unique: 0 0" in capsys.readouterr().err
+    assert not any((tmp_path / name).exists() for name in ("j", "m", "d"))
+
+
+def test_legacy_run_ut_form(tmp_path, capsys):
+    out = tmp_path / "legacy"
+    assert run_cli(["-f", "pytorch", "run_ut", "-api_info", L1, "-o", out, "-f"]) == 0   # -f here: filter_api
+    assert len(_results(out)[0]) == 1 + 244
+    assert run_cli(["-f", "mindspore", "run_ut", "-api_info", L1, "-o", tmp_path / "x"]) == 1
+    err = capsys.readouterr().err
+    assert "-f mindspore was given (1.x form) but" in err and "is a PyTorch dump; use -f pytorch" in err
+
+
+def test_mindspore_dump_without_mindspore(tmp_path, capsys):
+    try:
+        import mindspore  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("mindspore is installed here: tests/acc_check/test_mindspore.py covers MindSpore dumps")
+    dump = FIXTURES / "ms_stat_L1_step0" / "dump.json"
+    assert run_cli(["acc_check", "-api_info", dump, "-o", tmp_path / "o"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("msprobe acc_check: error: acc_check of a MindSpore dump needs mindspore")
+    assert not (tmp_path / "o").exists()
