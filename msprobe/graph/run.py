@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from msprobe.compare.batch import JobFailure
 from msprobe.dump.locate import Job
 from msprobe.errors import MsprobeError
+from msprobe.graph.forked import Forked
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,6 @@ def graph_job(job: Job, options: GraphOptions):
 
 def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
     from msprobe.compare import columns as col
-    from msprobe.compare.pipeline import side_of
     from msprobe.dump.flatten import entry_has_md5
     from msprobe.dump.reader import read_dump
     from msprobe.graph import scoring
@@ -77,48 +77,55 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
     logger = get_logger()
     simplify = not options.complete_stack
     target = read_dump(job.target, "target", with_stack=True, with_construct=True)
-    npu = build_graph(target, simplify)
     step, rank = step_rank(job)
-    result = GraphResult(job.label, "", step, rank, len(npu.nodes), warnings=list(npu.warnings))
     if not options.compare:
+        npu = build_graph(target, simplify)
+        result = GraphResult(job.label, "", step, rank, len(npu.nodes), warnings=list(npu.warnings))
         keep_md5 = any(entry_has_md5(body) for body in target.data.values())
         result.mode = col.MD5 if keep_md5 else col.STATISTICS if target.task == "statistics" else col.TENSOR
         if options.overflow_check:
             result.overflow = scoring.overflow_levels(npu)
         return _write(result, job, options, npu, None, keep_md5)
     golden = read_dump(job.golden, "golden", with_stack=True, with_construct=True)
-    bench = build_graph(golden, simplify)
-    result.warnings += [f"golden: {w}" for w in bench.warnings]
     if target.framework != golden.framework and options.layer_mapping is None:
         raise MsprobeError(f"The target is a {target.framework} dump and the golden a {golden.framework} dump; "
                            "a cross-framework graph compare needs -lm.")
     layer = options.layer_mapping
-    if layer is not None and target.framework == golden.framework:
-        result.warnings.append("-lm maps the names of a MindSpore target to a PyTorch golden; both dumps are "
-                               f"{target.framework} dumps, so nodes are paired by name.")
+    framework = target.framework
+    same_framework = layer is not None and framework == golden.framework
+    if same_framework:
         layer = ""
-        compare_layer = None
-    else:
-        compare_layer = layer
-    t_side, g_side = side_of(target), side_of(golden)
-    del target, golden
-    table, summary, entry_map = _compare(t_side, g_side, replace(options, layer_mapping=compare_layer), job.label)
-    mode = result.mode = summary.mode
+    new = options.output_format == "db"
+    # the compare core runs in a forked child while this process builds and matches the two trees
+    compare = Forked(_compare_cells, target, golden, replace(options, layer_mapping=None if same_framework else
+                                                                  layer), job.label)
+    try:
+        npu = build_graph(target, simplify)
+        bench = build_graph(golden, simplify)
+        del target, golden
+        result = GraphResult(job.label, "", step, rank, len(npu.nodes), warnings=list(npu.warnings))
+        result.warnings += [f"golden: {w}" for w in bench.warnings]
+        if same_framework:
+            result.warnings.append("-lm maps the names of a MindSpore target to a PyTorch golden; both dumps are "
+                                   f"{framework} dumps, so nodes are paired by name.")
+        if layer is None and options.fuzzy:
+            from msprobe.graph.match import match_fuzzy
+
+            match_fuzzy(npu, bench)
+        elif layer is None:
+            from msprobe.graph.match import match_exact
+
+            match_exact(npu, bench)
+        cells, mode, entry_map = compare.result()
+    finally:
+        compare.cancel()
+    result.mode = mode
     if layer is not None:
         from msprobe.graph.match import match_mapped
 
         match_mapped(npu, bench, entry_map)
-    elif options.fuzzy:
-        from msprobe.graph.match import match_fuzzy
-
-        match_fuzzy(npu, bench)
-    else:
-        from msprobe.graph.match import match_exact
-
-        match_exact(npu, bench)
-    new = options.output_format == "db"
-    scoring.attach_and_score(npu, table, mode, new)
-    del table
+    scoring.attach_and_score(npu, cells, mode, new)
+    del cells
     if options.overflow_check:
         result.overflow = scoring.overflow_levels(npu)
     result.bench_nodes = len(bench.nodes)
@@ -129,6 +136,16 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
     logger.info("%sGraph compare mode: %s; %d of %d NPU nodes matched.", job.label,
                 "real data" if mode == col.TENSOR else mode, result.matched, len(npu.nodes))
     return _write(result, job, options, npu, bench, mode == col.MD5)
+
+
+def _compare_cells(target, golden, options: GraphOptions, label: str):
+    """(the compare columns the graph uses, compare mode, entry map of -lm) of two read dumps."""
+    from msprobe.compare.pipeline import side_of
+    from msprobe.graph.scoring import columns_used
+
+    table, summary, entry_map = _compare(side_of(target), side_of(golden), options, label)
+    used = columns_used(summary.mode, options.output_format == "db")
+    return {c: table.cells[c] for c in used if c in table.cells}, summary.mode, entry_map
 
 
 def _compare(t_side, g_side, options: GraphOptions, label: str):

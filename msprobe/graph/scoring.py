@@ -77,9 +77,15 @@ def _fraction(value) -> float | None:
     return None if math.isnan(number) else number
 
 
-def attach_and_score(npu: Graph, table, mode: str, new: bool) -> None:
-    """Merge the compare columns of each matched NPU node's parameters and set data.precision_index."""
-    cells = table.cells
+def columns_used(mode: str, new: bool) -> list:
+    """The columns of the compare core's table that attach_and_score reads."""
+    scored = ["MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr", "One Thousandth Err Ratio"]
+    return ["NPU Name", "Bench Name", "Result"] + (NEW_COLUMNS if new else OLD_COLUMNS)[mode] + scored
+
+
+def attach_and_score(npu: Graph, cells: dict, mode: str, new: bool) -> None:
+    """Merge the compare columns (cells: column -> values, at least columns_used) of each matched NPU node's
+    parameters and set data.precision_index."""
     names, bench = cells["NPU Name"], cells["Bench Name"]
     results = cells["Result"]
     row_of: dict = {}

@@ -9,6 +9,7 @@ import shutil
 
 import orjson
 
+from msprobe.graph.forked import Forked
 from msprobe.graph.params import format_params, new_caches
 from msprobe.graph.tree import Graph
 from msprobe.report.atomic import atomic_path
@@ -96,28 +97,23 @@ def _write_document(path: str, parts: list) -> list:
     split = _split(segments)
     with atomic_path(path) as temporary, open(temporary, "wb") as handle:
         side = temporary + ".part"
-        child = _fork_writer(segments[split:], side)
+        second = Forked(_write_part, segments[split:], side)
         try:
             ends = _write_segments(handle, segments[:split])
-            if child is None:
-                ends += _write_segments(handle, segments[split:])
-            else:
-                _, status = os.waitpid(child, 0)
-                child = None
-                if status != 0:
-                    raise OSError(f"writing the second half of {os.path.basename(path)} failed (status {status})")
-                base = handle.tell()
-                with open(side + ".ends", "rb") as part:
-                    ends += [[label, name, base + end] for label, name, end in orjson.loads(part.read())]
-                with open(side, "rb") as part:
-                    shutil.copyfileobj(part, handle, 1 << 22)
+            base = handle.tell()
+            ends += [[label, name, base + end] for label, name, end in second.result()]
+            with open(side, "rb") as part:
+                shutil.copyfileobj(part, handle, 1 << 22)
         finally:
-            if child is not None:
-                os.waitpid(child, 0)
-            for leftover in (side, side + ".ends"):
-                if os.path.exists(leftover):
-                    os.unlink(leftover)
+            second.cancel()
+            if os.path.exists(side):
+                os.unlink(side)
     return ends
+
+
+def _write_part(segments: list, path: str) -> list:
+    with open(path, "wb") as part:
+        return _write_segments(part, segments)
 
 
 def write_build(graph: Graph, path: str, overflow_check: bool) -> list:
@@ -131,23 +127,6 @@ def write_compare(npu: Graph, bench: Graph, path: str, task: str, tooltip: dict,
             "MicroSteps": max(npu.micro_steps, bench.micro_steps), "task": task, "OverflowCheck": overflow_check}
     return _write_document(path, [b'{"NPU":', ("NPU", npu), b'},"Bench":', ("Bench", bench),
                                   b"}," + orjson.dumps(tail)[1:]])
-
-
-def _fork_writer(segments: list, path: str) -> int | None:
-    if not segments or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
-        return None
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
-        with open(path, "wb") as part:
-            ends = _write_segments(part, segments)
-        with open(path + ".ends", "wb") as part:
-            part.write(orjson.dumps(ends))
-        code = 0
-    finally:
-        os._exit(code)
 
 
 def add_links(path: str, ends: list, links: dict) -> None:

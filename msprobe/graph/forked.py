@@ -1,0 +1,73 @@
+"""Run a function in a forked child process while this one goes on, and collect its result later. The child
+inherits this process's data (nothing is copied in); only the result comes back, pickled through a pipe. Where
+the system cannot fork or has a single core, the function runs at once, in this process."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+
+
+class Forked:
+    def __init__(self, func, *args):
+        self._pid = None
+        self._value = self._error = None
+        if not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
+            try:
+                self._value = func(*args)
+            except Exception as exc:  # noqa: BLE001 - raised again by result(), as from the child
+                self._error = exc
+            return
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:                              # the child: compute, send, leave without cleanup
+            os.close(read)
+            try:
+                try:
+                    payload = pickle.dumps((True, func(*args)), protocol=pickle.HIGHEST_PROTOCOL)
+                except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
+                    payload = _pickled_error(exc)
+                with os.fdopen(write, "wb") as pipe:
+                    pipe.write(payload)
+            finally:
+                os._exit(0)
+        os.close(write)
+        self._pid, self._read = pid, read
+
+    def result(self):
+        """The function's value; its exception is raised here."""
+        if self._pid is not None:
+            with os.fdopen(self._read, "rb") as pipe:
+                data = pipe.read()
+            _, status = os.waitpid(self._pid, 0)
+            self._pid = None
+            if not data:
+                raise OSError(f"a worker process ended without a result (wait status {status})")
+            ok, value = pickle.loads(data)
+            if ok:
+                self._value = value
+            else:
+                self._error = value
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+    def cancel(self) -> None:
+        """Stop the child if it still runs (this process failed and will not want the result)."""
+        if self._pid is not None:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(self._pid, 0)
+            os.close(self._read)
+            self._pid = None
+
+
+def _pickled_error(exc: BaseException) -> bytes:
+    try:
+        return pickle.dumps((False, exc))
+    except Exception:  # noqa: BLE001 - an exception that does not pickle travels as its text
+        return pickle.dumps((False, RuntimeError(f"{type(exc).__name__}: {exc}")))
