@@ -175,11 +175,16 @@ def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench, kee
     if new:
         from msprobe.graph.vis_db import graph_rows
 
-        rows, stacks = graph_rows(npu, "NPU", result.step, result.rank, keep_md5)
-        if bench is not None:
-            more_rows, more_stacks = graph_rows(bench, "Bench", result.step, result.rank, keep_md5)
-            rows += more_rows
-            stacks += more_stacks
+        other = Forked(graph_rows, bench, "Bench", result.step, result.rank, keep_md5) if bench is not None else None
+        try:
+            rows, stacks = graph_rows(npu, "NPU", result.step, result.rank, keep_md5)
+            if other is not None:
+                more_rows, more_stacks = other.result()
+                rows += more_rows
+                stacks += more_stacks
+        finally:
+            if other is not None:
+                other.cancel()
         result.rows = (rows, stacks)
         result.config = {"micro_steps": max(npu.micro_steps, bench.micro_steps if bench else 1)}
         return result
