@@ -1,13 +1,11 @@
-"""multi_acc_check: the APIs of one dump split over devices, one worker process and one pair of result files
-per device (DECISIONS 19), then a merged summary read back from the files (spec §5.10, with per-device files)."""
+"""multi_acc_check: the APIs of one dump split over devices, one task (a local worker process or a Ray task) and one
+pair of result files per device (DECISIONS 19), then a merged summary (spec §5.10, with per-device files)."""
 
 from __future__ import annotations
 
 import csv
-import multiprocessing
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from msprobe.errors import MsprobeError
@@ -42,8 +40,32 @@ class MultiSummary:
     summary_path: str = ""
 
 
+@dataclass(frozen=True)
+class DeviceJob:
+    """One device's share of the APIs: one task."""
+
+    device_id: int
+    api_info: str
+    apis: tuple            # the share's API names, in dump order
+
+    @property
+    def label(self) -> str:
+        return f"[device {self.device_id}] "
+
+
+@dataclass(frozen=True)
+class DeviceOptions:
+    output_dir: str
+    stamp: str
+    save_error_data: bool = False
+
+
 def suffix_of(device_id: int) -> str:
     return f"_device{device_id}"
+
+
+def result_path_of(output_dir: str, stamp: str, device_id: int) -> str:
+    return os.path.join(output_dir, f"accuracy_checking_result_{stamp}{suffix_of(device_id)}.csv")
 
 
 def check_devices(devices: list) -> list:
@@ -84,14 +106,24 @@ def resume_paths(csv_path: str, devices: list) -> tuple:
     return stamp, directory, paths
 
 
-def _worker(api_info: str, out_dir: str, csv_path: str, save_error_data: bool, subset: list, device_id: int,
-            stamp: str) -> DeviceSummary:
+def check_share(job: DeviceJob, options: DeviceOptions) -> DeviceSummary:
+    """acc_check of one device's share into its pair of files. A pair that exists already (an earlier attempt of
+    this task, or the interrupted run given with -csv_path) is continued: a retry checks no API twice."""
     from msprobe.acc_check.check import run_acc_check
 
-    summary = run_acc_check(api_info, out_dir, csv_path, save_error_data, None, subset=subset,
-                            suffix=suffix_of(device_id), stamp=stamp, show_progress=False)
-    return DeviceSummary(device_id, checked=summary.checked, result_path=summary.result_path,
-                         details_path=summary.details_path, device=summary.device)
+    existing = result_path_of(options.output_dir, options.stamp, job.device_id)
+    summary = run_acc_check(job.api_info, options.output_dir, existing if os.path.isfile(existing) else "",
+                            options.save_error_data, None, subset=list(job.apis), suffix=suffix_of(job.device_id),
+                            stamp=options.stamp, show_progress=False)
+    result = DeviceSummary(job.device_id, checked=summary.checked, result_path=summary.result_path,
+                           details_path=summary.details_path, device=summary.device)
+    for key, value in count_rows(result.result_path).items():
+        setattr(result, key, value)
+    return result
+
+
+def device_files(summary: DeviceSummary) -> list:
+    return [summary.result_path, summary.details_path]
 
 
 def count_rows(result_path: str) -> dict:
@@ -112,13 +144,16 @@ def count_rows(result_path: str) -> dict:
 
 
 def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", csv_path: str = "",
-                        save_error_data: bool = False, workers: int = 0, logger=None) -> MultiSummary:
+                        save_error_data: bool = False, workers: int = 0, logger=None, backend=None) -> MultiSummary:
+    """Check the dump's APIs in one share per device on `backend` (default: local worker processes, `workers`
+    of them). Devices completed by an earlier invocation of the same run (-csv_path) are not run again."""
     from msprobe.acc_check.check import _check_tensor_files, load_api_dump
     from msprobe.acc_check.runner import parse_api, support_lists
     from msprobe.compare.pipeline import timestamp
     from msprobe.dump.paths import prepare_output_dir
-    from msprobe.log import progress, setup_logging
     from msprobe.report.atomic import write_text
+    from msprobe.scale.executor import Backend, JobFailure, run_tasks
+    from msprobe.scale.resume import resume_in
 
     devices = check_devices(devices)
     path, content, names = load_api_dump(api_info)
@@ -129,48 +164,42 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
         _check_tensor_files(content["data"], wanted, os.path.join(os.path.dirname(path), "dump_tensor_data"))
     chunks = split(names, len(devices))
     if csv_path:
-        stamp, output_dir, paths = resume_paths(csv_path, devices)
-        csv_paths = {d: paths[d] for d in devices}
+        stamp, output_dir, _ = resume_paths(csv_path, devices)
     else:
         output_dir = prepare_output_dir(output_dir or "./")
         stamp = timestamp()
-        csv_paths = {d: "" for d in devices}
         for d in devices:
             for kind in ("result", "details"):
                 existing = os.path.join(output_dir, f"accuracy_checking_{kind}_{stamp}{suffix_of(d)}.csv")
                 if os.path.lexists(existing):
                     raise MsprobeError(f"{existing} already exists; not overwriting it.")
     workers = max(1, min(len(devices), workers or (os.cpu_count() or 1)))
-    if logger:
-        logger.info("multi_acc_check on %s: %d forward APIs over %d devices (%s), %d worker processes.", path,
-                    len(names), len(devices), " ".join(str(d) for d in devices), workers)
-    jobs = [(path, output_dir, csv_paths[d], save_error_data, chunk, d, stamp) for d, chunk in zip(devices, chunks)]
-    results: list = [None] * len(jobs)
-    bar = progress(total=len(jobs), desc="Devices")
     # spawn, not fork: a process that already ran torch (its OpenMP pool) can deadlock in a forked child
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, initializer=setup_logging, mp_context=context) as pool:
-        futures = {pool.submit(_worker, *job): index for index, job in enumerate(jobs)}
-        for future in futures:
-            index = futures[future]
-            device_id = devices[index]
-            try:
-                results[index] = future.result()
-            except MsprobeError as exc:
-                results[index] = DeviceSummary(device_id, error=str(exc))
-            except Exception as exc:  # a worker died (killed, out of memory): report, the others go on
-                results[index] = DeviceSummary(device_id, error=f"worker failed: {type(exc).__name__}: {exc}")
-            bar.update(1)
-    bar.close()
+    backend = backend or Backend("local", workers, start_method="spawn")
+    if logger:
+        where = "on Ray" if backend.kind == "ray" else f"{min(backend.workers, len(devices))} worker processes"
+        logger.info("multi_acc_check on %s: %d forward APIs over %d devices (%s), %s.", path, len(names),
+                    len(devices), " ".join(str(d) for d in devices), where)
+    options = DeviceOptions(output_dir, stamp, save_error_data)
+    jobs = [DeviceJob(d, path, tuple(chunk)) for d, chunk in zip(devices, chunks)]
+    # the timestamp belongs to the settings: only the same run (-csv_path) skips its completed devices
+    batch = run_tasks(check_share, jobs, options, backend, resume_in(output_dir, "multi_acc_check", options,
+                                                                     device_files), desc="Devices")
+    results = []
+    for index, (job, result) in enumerate(zip(jobs, batch.results)):
+        if isinstance(result, JobFailure):
+            result = DeviceSummary(job.device_id, error=result.message)
+        elif index in batch.resumed:
+            result.checked = 0
+        results.append(result)
     summary = MultiSummary(stamp=stamp)
     total = DeviceSummary(-1)
     for result, chunk in zip(results, chunks):
         result.apis = len(chunk)
-        if not result.result_path:
-            name = f"accuracy_checking_result_{stamp}{suffix_of(result.device_id)}.csv"
-            result.result_path = os.path.join(output_dir, name)
+        if result.error:   # what the failed task recorded before it stopped
+            result.result_path = result_path_of(output_dir, stamp, result.device_id)
             result.details_path = result.result_path.replace("_result_", "_details_", 1)
-        if os.path.isfile(result.result_path):
+        if result.error and os.path.isfile(result.result_path):
             for key, value in count_rows(result.result_path).items():
                 setattr(result, key, value)
         for key in ("apis", "recorded", "checked", "passed", "failed", "skipped"):

@@ -36,6 +36,10 @@ EPILOG = """examples:
   # call counts differ (e.g. an extra op in the target): pair API calls by order under their module
   msprobe compare -tp npu/dump.json -gp gpu/dump.json -fm
 
+  # thousands of ranks on shared storage: one Ray task per rank (an existing cluster, else a local Ray);
+  # run the same command again after an interruption and the completed ranks are skipped
+  msprobe compare -tp /shared/npu_dump/step0 -gp /shared/gpu_dump/step0 -o /shared/out --backend ray
+
 The result table has one row per tensor or scalar argument; Result is pass, warning or error and
 Err_message lists every rule that fired. See docs/compare.md for every column and rule."""
 
@@ -94,6 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-j", "--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
                         help="parallel workers: rank processes for directories, threads for tensor files "
                              "(default: number of cores)")
+    from msprobe.scale.options import add_arguments as scale_arguments
+
+    scale_arguments(parser, "-j")
 
 
 def _positive_int(text: str) -> int:
@@ -107,7 +114,7 @@ def _positive_int(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from msprobe.compare.batch import run_jobs, succeeded
+    from msprobe.compare.batch import JobFailure, run_batch, succeeded
     from msprobe.compare.mapping import MappingOptions
     from msprobe.compare.pipeline import CompareOptions
     from msprobe.compare.summary import print_summary
@@ -115,12 +122,14 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.dump.paths import prepare_output_dir
     from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
+    from msprobe.scale.options import backend_of
 
     logger = get_logger()
+    backend = backend_of(args, args.jobs)
     if args.html and (args.rank is not None or args.step is not None or args.diff_analyze):
         logger.warning("--html applies to result tables only; it is ignored with --rank/--step and -da.")
     if args.rank is not None or args.step is not None:
-        return run_kernel_compare(args)
+        return run_kernel_compare(args, backend)
     located = locate(args.target_path, args.golden_path)
     output_dir = prepare_output_dir(args.output_path or "./output")
     options = CompareOptions(output_dir=output_dir, output_format="csv" if args.csv else "xlsx",
@@ -135,33 +144,42 @@ def run(args: argparse.Namespace) -> int:
     if not located.jobs:
         raise MsprobeError("nothing to compare: " + "; ".join(located.problems))
     if args.diff_analyze:
-        return run_diff_analyze(located, options, args.jobs)
+        return run_diff_analyze(located, options, backend)
     if len(located.jobs) == 1 and not located.problems and not located.jobs[0].out_subdir \
             and not located.jobs[0].suffix:
         from msprobe.compare.pipeline import compare_files
 
+        if backend.kind != "local":
+            logger.warning("One pair of dump files is compared in this process; --backend %s applies to "
+                           "directories.", backend.kind)
         summaries = [compare_files(located.jobs[0].target, located.jobs[0].golden, options)]
         failures = []
     else:
-        logger.info("Comparing %d dump pairs with %d workers.", len(located.jobs), min(args.jobs, len(located.jobs)))
-        results = run_jobs(located.jobs, options, args.jobs)
-        summaries = succeeded(results)
-        failures = [r for r in results if r not in summaries]
+        logger.info("Comparing %d dump pairs %s.", len(located.jobs), _where(backend, len(located.jobs)))
+        batch, options = run_batch(located.jobs, options, backend)
+        summaries = succeeded(batch.results)
+        failures = [r for r in batch.results if isinstance(r, JobFailure)]
     print_summary(summaries, failures, located.problems, advice=not args.compare_only)
     if args.html and summaries and (len(located.jobs) > 1 or located.jobs[0].out_subdir or located.jobs[0].suffix):
         from msprobe.compare.pipeline import timestamp
         from msprobe.report.html import write_index
 
-        write_index(summaries, output_dir, timestamp())
+        write_index(summaries, output_dir, options.stamp or timestamp())
     if not summaries:
         raise MsprobeError(f"no dump pair could be compared ({len(failures)} failed).")
     banner(logger, "msprobe compare ends successfully.")
     return 0
 
 
-def run_kernel_compare(args: argparse.Namespace) -> int:
-    from msprobe.compare.batch import JobFailure, run_jobs
-    from msprobe.compare.kernel import kernel_pairs, parse_id_list, run_kernel_pair
+def _where(backend, jobs: int) -> str:
+    if backend.kind == "ray":
+        return "on Ray"
+    return f"with {min(backend.workers, jobs)} workers"
+
+
+def run_kernel_compare(args: argparse.Namespace, backend) -> int:
+    from msprobe.compare.batch import JobFailure, run_batch
+    from msprobe.compare.kernel import kernel_files, kernel_pairs, parse_id_list, run_kernel_pair
     from msprobe.compare.pipeline import CompareOptions
     from msprobe.dump.paths import check_input_dir, prepare_output_dir
     from msprobe.errors import MsprobeError
@@ -179,9 +197,9 @@ def run_kernel_compare(args: argparse.Namespace) -> int:
                            f"{' for the selected ranks/steps' if ranks or steps else ''}.")
     options = CompareOptions(output_dir=prepare_output_dir(args.output_path or "./output"),
                              output_format="csv" if args.csv else "xlsx", jobs=args.jobs)
-    results = run_jobs(pairs, options, args.jobs, run_kernel_pair)
-    done = [r for r in results if not isinstance(r, JobFailure)]
-    for result in results:
+    batch, _ = run_batch(pairs, options, backend, run_kernel_pair, "kernel_compare", kernel_files)
+    done = [r for r in batch.results if not isinstance(r, JobFailure)]
+    for result in batch.results:
         if isinstance(result, JobFailure):
             logger.error("%sfailed: %s", result.label, result.message)
         else:
@@ -194,17 +212,16 @@ def run_kernel_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_diff_analyze(located, options, workers: int) -> int:
-    from msprobe.compare.batch import JobFailure, run_jobs
-    from msprobe.compare.diff_analyze import analyze_job, describe, find_origin, write_analysis
-    from msprobe.compare.pipeline import timestamp
+def run_diff_analyze(located, options, backend) -> int:
+    from msprobe.compare.batch import JobFailure, run_batch
+    from msprobe.compare.diff_analyze import analyze_job, describe, digest_files, find_origin, write_analysis
     from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
 
     logger = get_logger()
-    results = run_jobs(located.jobs, options, workers, analyze_job, timestamp())
+    batch, _ = run_batch(located.jobs, options, backend, analyze_job, "diff_analyze", digest_files)
     groups: dict = {}
-    for job, result in zip(located.jobs, results):
+    for job, result in zip(located.jobs, batch.results):
         if isinstance(result, JobFailure):
             logger.error("%sfailed: %s", result.label, result.message)
             continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import replace
 
 DESCRIPTION = ("Build the module/API hierarchy of a dump (dump.json + stack.json + construct.json of an L0 or mix "
                "dump) and, with -gp, match it against a golden dump and colour every node by its precision. "
@@ -17,6 +18,7 @@ EPILOG = """examples:
   msprobe graph -tp target/step0 -gp golden/step0 -o out          ranks: compare_step0... / compare_rank<N>_<ts>.vis
   msprobe graph -tp target -gp golden -o out --format db          steps and ranks in one compare_<ts>.vis.db
   msprobe -f pytorch graph -i compare.json -o out                  the 1.x form (npu_path, bench_path)
+  msprobe graph -tp /shared/npu -gp /shared/gpu -o /shared/out --backend ray   one Ray task per rank; re-run resumes
   tensorboard --logdir out                                          then open http://localhost:6006/#graph_ascend
 
 See docs/graph.md."""
@@ -43,21 +45,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="json: one .vis per graph (default, read by tb-graph-ascend); db: one .vis.db")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="ranks built in parallel processes (default: number of cores)")
+    from msprobe.scale.options import add_arguments as scale_arguments
+
+    scale_arguments(parser, "-j")
 
 
 def run(args: argparse.Namespace) -> int:
     from msprobe.cli.compare import banner
-    from msprobe.compare.batch import JobFailure, run_jobs
+    from msprobe.compare.batch import JobFailure
     from msprobe.compare.pipeline import timestamp
     from msprobe.dump.locate import locate
     from msprobe.dump.paths import check_input_dir, prepare_output_dir
     from msprobe.errors import MsprobeError, UsageError
     from msprobe.graph.run import GraphOptions, graph_job
     from msprobe.log import get_logger
+    from msprobe.scale.executor import run_tasks
+    from msprobe.scale.options import backend_of
+    from msprobe.scale.resume import resume_in, run_stamp
 
     logger = get_logger()
     if args.jobs < 1:
         raise UsageError("-j/--jobs must be at least 1.")
+    backend = backend_of(args, args.jobs)
     compare = args.golden_path is not None
     target = check_input_dir(args.target_path, "target directory")
     golden = check_input_dir(args.golden_path, "golden directory") if compare else target
@@ -71,14 +80,16 @@ def run(args: argparse.Namespace) -> int:
 
         check_input_file(args.layer_mapping, "layer mapping file")
     output_dir = prepare_output_dir(args.output_path)
-    stamp = timestamp()
     options = GraphOptions(output_dir=output_dir, compare=compare, output_format=args.format,
                            fuzzy=args.fuzzy_match, layer_mapping=args.layer_mapping,
                            overflow_check=args.overflow_check, complete_stack=args.complete_stack,
-                           tensor_log=args.tensor_log, jobs=args.jobs, stamp=stamp)
+                           tensor_log=args.tensor_log, jobs=args.jobs)
+    # .vis files are per rank and so resumable; the one .vis.db is assembled by this process from every rank
+    resume = resume_in(output_dir, "graph", replace(options, jobs=0), vis_files) if args.format == "json" else None
+    options = replace(options, stamp=run_stamp(resume, timestamp()) if resume else timestamp())
     logger.info("Please check whether the input data belongs to you. If not, there may be security risks.")
     logger.info("%s %d graph(s) ...", "Comparing" if compare else "Building", len(located.jobs))
-    results = run_jobs(located.jobs, options, args.jobs, graph_job)
+    results = run_tasks(graph_job, located.jobs, options, backend, resume, desc="Graphs").results
     failures = [r for r in results if isinstance(r, JobFailure)]
     done = [r for r in results if not isinstance(r, JobFailure)]
     for failure in failures:
@@ -96,6 +107,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     banner(logger, "msprobe graph ends successfully.")
     return 0
+
+
+def vis_files(result) -> list:
+    """The file a graph task wrote (--format json)."""
+    return [result.output]
 
 
 def _write_db(done: list, options) -> None:

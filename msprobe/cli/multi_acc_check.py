@@ -14,6 +14,8 @@ EPILOG = """examples:
   msprobe multi_acc_check -api_info dump.json -d 0 1 -o acc_out -save_error_data
   # continue an interrupted run: any of its result files, the same device ids
   msprobe multi_acc_check -api_info dump.json -d 0 1 -csv_path acc_out/accuracy_checking_result_20250101120000_device0.csv
+  # one Ray task per device id on a cluster (shared storage), a failed share retried twice
+  msprobe multi_acc_check -api_info /shared/dump.json -d 0 1 2 3 4 5 6 7 -o /shared/acc_out --backend ray
 
 Output: <out>/accuracy_checking_result_<timestamp>_device<id>.csv and accuracy_checking_details_<timestamp>_device<id>.csv
 per device, accuracy_checking_summary_<timestamp>.csv (per device and total). See docs/acc_check.md."""
@@ -34,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="device ids, unique, each in 0-4095 (default 0); one share of the APIs per id")
     parser.add_argument("--workers", type=int, default=0, metavar="N",
                         help="worker processes (default: one per device id, at most the number of cores)")
+    from msprobe.scale.options import add_arguments as scale_arguments
+
+    scale_arguments(parser, "--workers")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,13 +48,16 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.cli.compare import banner
     from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
+    from msprobe.scale.options import backend_of
 
     logger = get_logger()
     if args.workers < 0:
         raise MsprobeError("--workers must be a positive number.")
     workers = args.workers or min(len(args.devices), os.cpu_count() or 1)
+    # spawn, not fork: a process that already ran torch (its OpenMP pool) can deadlock in a forked child
+    backend = backend_of(args, workers, start_method="spawn")
     summary = run_multi_acc_check(args.api_info, args.devices, args.out_path, args.csv_path, args.save_error_data,
-                                  workers, logger)
+                                  workers, logger, backend)
     for row in summary_rows(summary):
         label = "total" if row[0] == "total" else f"device {row[0]}"
         logger.info("multi_acc_check %s: %d APIs, %d recorded (%d checked in this run), %d passed, %d failed, "

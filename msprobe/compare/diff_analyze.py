@@ -60,16 +60,21 @@ def rank_number(job: Job) -> int:
     return int(match.group(1)) if match else 0
 
 
-def analyze_job(job: Job, options: CompareOptions, stamp: str):
-    """Diff-mode table of one rank, written as JSON; returns the rank's digest."""
+def analyze_job(job: Job, options: CompareOptions):
+    """Diff-mode table of one rank, written as JSON (named with options.stamp); returns the rank's digest."""
     from msprobe.compare.batch import JobFailure
+    from msprobe.compare.pipeline import timestamp
 
     output_dir = os.path.join(options.output_dir, job.out_subdir) if job.out_subdir else options.output_dir
     try:
         os.makedirs(output_dir, exist_ok=True)
-        return _analyze(job, replace(options, output_dir=output_dir), stamp)
+        return _analyze(job, replace(options, output_dir=output_dir), options.stamp or timestamp())
     except MsprobeError as exc:
         return JobFailure(job.label, str(exc))
+
+
+def digest_files(digest: RankDigest) -> list:
+    return [digest.json_file]
 
 
 def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:

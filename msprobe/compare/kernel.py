@@ -367,7 +367,8 @@ def run_kernel_pair(pair: KernelPair, options) -> KernelSummary:
     try:
         table = build_kernel_table(pair)
         extension = "csv" if options.output_format == "csv" else "xlsx"
-        path = os.path.join(options.output_dir, f"compare_result_{pair.rank}_{pair.step}_{timestamp()}.{extension}")
+        stamp = options.stamp or timestamp()
+        path = os.path.join(options.output_dir, f"compare_result_{pair.rank}_{pair.step}_{stamp}.{extension}")
         write_table(table, path, ACCURACY, KERNEL_FILLS)
     except (MsprobeError, OSError) as exc:
         return JobFailure(label, str(exc))
@@ -376,6 +377,10 @@ def run_kernel_pair(pair: KernelPair, options) -> KernelSummary:
         counts[value or "not compared"] = counts.get(value or "not compared", 0) + 1
     get_logger().info("Compare rank: %d step: %d finish. Compare result: %s.", pair.rank, pair.step, path)
     return KernelSummary(label, len(table), counts, path)
+
+
+def kernel_files(summary: KernelSummary) -> list:
+    return [summary.output]
 
 
 def parse_id_list(text: str | None, what: str) -> list | None:

@@ -44,6 +44,7 @@ class CompareOptions:
     jobs: int = 2                        # worker threads for tensor pairs
     write_output: bool = True
     html: bool = False                   # --html: a self-contained HTML report beside the table
+    stamp: str = ""                      # timestamp of the output names; one per run of many pairs (else now)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class CompareSummary:
     first_error_row: int | None = None
     output: str | None = None
     advisor_file: str | None = None
+    html_file: str | None = None
     advice: Advice | None = None
     tensor_problems: int = 0
 
@@ -154,7 +156,7 @@ def compare_files(target_path: str, golden_path: str, options: CompareOptions, s
         raise MsprobeError("The target and golden files must both be dump.json or both be debug.json.")
     needs_construct = options.fuzzy or options.mapping.layer is not None
     target, golden = read_sides(target_path, golden_path, needs_construct)
-    stamp = timestamp()
+    stamp = options.stamp or timestamp()
     table, summary = compare_dumps(target, golden, options, label, stamp, suffix)
     if options.write_output:
         prefix = "debug_compare_result" if target.dump.is_debug else "compare_result"
@@ -168,7 +170,7 @@ def compare_files(target_path: str, golden_path: str, options: CompareOptions, s
         if options.html:
             from msprobe.report.html import write_compare_html
 
-            write_compare_html(table, summary, path, target_path, target.dump.construct)
+            summary.html_file = write_compare_html(table, summary, path, target_path, target.dump.construct)
         if not options.compare_only:
             advisor_path = os.path.join(options.output_dir, result_file_name("advisor", suffix, "txt", stamp))
             write_text(advisor_path, "\n".join(summary.advice.lines()) + "\n")
