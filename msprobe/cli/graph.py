@@ -83,9 +83,12 @@ def run(args: argparse.Namespace) -> int:
     options = GraphOptions(output_dir=output_dir, compare=compare, output_format=args.format,
                            fuzzy=args.fuzzy_match, layer_mapping=args.layer_mapping,
                            overflow_check=args.overflow_check, complete_stack=args.complete_stack,
-                           tensor_log=args.tensor_log, jobs=args.jobs)
+                           tensor_log=args.tensor_log, jobs=args.jobs,
+                           # one graph job may use a second core, unless other ranks run beside it
+                           fork=backend.kind == "local" and (len(located.jobs) == 1 or backend.workers == 1))
     # .vis files are per rank and so resumable; the one .vis.db is assembled by this process from every rank
-    resume = resume_in(output_dir, "graph", replace(options, jobs=0), vis_files) if args.format == "json" else None
+    resume = resume_in(output_dir, "graph", replace(options, jobs=0, fork=True), vis_files) \
+        if args.format == "json" else None
     options = replace(options, stamp=run_stamp(resume, timestamp()) if resume else timestamp())
     logger.info("Please check whether the input data belongs to you. If not, there may be security risks.")
     logger.info("%s %d graph(s) ...", "Comparing" if compare else "Building", len(located.jobs))
@@ -98,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         if len(failures) == 1:
             raise MsprobeError(failures[0].message)
         raise MsprobeError(f"no graph could be built ({len(failures)} failed).")
+    _link_ranks(located.jobs, results, args.format == "db", resume, logger)
     if args.format == "db":
         _write_db(done, options)
     _print_summary(logger, done, compare)
@@ -107,6 +111,25 @@ def run(args: argparse.Namespace) -> int:
         return 1
     banner(logger, "msprobe graph ends successfully.")
     return 0
+
+
+def _link_ranks(jobs: list, results: list, db: bool, resume, logger) -> None:
+    """matched_distributed between the communication nodes of the ranks of each step (spec §10); a .vis that
+    receives links gets its completion marker written again (its size changed; it is final now)."""
+    from msprobe.compare.batch import JobFailure
+    from msprobe.graph.distributed import link_results
+    from msprobe.graph.run import graph_job
+    from msprobe.scale.executor import task_name
+    from msprobe.scale.resume import marker_for
+
+    done = [(job, r) for job, r in zip(jobs, results) if not isinstance(r, JobFailure)]
+    count, changed = link_results([r for _, r in done], db)
+    if count:
+        logger.info("Communication nodes linked across ranks: %d.", count)
+    if resume is not None:
+        for job, result in done:
+            if any(result is c for c in changed):
+                marker_for(resume, graph_job, job, task_name(job)).write(result)
 
 
 def vis_files(result) -> list:

@@ -139,3 +139,34 @@ def _match_collectives(ranks: dict, links: dict) -> None:
             peers = [(other, peer) for other, peer in members.items() if other != rank]
             if peers:
                 links[rank][node.name] = _info(BOTH, peers)
+
+
+def link_results(results: list, db: bool) -> tuple[int, list]:
+    """Match the communication nodes across the ranks of each step (per side) and write the links: into each
+    rank's .vis file, or into its .vis.db rows. Returns (nodes linked, results whose .vis changed)."""
+    from msprobe.graph import vis_db, vis_json
+
+    by_step: dict = {}
+    for result in results:
+        by_step.setdefault(result.step, []).append(result)
+    count, changed = 0, []
+    for step_results in by_step.values():
+        if len(step_results) < 2:
+            continue
+        links: dict = {}         # rank -> {(side, node name): matched_distributed}
+        for side in ("NPU", "Bench"):
+            ranks = {r.rank: r.comm[side] for r in step_results if side in r.comm}
+            for rank, found in match(ranks).items():
+                links.setdefault(rank, {}).update({(side, name): value for name, value in found.items()})
+        for result in step_results:
+            found = links.get(result.rank)
+            if not found:
+                continue
+            count += len(found)
+            if db:
+                result.rows = (vis_db.add_links(result.rows[0], found), result.rows[1])
+            elif not result.linked:
+                vis_json.add_links(result.output, result.comm_ends, found)
+                result.linked = True
+                changed.append(result)
+    return count, changed

@@ -10,10 +10,11 @@ import signal
 
 
 class Forked:
-    def __init__(self, func, *args):
+    def __init__(self, func, *args, inline: bool = False):
+        """inline: run at once in this process (the cores are busy with other work already)."""
         self._pid = None
         self._value = self._error = None
-        if not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
+        if inline or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
             try:
                 self._value = func(*args)
             except Exception as exc:  # noqa: BLE001 - raised again by result(), as from the child

@@ -24,6 +24,7 @@ class GraphOptions:
     tensor_log: bool = False
     jobs: int = 2
     stamp: str = ""
+    fork: bool = True                  # a graph job may fork helpers (off when other ranks keep the cores busy)
 
 
 @dataclass
@@ -43,6 +44,9 @@ class GraphResult:
     output: str | None = None
     rows: tuple | None = None          # db format: (node rows, stack rows) per graph, written by the caller
     config: dict = field(default_factory=dict)
+    comm: dict = field(default_factory=dict)        # "NPU"/"Bench" -> [CommNode] (distributed.py)
+    comm_ends: list = field(default_factory=list)   # .vis: where matched_distributed goes (vis_json.add_links)
+    linked: bool = False                            # .vis: matched_distributed written
 
 
 def step_rank(job: Job) -> tuple[int, int]:
@@ -98,7 +102,7 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
     new = options.output_format == "db"
     # the compare core runs in a forked child while this process builds and matches the two trees
     compare = Forked(_compare_cells, target, golden, replace(options, layer_mapping=None if same_framework else
-                                                                  layer), job.label)
+                                                                  layer), job.label, inline=not options.fork)
     try:
         npu = build_graph(target, simplify)
         bench = build_graph(golden, simplify)
@@ -170,12 +174,18 @@ def _compare(t_side, g_side, options: GraphOptions, label: str):
 
 def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench, keep_md5: bool) -> GraphResult:
     from msprobe.graph import scoring
+    from msprobe.graph.distributed import comm_nodes
 
+    for label, graph in (("NPU", npu), ("Bench", bench)):
+        found = comm_nodes(graph, options.overflow_check) if graph is not None else []
+        if found:
+            result.comm[label] = found
     new = options.output_format == "db"
     if new:
         from msprobe.graph.vis_db import graph_rows
 
-        other = Forked(graph_rows, bench, "Bench", result.step, result.rank, keep_md5) if bench is not None else None
+        other = Forked(graph_rows, bench, "Bench", result.step, result.rank, keep_md5, inline=not options.fork) \
+            if bench is not None else None
         try:
             rows, stacks = graph_rows(npu, "NPU", result.step, result.rank, keep_md5)
             if other is not None:
@@ -192,9 +202,10 @@ def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench, kee
 
     path = os.path.join(options.output_dir, file_name(job, options))
     if bench is None:
-        vis_json.write_build(npu, path, options.overflow_check)
+        ends = vis_json.write_build(npu, path, options.overflow_check, options.fork)
     else:
-        vis_json.write_compare(npu, bench, path, scoring.TASK[result.mode], scoring.TOOLTIPS[result.mode],
-                               scoring.colors(result.mode, False), options.overflow_check)
+        ends = vis_json.write_compare(npu, bench, path, scoring.TASK[result.mode], scoring.TOOLTIPS[result.mode],
+                                      scoring.colors(result.mode, False), options.overflow_check, options.fork)
     result.output = path
+    result.comm_ends = ends if result.comm else []
     return result

@@ -89,15 +89,15 @@ def _split(segments: list) -> int:
     return len(segments)
 
 
-def _write_document(path: str, parts: list) -> list:
-    """Write the parts into path, atomically; returns the communication nodes' ends (see _write_segments). Where
-    the system can fork, a child process formats the second half of the nodes into a side file (it inherits the
-    graphs, nothing is copied) while this process formats the first half."""
+def _write_document(path: str, parts: list, fork: bool = True) -> list:
+    """Write the parts into path, atomically; returns the communication nodes' ends (see _write_segments). With
+    fork (and where the system can), a child process formats the second half of the nodes into a side file (it
+    inherits the graphs, nothing is copied) while this process formats the first half."""
     segments = _segments(parts)
     split = _split(segments)
     with atomic_path(path) as temporary, open(temporary, "wb") as handle:
         side = temporary + ".part"
-        second = Forked(_write_part, segments[split:], side)
+        second = Forked(_write_part, segments[split:], side, inline=not fork)
         try:
             ends = _write_segments(handle, segments[:split])
             base = handle.tell()
@@ -116,17 +116,17 @@ def _write_part(segments: list, path: str) -> list:
         return _write_segments(part, segments)
 
 
-def write_build(graph: Graph, path: str, overflow_check: bool) -> list:
-    return _write_document(path, [("", graph), b',"MicroSteps":' + orjson.dumps(graph.micro_steps)
-                                  + b',"OverflowCheck":' + orjson.dumps(overflow_check) + b"}"])
+def write_build(graph: Graph, path: str, overflow_check: bool, fork: bool = True) -> list:
+    return _write_document(path, [("NPU", graph), b',"MicroSteps":' + orjson.dumps(graph.micro_steps)
+                                  + b',"OverflowCheck":' + orjson.dumps(overflow_check) + b"}"], fork)
 
 
 def write_compare(npu: Graph, bench: Graph, path: str, task: str, tooltip: dict, colors: dict,
-                  overflow_check: bool) -> list:
+                  overflow_check: bool, fork: bool = True) -> list:
     tail = {"ToolTip": json.dumps(tooltip, ensure_ascii=False), "Colors": colors,
             "MicroSteps": max(npu.micro_steps, bench.micro_steps), "task": task, "OverflowCheck": overflow_check}
     return _write_document(path, [b'{"NPU":', ("NPU", npu), b'},"Bench":', ("Bench", bench),
-                                  b"}," + orjson.dumps(tail)[1:]])
+                                  b"}," + orjson.dumps(tail)[1:]], fork)
 
 
 def add_links(path: str, ends: list, links: dict) -> None:

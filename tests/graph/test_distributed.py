@@ -3,11 +3,15 @@ real 4-rank dump (broadcast from rank 0, all_reduce and all_gather on the defaul
 
 from __future__ import annotations
 
+import sqlite3
+
 import orjson
 
 from msprobe.dump.reader import read_dump
 from msprobe.graph.distributed import CommNode, comm_nodes, match
 from msprobe.graph.tree import build_graph
+
+from conftest import only_file, run_cli
 
 STATS = ("torch.float32", (2, 2), 1.0, 0.0, 0.5, 1.2)
 
@@ -70,3 +74,51 @@ def test_real_four_rank_dump(multirank_step0):
     assert orjson.loads(orjson.dumps(links[2]["Distributed.all_gather.0.forward"])) == {
         "communications_type": "send_receive",
         "nodes_info": {str(r): ["Nan", "Distributed.all_gather.0.forward"] for r in (0, 1, 3)}}
+
+
+def _vis_nodes(path, side=None):
+    document = orjson.loads(path.read_bytes())
+    return (document[side] if side else document)["node"]
+
+
+def test_batch_build_and_compare_write_links(tmp_path, multirank_step0):
+    target, golden = multirank_step0
+    out = tmp_path / "build"
+    assert run_cli(["graph", "-tp", target, "-o", out]) == 0
+    files = {r: only_file(out, f"build_rank{r}_*.vis") for r in range(4)}
+    before = {r: path.stat().st_mtime_ns for r, path in files.items()}
+    rank0 = _vis_nodes(files[0])
+    assert rank0["Distributed.broadcast.0.forward"]["matched_distributed"] == {
+        "communications_type": "send", "nodes_info": {str(r): ["Nan", "Distributed.broadcast.0.forward"]
+                                                      for r in (1, 2, 3)}}
+    # the key comes last in the node object, and nodes without links have none
+    assert list(rank0["Distributed.broadcast.0.forward"])[-1] == "matched_distributed"
+    assert "matched_distributed" not in _vis_nodes(files[1])["Distributed.broadcast.0.forward"]
+    assert sum("matched_distributed" in n for n in _vis_nodes(files[2]).values()) == 30
+    # a second run resumes every rank: files untouched, no link written twice
+    assert run_cli(["graph", "-tp", target, "-o", out]) == 0
+    assert {r: path.stat().st_mtime_ns for r, path in files.items()} == before
+    # compare: the NPU side carries each peer's precision index, the Bench side "Nan"
+    out = tmp_path / "compare"
+    assert run_cli(["graph", "-tp", target, "-gp", golden, "-o", out]) == 0
+    path = only_file(out, "compare_rank1_*.vis")
+    npu, bench = _vis_nodes(path, "NPU"), _vis_nodes(path, "Bench")
+    peers = npu["Distributed.all_reduce.0.forward"]["matched_distributed"]["nodes_info"]
+    assert sorted(peers) == ["0", "2", "3"]
+    for rank, (score, name) in peers.items():
+        peer = _vis_nodes(only_file(out, f"compare_rank{rank}_*.vis"), "NPU")[name]
+        assert score == str(peer["data"]["precision_index"])
+    assert {v[0] for v in bench["Distributed.all_reduce.0.forward"]["matched_distributed"]["nodes_info"].values()} \
+        == {"Nan"}
+
+
+def test_batch_db_links(tmp_path, multirank_step0):
+    target, _ = multirank_step0
+    assert run_cli(["graph", "-tp", target, "-o", tmp_path, "--format", "db"]) == 0
+    with sqlite3.connect(only_file(tmp_path, "build_*.vis.db")) as connection:
+        rows = dict(((rank, name), value) for rank, name, value in connection.execute(
+            "SELECT rank, node_name, matched_distributed FROM tb_nodes WHERE is_distributed = 1"))
+    assert orjson.loads(rows[(0, "Distributed.broadcast.3.forward")])["communications_type"] == "send"
+    assert rows[(2, "Distributed.broadcast.3.forward")] == "{}"
+    assert orjson.loads(rows[(3, "Distributed.all_gather.0.forward")])["nodes_info"]["0"] == [
+        "Nan", "Distributed.all_gather.0.forward"]
