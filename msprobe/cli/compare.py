@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from msprobe.cli.arguments import int_at_least
+
 DESCRIPTION = ("Compare a target dump (the run under test, 'NPU') with a golden dump (the reference, 'Bench'). "
                "The mode follows the dumps: statistics, md5 (CRC-32) or real tensor data.")
 EPILOG = """examples:
@@ -95,22 +97,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-s", "--stack_mode", action="store_true",
                         help="accepted for compatibility: NPU_Stack_Info is added whenever stack.json "
                              "lies beside the target dump.json")
-    parser.add_argument("-j", "--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
+    parser.add_argument("-j", "--jobs", type=int_at_least(1), default=os.cpu_count() or 1, metavar="N",
                         help="parallel workers: rank processes for directories, threads for tensor files "
                              "(default: number of cores)")
     from msprobe.scale.options import add_arguments as scale_arguments
 
     scale_arguments(parser, "-j")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,8 @@ import json
 import os
 from dataclasses import replace
 
+from msprobe.cli.arguments import int_at_least
+
 DESCRIPTION = ("Build the module/API hierarchy of a dump (dump.json + stack.json + construct.json of an L0 or mix "
                "dump) and, with -gp, match it against a golden dump and colour every node by its precision. "
                "The output is a .vis file (JSON) per rank, or with --format db one .vis.db (SQLite) for all "
@@ -43,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accepted for 26.x compatibility; progress is always logged")
     parser.add_argument("--format", "--file_type", dest="format", choices=("json", "db"), default="json",
                         help="json: one .vis per graph (default, read by tb-graph-ascend); db: one .vis.db")
-    parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+    parser.add_argument("-j", "--jobs", type=int_at_least(1), default=os.cpu_count() or 1, metavar="N",
                         help="ranks built in parallel processes (default: number of cores)")
     from msprobe.scale.options import add_arguments as scale_arguments
 
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.compare.pipeline import timestamp
     from msprobe.dump.locate import locate
     from msprobe.dump.paths import check_input_dir, prepare_output_dir
-    from msprobe.errors import MsprobeError, UsageError
+    from msprobe.errors import MsprobeError
     from msprobe.graph.run import GraphOptions, graph_job
     from msprobe.log import get_logger
     from msprobe.scale.executor import run_tasks
@@ -64,8 +66,6 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.scale.resume import resume_in, run_stamp
 
     logger = get_logger()
-    if args.jobs < 1:
-        raise UsageError("-j/--jobs must be at least 1.")
     backend = backend_of(args, args.jobs)
     compare = args.golden_path is not None
     target = check_input_dir(args.target_path, "target directory")

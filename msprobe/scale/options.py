@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from msprobe.cli.arguments import int_at_least
+
 
 def add_arguments(parser: argparse.ArgumentParser, workers: str) -> None:
     """--backend, --ray-address and --retries; `workers` names the command's option for local processes."""
@@ -16,19 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser, workers: str) -> None:
                        help="the Ray cluster to use with --backend ray: auto (default) is the running cluster "
                             "(RAY_ADDRESS or the local one), or a local Ray instance started for the run when "
                             "there is none; else host:port or ray://host:port")
-    group.add_argument("--retries", type=_retries, default=2, metavar="N",
+    group.add_argument("--retries", type=int_at_least(0), default=2, metavar="N",
                        help="further attempts of a task that fails (an error, or its worker lost) before it is "
                             "reported as failed; the other tasks go on (default: 2)")
-
-
-def _retries(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
-    return value
 
 
 def backend_of(args: argparse.Namespace, workers: int, start_method: str | None = None):
