@@ -90,20 +90,16 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
         if options.overflow_check:
             result.overflow = scoring.overflow_levels(npu)
         return _write(result, job, options, npu, None, keep_md5)
-    golden = read_dump(job.golden, "golden", with_stack=True, with_construct=True)
-    if target.framework != golden.framework and options.layer_mapping is None:
-        raise MsprobeError(f"The target is a {target.framework} dump and the golden a {golden.framework} dump; "
-                           "a cross-framework graph compare needs -lm.")
-    layer = options.layer_mapping
-    framework = target.framework
-    same_framework = layer is not None and framework == golden.framework
-    if same_framework:
-        layer = ""
     new = options.output_format == "db"
-    # the compare core runs in a forked child while this process builds and matches the two trees
-    compare = Forked(_compare_cells, target, golden, replace(options, layer_mapping=None if same_framework else
-                                                                  layer), job.label, inline=not options.fork)
+    # the compare core runs in a forked child (which reads the golden dump itself) while this process reads the
+    # golden dump too and builds and matches the two trees; without fork, one after the other on one reading
+    golden = None if options.fork else read_dump(job.golden, "golden", with_stack=True, with_construct=True)
+    compare = Forked(_compare_cells, target, golden or job.golden, options, job.label, inline=not options.fork)
     try:
+        if golden is None:
+            golden = read_dump(job.golden, "golden", with_stack=True, with_construct=True)
+        layer, same_framework = _layer_mapping(options.layer_mapping, target.framework, golden.framework)
+        framework = target.framework
         npu = build_graph(target, simplify)
         bench = build_graph(golden, simplify)
         del target, golden
@@ -142,11 +138,28 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
     return _write(result, job, options, npu, bench, mode == col.MD5)
 
 
+def _layer_mapping(layer: str | None, target_framework: str, golden_framework: str) -> tuple:
+    """(layer mapping for the graph's matching, whether -lm was given for two dumps of one framework). -lm pairs a
+    MindSpore target with a PyTorch golden; two dumps of one framework pair by name."""
+    if target_framework != golden_framework and layer is None:
+        raise MsprobeError(f"The target is a {target_framework} dump and the golden a {golden_framework} dump; "
+                           "a cross-framework graph compare needs -lm.")
+    if layer is not None and target_framework == golden_framework:
+        return "", True
+    return layer, False
+
+
 def _compare_cells(target, golden, options: GraphOptions, label: str):
-    """(the compare columns the graph uses, compare mode, entry map of -lm) of two read dumps."""
+    """(the compare columns the graph uses, compare mode, entry map of -lm) of the read target dump and the golden
+    dump (read, or its dump.json path)."""
     from msprobe.compare.pipeline import side_of
+    from msprobe.dump.reader import read_dump
     from msprobe.graph.scoring import columns_used
 
+    if isinstance(golden, str):
+        golden = read_dump(golden, "golden", with_stack=True, with_construct=True)
+    layer, same_framework = _layer_mapping(options.layer_mapping, target.framework, golden.framework)
+    options = replace(options, layer_mapping=None if same_framework else layer)
     table, summary, entry_map = _compare(side_of(target), side_of(golden), options, label)
     used = columns_used(summary.mode, options.output_format == "db")
     return {c: table.cells[c] for c in used if c in table.cells}, summary.mode, entry_map
