@@ -31,6 +31,43 @@ def run_cli(args: list) -> int:
     return main([str(a) for a in args])
 
 
+def device_rows(directory, devices=(0, 1), kind: str = "result") -> list:
+    """The rows (without header) of multi_acc_check's accuracy_checking_<kind>_*_device<id>.csv, per device id."""
+    return [read_csv(only_file(directory, f"accuracy_checking_{kind}_*_device{d}.csv"))[1:] for d in devices]
+
+
+def in_dump_order(single_rows: list, per_device: list) -> list:
+    """The union of the devices' rows in the order of a single acc_check run's rows; each device's rows must be in
+    that order already."""
+    position = {row[0]: i for i, row in enumerate(single_rows)}
+    for rows in per_device:
+        assert [position[row[0]] for row in rows] == sorted(position[row[0]] for row in rows)
+    return sorted((row for rows in per_device for row in rows), key=lambda row: position[row[0]])
+
+
+def interrupt_after_markers(args: list, markers: Path, count: int) -> tuple:
+    """Run `msprobe <args>` in its own process and interrupt it (SIGINT, as Ctrl-C) as soon as `markers` holds
+    `count` completion markers of its tasks; (exit code, stdout, stderr)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    driver = subprocess.Popen([sys.executable, "-m", "msprobe", *[str(a) for a in args]], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (markers.is_dir() and len(list(markers.glob("*.json"))) >= count):
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.005)
+        driver.send_signal(signal.SIGINT)
+        printed, err = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    return driver.returncode, printed, err
+
+
 def only_file(directory, pattern: str) -> Path:
     found = sorted(Path(directory).glob(pattern))
     assert len(found) == 1, f"expected one {pattern} in {directory}, found {[p.name for p in found]}"

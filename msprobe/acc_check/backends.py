@@ -66,8 +66,13 @@ class Backend:
         raise NotImplementedError
 
     # --- the run -----------------------------------------------------------------------------------------------
+    def check(self, options) -> None:
+        """Import the framework and refuse options that do not apply to it (or to its device under test), without
+        using a device: the driver of multi_acc_check calls it before any worker starts."""
+        raise NotImplementedError
+
     def prepare(self, options) -> str:
-        """Import the framework, apply device options; returns the device under test (`cpu`, `npu:0`, ...)."""
+        """After check(): apply the device options; returns the device under test (`cpu`, `npu:0`, ...)."""
         raise NotImplementedError
 
     def replayer(self, data: dict, tensor_dir, device: str, options):
@@ -146,7 +151,7 @@ class TorchBackend(Backend):
         return api_name in BLACK_LIST or api_name.startswith("npu_") or \
             any(api_name in names for names in support_lists().values())
 
-    def prepare(self, options) -> str:
+    def check(self, options) -> None:
         try:
             import torch  # noqa: F401
         except ImportError:
@@ -154,12 +159,17 @@ class TorchBackend(Backend):
         if options.max_abs_err is not None:
             raise MsprobeError("--max-abs-err applies to MindSpore dumps; PyTorch outputs are judged by the precision "
                                "standards (spec §5.7).")
-        from msprobe.acc_check.runner import device_name, set_jit_compile
+        from msprobe.acc_check.runner import device_name
 
         device = device_name(options.device_id)
         if options.jit_compile and not device.startswith("npu"):
             raise MsprobeError(f"-j/--jit_compile applies to Ascend NPU only (torch_npu); the device under test "
                                f"here is {device}.")
+
+    def prepare(self, options) -> str:
+        from msprobe.acc_check.runner import device_name, set_jit_compile
+
+        device = device_name(options.device_id)
         if device.startswith("npu"):
             set_jit_compile(options.jit_compile)
         return device
@@ -250,13 +260,17 @@ class MindSporeBackend(Backend):
     def known_api_name(self, api_name: str) -> bool:
         return any(api_name in names for names in ms_support_lists().values())
 
-    def prepare(self, options) -> str:
+    def check(self, options) -> None:
         if options.jit_compile:
             raise MsprobeError("-j/--jit_compile applies to PyTorch dumps on Ascend NPU (torch_npu) only; this is "
                                "a MindSpore dump.")
-        from msprobe.acc_check.ms_runner import device_name, import_mindspore
+        from msprobe.acc_check.ms_runner import import_mindspore
 
         import_mindspore()
+
+    def prepare(self, options) -> str:
+        from msprobe.acc_check.ms_runner import device_name
+
         return device_name(options.device_id)
 
     def replayer(self, data: dict, tensor_dir, device: str, options):

@@ -64,34 +64,61 @@ def tensor_directory(path: str, content: dict) -> str:
     return beside
 
 
+@dataclass
+class Dump:
+    """A dump that acc_check can run on, with the options of the run (the -config lists included)."""
+
+    path: str
+    content: dict
+    names: list            # the APIs the backend writes rows for, in dump order
+    backend: object
+    real_data: bool
+    options: CheckOptions
+
+
+def open_dump(api_info: str, options: CheckOptions | None = None, config_path: str = "",
+              expected_framework: str = "") -> Dump:
+    """Every check that can refuse a run before a device is used or a file written: the dump, the framework named
+    by the 1.x form (`expected_framework`, from `msprobe -f pytorch run_ut`), the options that do not apply to the
+    dump's framework, the framework import, the -config file. acc_check and the multi_acc_check driver both
+    start here."""
+    from msprobe.acc_check.backends import backend_for
+    from msprobe.acc_check.select import load_config
+
+    options = options or CheckOptions()
+    path, content, names = load_api_dump(api_info)
+    backend = backend_for(content, path)
+    if expected_framework and expected_framework.lower() != backend.framework.lower():
+        raise MsprobeError(f"-f {expected_framework} was given (1.x form) but {path} is a {backend.framework} dump; "
+                           f"use -f {backend.framework.lower()} or the form without -f.")
+    real_data = backend.real_data(content)
+    backend.check(options)                  # the framework is imported here
+    if config_path:
+        lists, error_data_path = load_config(config_path, backend.known_api_name, backend.framework)
+        options = dataclasses.replace(options, lists=lists, error_data_path=error_data_path)
+    return Dump(path, content, names, backend, real_data, options)
+
+
 def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error_data: bool = False,
                   logger=None, *, subset=None, suffix: str = "", stamp: str = "", show_progress: bool = True,
                   options: CheckOptions | None = None, config_path: str = "", expected_framework: str = ""
                   ) -> Summary:
     """Check the APIs of a dump (only those of `subset`, in dump order, when given: multi_acc_check gives each
-    worker its share) and append their rows to a new pair of result files
+    worker its split) and append their rows to a new pair of result files
     (accuracy_checking_result_<stamp><suffix>.csv) or to the interrupted pair `csv_path`. Every check that can
-    refuse the run (dump, options, -config, tensor files, framework import, resume files) happens before anything
-    is written. `expected_framework` is the framework named by the 1.x form (`msprobe -f pytorch run_ut`)."""
-    from msprobe.acc_check.backends import MINDSPORE, backend_for, forward_count
+    refuse the run (open_dump, tensor files, resume files) happens before anything is written."""
+    from msprobe.acc_check.backends import MINDSPORE, forward_count
     from msprobe.acc_check.results import new_files, resume_files
-    from msprobe.acc_check.select import filter_apis, load_config
+    from msprobe.acc_check.select import filter_apis
     from msprobe.compare.pipeline import timestamp
     from msprobe.dump.paths import prepare_output_dir
     from msprobe.log import progress
 
-    options = options or CheckOptions()
-    path, content, all_names = load_api_dump(api_info)
-    backend = backend_for(content, path)
-    if expected_framework and expected_framework.lower() != backend.framework.lower():
-        raise MsprobeError(f"-f {expected_framework} was given (1.x form) but {path} is a {backend.framework} dump; "
-                           f"use -f {backend.framework.lower()} or the form without -f.")
+    dump = open_dump(api_info, options, config_path, expected_framework)
+    path, content, all_names, backend, real_data, options = (dump.path, dump.content, dump.names, dump.backend,
+                                                              dump.real_data, dump.options)
     data = content["data"]
-    real_data = backend.real_data(content)
-    device = backend.prepare(options)       # the framework is imported here, the device options applied
-    if config_path:
-        lists, error_data_path = load_config(config_path, backend.known_api_name, backend.framework)
-        options = dataclasses.replace(options, lists=lists, error_data_path=error_data_path)
+    device = backend.prepare(options)       # the device options applied
     wanted = None if subset is None else set(subset)
     names = all_names if wanted is None else [n for n in all_names if n in wanted]
     total = forward_count(data) if subset is None else len(names)
@@ -151,25 +178,49 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     return summary
 
 
-def _write_info(result_path: str, dump_path: str, device: str, benchmark: str, real_data: bool) -> None:
-    """accuracy_checking_info_<timestamp>[_device<id>].json beside the CSVs: the device under test and the
-    benchmark (DECISIONS 18)."""
+def info_path_of(result_path: str) -> str:
+    """accuracy_checking_info_<timestamp>[<suffix>].json beside the result CSV."""
+    base = os.path.basename(result_path).replace("accuracy_checking_result_", "accuracy_checking_info_", 1)
+    return os.path.join(os.path.dirname(result_path), base[: -len(".csv")] + ".json")
+
+
+def _read_runs(info_path: str) -> list:
+    import json
+
+    if not os.path.isfile(info_path):
+        return []
+    try:
+        with open(info_path, encoding="utf-8") as handle:
+            return list(json.load(handle).get("runs", []))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
+
+
+def _write_runs(info_path: str, runs: list) -> None:
     import json
 
     from msprobe.report.atomic import write_text
 
-    base = os.path.basename(result_path).replace("accuracy_checking_result_", "accuracy_checking_info_", 1)
-    info_path = os.path.join(os.path.dirname(result_path), base[: -len(".csv")] + ".json")
-    runs = []
-    if os.path.isfile(info_path):
-        try:
-            with open(info_path, encoding="utf-8") as handle:
-                runs = json.load(handle).get("runs", [])
-        except (OSError, ValueError, AttributeError):
-            runs = []
-    runs.append({"api_info": dump_path, "device": device, "benchmark": benchmark,
-                 "inputs": "real-data" if real_data else "random-data"})
     write_text(info_path, json.dumps({"runs": runs}, indent=2) + "\n")
+
+
+def _write_info(result_path: str, dump_path: str, device: str, benchmark: str, real_data: bool) -> None:
+    """The info file beside the CSVs: the device under test and the benchmark of every run on them (DECISIONS 18)."""
+    info_path = info_path_of(result_path)
+    _write_runs(info_path, _read_runs(info_path) + [{"api_info": dump_path, "device": device, "benchmark": benchmark,
+                                                      "inputs": "real-data" if real_data else "random-data"}])
+
+
+def merge_info(result_path: str, part_result_paths: list) -> None:
+    """The info file of `result_path`: the distinct runs of the parts' info files, in order (multi_acc_check's
+    device files, assembled from their splits). Nothing is written when no part has one."""
+    runs = []
+    for part in part_result_paths:
+        for run in _read_runs(info_path_of(part)):
+            if run not in runs:
+                runs.append(run)
+    if runs:
+        _write_runs(info_path_of(result_path), runs)
 
 
 def check_tensor_files(wanted: list, tensor_dir: str) -> None:
@@ -191,10 +242,3 @@ def check_real_data(path: str, content: dict, names: list) -> None:
     backend = backend_for(content, path)
     if backend.real_data(content):
         check_tensor_files(backend.needed_files(content["data"], names), tensor_directory(path, content))
-
-
-def _check_tensor_files(data: dict, names: list, tensor_dir: str) -> None:
-    """The real-data check of a PyTorch dump's APIs (kept for multi_acc_check)."""
-    from msprobe.acc_check.backends import TORCH
-
-    check_tensor_files(TORCH.needed_files(data, names), tensor_dir)

@@ -398,35 +398,42 @@ def _leaves_of(out) -> list:
 def save_error(directory: str, result: ApiResult) -> None:
     """Add a failing API's inputs and tested outputs to the L1 tensor dump in `directory` (dump.json, stack.json,
     dump_error_info.log, tensors as .npy in error_data/); random-data mode only. The dump can be checked again
-    with `msprobe acc_check -api_info <directory>/dump.json` (real-data mode)."""
+    with `msprobe acc_check -api_info <directory>/dump.json` (real-data mode). The splits of a multi_acc_check run
+    add to the same dump at the same time: dump.json is updated under an exclusive lock."""
+    import fcntl
+
     from msprobe.report.atomic import write_text
 
     data_dir = os.path.join(directory, "error_data")
     os.makedirs(data_dir, mode=0o750, exist_ok=True)
-    dump_path = os.path.join(directory, "dump.json")
-    content = {"task": "tensor", "level": "L1", "framework": "mindspore", "dump_data_dir": data_dir, "data": {}}
-    if os.path.isfile(dump_path):
-        with open(dump_path, encoding="utf-8") as handle:
-            content = json.load(handle)
     name = result.full_name
+    records = {}
     if "forward" in result.saved:
         args, kwargs, outputs = result.saved["forward"]
-        content["data"][f"{name}.forward"] = {
+        records[f"{name}.forward"] = {
             "input_args": [_item(v, data_dir, f"{name}.forward.input.{i}") for i, v in enumerate(args)],
             "input_kwargs": {k: _item(v, data_dir, f"{name}.forward.input.{k}") for k, v in kwargs.items()},
             "output": [_item(v, data_dir, f"{name}.forward.output.{i}") for i, v in enumerate(outputs)]}
     if "backward" in result.saved:
         grads, outputs = result.saved["backward"]
-        content["data"][f"{name}.backward"] = {
+        records[f"{name}.backward"] = {
             "input": [_item(v, data_dir, f"{name}.backward.input.{i}") for i, v in enumerate(grads)],
             "output": [_item(v, data_dir, f"{name}.backward.output.{i}") for i, v in enumerate(outputs)]}
-    write_text(dump_path, json.dumps(content, indent=1, default=str) + "\n")
-    stack_path = os.path.join(directory, "stack.json")
-    if not os.path.isfile(stack_path):
-        write_text(stack_path, "{}\n")
-    with open(os.path.join(directory, "dump_error_info.log"), "a", encoding="utf-8") as handle:
-        handle.write(f"{name}: forward {result.forward_status or '-'}, backward {result.backward_status or '-'}: "
-                     f"{result.message.strip()}\n")
+    dump_path = os.path.join(directory, "dump.json")
+    with open(os.path.join(directory, ".dump.json.lock"), "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)      # released when the file is closed
+        content = {"task": "tensor", "level": "L1", "framework": "mindspore", "dump_data_dir": data_dir, "data": {}}
+        if os.path.isfile(dump_path):
+            with open(dump_path, encoding="utf-8") as handle:
+                content = json.load(handle)
+        content["data"].update(records)
+        write_text(dump_path, json.dumps(content, indent=1, default=str) + "\n")
+        stack_path = os.path.join(directory, "stack.json")
+        if not os.path.isfile(stack_path):
+            write_text(stack_path, "{}\n")
+        with open(os.path.join(directory, "dump_error_info.log"), "a", encoding="utf-8") as handle:
+            handle.write(f"{name}: forward {result.forward_status or '-'}, backward {result.backward_status or '-'}: "
+                         f"{result.message.strip()}\n")
 
 
 def _item(value, data_dir: str, file_stem: str):

@@ -1,9 +1,12 @@
-"""multi_acc_check: the APIs of one dump split over devices, one task (a local worker process or a Ray task) and one
-pair of result files per device (DECISIONS 19), then a merged summary (spec §5.10, with per-device files)."""
+"""multi_acc_check (spec §5.10): the APIs of one dump (after -f) split into n contiguous chunks, dealt to the -d
+devices in turn; one task per split (a local worker process or a Ray task) checks it with the acc_check engine
+into its own pair of files, and the splits of a device are joined in order into that device's pair of result
+files (DECISIONS 19); then a merged summary. Works the same for PyTorch and MindSpore dumps."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -11,6 +14,10 @@ from dataclasses import dataclass, field
 from msprobe.errors import MsprobeError
 
 MAX_DEVICE_ID = 4095
+MAX_SPLITS = 64        # -n/--num_splits: 1..64, default 8 (spec §2.3)
+DEFAULT_SPLITS = 8
+# the result file of a device, or of one split of it while the run is not complete
+RUN_FILE = re.compile(r"^accuracy_checking_result_(\d{14})_device(\d+)(?:_split(\d+))?\.csv$")
 
 
 class DeviceError(MsprobeError):
@@ -21,7 +28,7 @@ class DeviceError(MsprobeError):
 class DeviceSummary:
     device_id: int
     apis: int = 0          # APIs assigned to the device
-    recorded: int = 0      # rows in its result file
+    recorded: int = 0      # rows in its result file(s)
     checked: int = 0       # APIs checked in this invocation
     passed: int = 0
     failed: int = 0
@@ -38,34 +45,57 @@ class MultiSummary:
     total: DeviceSummary = None
     stamp: str = ""
     summary_path: str = ""
+    splits: int = 0
+    filtered: int = 0      # APIs dropped by -f before splitting
+    resume_path: str = ""  # a result file of this run to give to -csv_path ("" when none was written)
 
 
 @dataclass(frozen=True)
-class DeviceJob:
-    """One device's share of the APIs: one task."""
+class SplitJob:
+    """One split of the APIs: one task."""
 
     device_id: int
+    split: int
     api_info: str
-    apis: tuple            # the share's API names, in dump order
+    apis: tuple            # the split's API names, in dump order
 
     @property
     def label(self) -> str:
-        return f"[device {self.device_id}] "
+        return f"[device {self.device_id} split {self.split}] "
+
+    @property
+    def suffix(self) -> str:
+        return split_suffix(self.device_id, self.split)
 
 
 @dataclass(frozen=True)
-class DeviceOptions:
+class SplitOptions:
+    """What every split runs with: the run's files and the acc_check options forwarded to run_acc_check."""
+
     output_dir: str
     stamp: str
     save_error_data: bool = False
+    filter_api: bool = False
+    config_path: str = ""
+    jit_compile: bool = False
+    max_abs_err: float | None = None
 
 
 def suffix_of(device_id: int) -> str:
     return f"_device{device_id}"
 
 
-def result_path_of(output_dir: str, stamp: str, device_id: int) -> str:
-    return os.path.join(output_dir, f"accuracy_checking_result_{stamp}{suffix_of(device_id)}.csv")
+def split_suffix(device_id: int, index: int) -> str:
+    return f"{suffix_of(device_id)}_split{index}"
+
+
+def result_path_of(output_dir: str, stamp: str, suffix: str) -> str:
+    return os.path.join(output_dir, f"accuracy_checking_result_{stamp}{suffix}.csv")
+
+
+def details_of(result_path: str) -> str:
+    directory, name = os.path.split(result_path)
+    return os.path.join(directory, name.replace("_result_", "_details_", 1))
 
 
 def check_devices(devices: list) -> list:
@@ -79,6 +109,12 @@ def check_devices(devices: list) -> list:
     return list(devices)
 
 
+def check_splits(splits) -> int:
+    if isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= MAX_SPLITS:
+        raise MsprobeError(f"-n/--num_splits must be an integer in [1, {MAX_SPLITS}], not {splits!r}.")
+    return splits
+
+
 def split(names: list, parts: int) -> list:
     """Contiguous chunks of len(names) // parts APIs; the last chunk takes the remainder (spec §5.10)."""
     size = len(names) // parts
@@ -87,49 +123,79 @@ def split(names: list, parts: int) -> list:
     return chunks
 
 
-def resume_paths(csv_path: str, devices: list) -> tuple:
-    """(timestamp, directory, result path per device) of an interrupted multi_acc_check run; `csv_path` is the
-    result file of any of its devices."""
-    match = re.match(r"^accuracy_checking_result_(\d{14})_device(\d+)\.csv$", os.path.basename(csv_path))
+def plan(names: list, devices: list, splits: int) -> list:
+    """(device id, split index, APIs) of every split: the chunks of split() dealt to the devices in turn."""
+    return [(devices[i % len(devices)], i, tuple(chunk)) for i, chunk in enumerate(split(names, splits))]
+
+
+def run_files(directory: str, stamp: str) -> list:
+    """The result files (devices' and splits') of the run `stamp` in `directory`."""
+    return sorted(os.path.join(directory, name) for name in os.listdir(directory)
+                  if (found := RUN_FILE.match(name)) and found.group(1) == stamp)
+
+
+def resume_state(csv_path: str, devices: list, splits_plan: list, backend, settings: str) -> tuple:
+    """(timestamp, directory, ids of devices whose pair is complete) of the interrupted run that `csv_path` (any
+    result file of it: a device's or a split's) belongs to. Every result file of that run must fit this run's
+    splits (`settings`: the -d, -n and -f that make them), else the resume is refused before anything runs."""
+    from msprobe.acc_check.results import recorded_rows
+    from msprobe.dump.paths import check_input_file
+
+    csv_path = check_input_file(csv_path, "result csv to resume")
+    match = RUN_FILE.match(os.path.basename(csv_path))
     if not match:
         raise MsprobeError(f"{csv_path}: please do not modify the result csv name (expected "
-                           "accuracy_checking_result_<YYYYmmddHHMMSS>_device<id>.csv of a multi_acc_check run).")
-    stamp, directory = match.group(1), os.path.dirname(os.path.abspath(csv_path))
-    paths = {d: os.path.join(directory, f"accuracy_checking_result_{stamp}{suffix_of(d)}.csv") for d in devices}
-    missing = [p for p in paths.values() if not os.path.isfile(p)]
-    if missing:
-        present = sorted(n for n in os.listdir(directory)
-                         if n.startswith(f"accuracy_checking_result_{stamp}_device"))
-        raise MsprobeError(f"cannot resume with -d {' '.join(str(d) for d in devices)}: {missing[0]} does not "
-                           f"exist (the interrupted run has {', '.join(present) or 'no device files'}); resume "
-                           "with the same device ids.")
-    return stamp, directory, paths
+                           "accuracy_checking_result_<YYYYmmddHHMMSS>_device<id>[_split<i>].csv of a multi_acc_check "
+                           "run).")
+    stamp, directory = match.group(1), os.path.dirname(csv_path)
+    shares = {d: [] for d in devices}
+    parts = {}
+    for device_id, index, apis in splits_plan:
+        shares[device_id].extend(apis)
+        parts[(device_id, index)] = set(apis)
+    complete = set()
+    for path in run_files(directory, stamp):
+        found = RUN_FILE.match(os.path.basename(path))
+        device_id, index = int(found.group(2)), found.group(3)
+        names = [row[0] for row in recorded_rows(path, backend)]
+        if index is None:
+            fits = device_id in shares and names == shares[device_id]
+        else:
+            fits = (device_id, int(index)) in parts and set(names) <= parts[(device_id, int(index))]
+        if not fits:
+            raise MsprobeError(f"{path} does not fit the splits of {settings}: resume with the -d, -n and -f of the "
+                               "interrupted run; nothing was written.")
+        if index is None:
+            if not os.path.isfile(details_of(path)):
+                raise MsprobeError(f"the details file {details_of(path)} of {path} is missing.")
+            complete.add(device_id)
+    return stamp, directory, complete
 
 
-def check_share(job: DeviceJob, options: DeviceOptions) -> DeviceSummary:
-    """acc_check of one device's share into its pair of files. A pair that exists already (an earlier attempt of
-    this task, or the interrupted run given with -csv_path) is continued: a retry checks no API twice."""
+def check_split(job: SplitJob, options: SplitOptions) -> DeviceSummary:
+    """acc_check of one split into its pair of files, with the options of the run. A pair that exists already (an
+    earlier attempt of this task, or the interrupted run given with -csv_path) is continued: a retry checks no API
+    twice."""
     from msprobe.acc_check.check import run_acc_check
+    from msprobe.acc_check.select import CheckOptions
 
-    existing = result_path_of(options.output_dir, options.stamp, job.device_id)
+    existing = result_path_of(options.output_dir, options.stamp, job.suffix)
+    check_options = CheckOptions(filter_api=options.filter_api, jit_compile=options.jit_compile,
+                                 device_id=job.device_id, max_abs_err=options.max_abs_err)
     summary = run_acc_check(job.api_info, options.output_dir, existing if os.path.isfile(existing) else "",
-                            options.save_error_data, None, subset=list(job.apis), suffix=suffix_of(job.device_id),
-                            stamp=options.stamp, show_progress=False)
-    result = DeviceSummary(job.device_id, checked=summary.checked, result_path=summary.result_path,
-                           details_path=summary.details_path, device=summary.device)
-    for key, value in count_rows(result.result_path).items():
-        setattr(result, key, value)
-    return result
+                            options.save_error_data, None, subset=list(job.apis), suffix=job.suffix,
+                            stamp=options.stamp, show_progress=False, options=check_options,
+                            config_path=options.config_path)
+    return DeviceSummary(job.device_id, checked=summary.checked, result_path=summary.result_path,
+                         details_path=summary.details_path, device=summary.device)
 
 
-def device_files(summary: DeviceSummary) -> list:
+def split_files(summary: DeviceSummary) -> list:
     return [summary.result_path, summary.details_path]
 
 
-def count_rows(result_path: str) -> dict:
+def count_rows(rows: list) -> dict:
     counts = {"recorded": 0, "passed": 0, "failed": 0, "skipped": 0}
-    with open(result_path, encoding="utf-8-sig", newline="") as handle:
-        rows = list(csv.reader(handle))[1:]
     for row in rows:
         if len(row) < 3:
             continue
@@ -144,71 +210,120 @@ def count_rows(result_path: str) -> dict:
 
 
 def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", csv_path: str = "",
-                        save_error_data: bool = False, workers: int = 0, logger=None, backend=None) -> MultiSummary:
-    """Check the dump's APIs in one share per device on `backend` (default: local worker processes, `workers`
-    of them). Devices completed by an earlier invocation of the same run (-csv_path) are not run again."""
-    from msprobe.acc_check.check import _check_tensor_files, load_api_dump
-    from msprobe.acc_check.runner import parse_api, support_lists
+                        save_error_data: bool = False, workers: int = 0, logger=None, backend=None, *,
+                        splits: int = DEFAULT_SPLITS, options=None, config_path: str = "",
+                        expected_framework: str = "") -> MultiSummary:
+    """Check the dump's APIs in `splits` splits dealt to the devices, on `backend` (default: local worker
+    processes, `workers` of them), with the acc_check options `options` (CheckOptions: -f, -j, --max-abs-err) and
+    `config_path` (-config). Everything that can refuse the run is checked before a worker starts. Splits and
+    devices completed by an earlier invocation of the same run (-csv_path) are not run again."""
+    from msprobe.acc_check.check import check_real_data, open_dump
+    from msprobe.acc_check.select import CheckOptions, filter_apis
     from msprobe.compare.pipeline import timestamp
     from msprobe.dump.paths import prepare_output_dir
     from msprobe.report.atomic import write_text
-    from msprobe.scale.executor import Backend, JobFailure, run_tasks
+    from msprobe.scale.executor import Backend, Batch, JobFailure, run_tasks
     from msprobe.scale.resume import resume_in
 
     devices = check_devices(devices)
-    path, content, names = load_api_dump(api_info)
-    real_data = content.get("task") == "tensor" or bool(content.get("dump_data_dir"))
-    if real_data:   # refuse before any worker writes a file
-        lists = support_lists()
-        wanted = [n for n in names if (p := parse_api(n)) is not None and p[1] in lists.get(p[0], ())]
-        _check_tensor_files(content["data"], wanted, os.path.join(os.path.dirname(path), "dump_tensor_data"))
-    chunks = split(names, len(devices))
+    splits = check_splits(splits)
+    options = dataclasses.replace(options or CheckOptions(), device_id=devices[0])
+    dump = open_dump(api_info, options, config_path, expected_framework)
+    # spec §5.10: the forward APIs after -f are split
+    names = filter_apis(dump.content["data"], dump.names) if options.filter_api else dump.names
+    check_real_data(dump.path, dump.content, names)   # refuse before any worker writes a file
+    splits_plan = plan(names, devices, splits)
+    settings = f"-d {' '.join(str(d) for d in devices)} -n {splits}{' -f' if options.filter_api else ''}"
     if csv_path:
-        stamp, output_dir, _ = resume_paths(csv_path, devices)
+        stamp, output_dir, complete = resume_state(csv_path, devices, splits_plan, dump.backend, settings)
     else:
-        output_dir = prepare_output_dir(output_dir or "./")
-        stamp = timestamp()
-        for d in devices:
-            for kind in ("result", "details"):
-                existing = os.path.join(output_dir, f"accuracy_checking_{kind}_{stamp}{suffix_of(d)}.csv")
-                if os.path.lexists(existing):
-                    raise MsprobeError(f"{existing} already exists; not overwriting it.")
-    workers = max(1, min(len(devices), workers or (os.cpu_count() or 1)))
+        output_dir, stamp, complete = prepare_output_dir(output_dir or "./"), timestamp(), set()
+        taken = sorted(n for n in os.listdir(output_dir)
+                       if n.startswith(tuple(f"accuracy_checking_{kind}_{stamp}_device"
+                                             for kind in ("result", "details", "info"))))
+        if taken:
+            raise MsprobeError(f"{os.path.join(output_dir, taken[0])} already exists; not overwriting it.")
+    jobs = [SplitJob(d, i, dump.path, apis) for d, i, apis in splits_plan if apis and d not in complete]
     # spawn, not fork: a process that already ran torch (its OpenMP pool) can deadlock in a forked child
-    backend = backend or Backend("local", workers, start_method="spawn")
+    backend = backend or Backend("local", max(1, workers or (os.cpu_count() or 1)), start_method="spawn")
     if logger:
-        where = "on Ray" if backend.kind == "ray" else f"{min(backend.workers, len(devices))} worker processes"
-        logger.info("multi_acc_check on %s: %d forward APIs over %d devices (%s), %s.", path, len(names),
-                    len(devices), " ".join(str(d) for d in devices), where)
-    options = DeviceOptions(output_dir, stamp, save_error_data)
-    jobs = [DeviceJob(d, path, tuple(chunk)) for d, chunk in zip(devices, chunks)]
-    # the timestamp belongs to the settings: only the same run (-csv_path) skips its completed devices
-    batch = run_tasks(check_share, jobs, options, backend, resume_in(output_dir, "multi_acc_check", options,
-                                                                     device_files), desc="Devices")
-    results = []
+        where = "on Ray" if backend.kind == "ray" else f"{min(backend.workers, len(jobs))} worker processes"
+        logger.info("multi_acc_check on %s (%s): %d APIs%s in %d splits (%d each, the last %d) over %d devices (%s), "
+                    "%d splits to check, %s.", dump.path, dump.backend.framework, len(names),
+                    f" ({len(dump.names) - len(names)} dropped by -f)" if options.filter_api else "", splits,
+                    len(splits_plan[0][2]), len(splits_plan[-1][2]), len(devices), " ".join(str(d) for d in devices),
+                    len(jobs), where)
+        if splits < len(devices):
+            logger.warning("-n %d splits for %d devices: devices %s get no APIs.", splits, len(devices),
+                           " ".join(str(d) for d in devices[splits:]))
+    settings_of_run = SplitOptions(output_dir, stamp, save_error_data, options.filter_api,
+                                   os.path.abspath(config_path) if config_path else "", options.jit_compile,
+                                   options.max_abs_err)
+    try:
+        # the timestamp belongs to the settings: only the same run (-csv_path) skips its completed splits
+        batch = run_tasks(check_split, jobs, settings_of_run, backend,
+                          resume_in(output_dir, "multi_acc_check", settings_of_run, split_files),
+                          desc="Splits") if jobs else Batch([])
+    except KeyboardInterrupt:
+        found = run_files(output_dir, stamp)
+        if logger and found:
+            logger.warning("Continue this run with -csv_path %s (and %s).", found[0], settings)
+        raise
+    done = {}
     for index, (job, result) in enumerate(zip(jobs, batch.results)):
-        if isinstance(result, JobFailure):
-            result = DeviceSummary(job.device_id, error=result.message)
-        elif index in batch.resumed:
+        if not isinstance(result, JobFailure) and index in batch.resumed:
             result.checked = 0
-        results.append(result)
-    summary = MultiSummary(stamp=stamp)
+        done[(job.device_id, job.split)] = result
+    summary = MultiSummary(stamp=stamp, splits=splits, filtered=len(dump.names) - len(names))
     total = DeviceSummary(-1)
-    for result, chunk in zip(results, chunks):
-        result.apis = len(chunk)
-        if result.error:   # what the failed task recorded before it stopped
-            result.result_path = result_path_of(output_dir, stamp, result.device_id)
-            result.details_path = result.result_path.replace("_result_", "_details_", 1)
-        if result.error and os.path.isfile(result.result_path):
-            for key, value in count_rows(result.result_path).items():
-                setattr(result, key, value)
+    for device_id in devices:
+        mine = [(i, apis) for d, i, apis in splits_plan if d == device_id]
+        result = _finish_device(device_id, mine, done, device_id in complete, output_dir, stamp, dump.backend)
         for key in ("apis", "recorded", "checked", "passed", "failed", "skipped"):
             setattr(total, key, getattr(total, key) + getattr(result, key))
         summary.devices.append(result)
     summary.total = total
+    found = run_files(output_dir, stamp)
+    summary.resume_path = next((p for p in found if "_split" in os.path.basename(p)), found[0] if found else "")
     summary.summary_path = os.path.join(output_dir, f"accuracy_checking_summary_{stamp}.csv")
     write_text(summary.summary_path, summary_table(summary))
     return summary
+
+
+def _finish_device(device_id: int, mine: list, done: dict, complete: bool, output_dir: str, stamp: str,
+                   backend) -> DeviceSummary:
+    """The summary of one device after its splits ran (`mine`: (index, APIs) of its splits; `done`: the task
+    results by (device, index)). When none failed, its splits' pairs are joined in order into the device's pair and
+    removed; a failed device keeps its split files for -csv_path and is counted from them."""
+    from msprobe.acc_check.check import info_path_of, merge_info
+    from msprobe.acc_check.results import concatenate, recorded_rows
+    from msprobe.scale.executor import JobFailure
+
+    parts = [result_path_of(output_dir, stamp, split_suffix(device_id, i)) for i, apis in mine if apis]
+    results = [done[(device_id, i)] for i, _ in mine if (device_id, i) in done]
+    succeeded = [r for r in results if not isinstance(r, JobFailure)]
+    failures = [(i, r) for i, _ in mine if isinstance(r := done.get((device_id, i)), JobFailure)]
+    result = DeviceSummary(device_id, apis=sum(len(apis) for _, apis in mine), checked=sum(r.checked for r in succeeded),
+                           device=next((r.device for r in succeeded), ""))
+    if failures:
+        index, failure = failures[0]
+        result.error = f"split {index}: {failure.message}" + (
+            f" (and {len(failures) - 1} more splits)" if len(failures) > 1 else "")
+        rows = [row for part in parts if os.path.isfile(part) for row in recorded_rows(part, backend)]
+    else:
+        result.result_path = result_path_of(output_dir, stamp, suffix_of(device_id))
+        result.details_path = details_of(result.result_path)
+        if not complete:
+            concatenate(result.result_path, result.details_path, [(p, details_of(p)) for p in parts], backend)
+            merge_info(result.result_path, parts)
+        for part in parts:       # the device's pair is complete (now or by an earlier run): its splits' files go
+            for path in (part, details_of(part), info_path_of(part)):
+                if os.path.isfile(path):
+                    os.unlink(path)
+        rows = recorded_rows(result.result_path, backend)
+    for key, value in count_rows(rows).items():
+        setattr(result, key, value)
+    return result
 
 
 SUMMARY_HEADER = ["Device", "APIs", "Recorded", "Checked this run", "Passed", "Failed", "Skipped", "Result file"]

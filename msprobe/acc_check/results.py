@@ -105,6 +105,29 @@ def _read_rows(path: str, header: list, what: str, backend=TORCH) -> tuple:
     return rows, len(raw) - len(lines[-1].encode("utf-8"))
 
 
+def recorded_rows(result_path: str, backend=TORCH) -> list:
+    """The complete rows of a result CSV (a half-written last line is left out); ResumeError when it is not one of
+    this backend's result files."""
+    return [row for row in _read_rows(result_path, backend.result_header, "result csv", backend)[0] if row]
+
+
+def concatenate(result_path: str, details_path: str, parts: list, backend=TORCH) -> None:
+    """Write the pair result_path/details_path: the backend's headers, then the rows of each complete part pair
+    (result path, details path) in order. Each file is written atomically, the details file first, so an existing
+    result file always means a complete pair."""
+    import shutil
+
+    from msprobe.report.atomic import atomic_path
+
+    for target, header, index in ((details_path, backend.details_header, 1), (result_path, backend.result_header, 0)):
+        with atomic_path(target) as temporary, open(temporary, "wb") as out:
+            out.write((BOM + _line(header)).encode("utf-8"))
+            for part in parts:
+                with open(part[index], "rb") as handle:
+                    handle.readline()        # the part's own header
+                    shutil.copyfileobj(handle, out)
+
+
 def resume_files(csv_path: str, api_names: list, suffix: str = "", backend=TORCH) -> tuple:
     """Open an interrupted run's pair of files; returns (ResultFiles, done set, timestamp). `suffix` is the
     `_device<id>` part of a multi_acc_check file name. Nothing is changed when the files are refused."""

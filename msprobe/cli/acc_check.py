@@ -39,7 +39,9 @@ def _positive(text: str) -> float:
     return value
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, multi: bool = False) -> None:
+    """The options of acc_check; multi_acc_check registers the same ones (`multi`: the help of -d and -csv_path
+    speaks of its devices and files) and adds its own."""
     # Only the exact spellings are accepted (spec §2.1): no prefix matching, for single-dash options too.
     parser.allow_abbrev = False
     parser._get_option_tuples = lambda option_string: []
@@ -48,11 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--out_path", dest="out_path", default="./", metavar="DIR",
                         help="output directory (created; default ./)")
     parser.add_argument("-csv_path", "--result_csv_path", dest="csv_path", default="", metavar="CSV",
-                        help="accuracy_checking_result_<timestamp>.csv of an interrupted run to continue")
+                        help="any result file (accuracy_checking_result_<timestamp>_device<id>[_split<i>].csv) of an "
+                             "interrupted run to continue, with the same -d, -n and -f" if multi else
+                             "accuracy_checking_result_<timestamp>.csv of an interrupted run to continue")
     parser.add_argument("-save_error_data", dest="save_error_data", action="store_true",
                         help="save inputs and outputs of APIs that do not pass (under <out>/ut_error_data<ts>)")
-    if parser.prog.split()[-1] != "acc_check":
-        return   # multi_acc_check has its own -d; it forwards none of the options below yet
     parser.add_argument("-f", "--filter_api", dest="filter_api", action="store_true",
                         help="check only the first of forward APIs with equal arguments (apart from Max/Min)")
     parser.add_argument("-config", "--config_path", dest="config_path", default="", metavar="JSON",
@@ -61,8 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-j", "--jit_compile", dest="jit_compile", action="store_true",
                         help="PyTorch on Ascend NPU only: jit compile mode on, internal formats allowed")
     parser.add_argument("-d", "--device", dest="device_ids", type=_device_id, nargs="+", default=[0], metavar="ID",
-                        help="device id of the device under test (the first one is used; default 0; ignored on "
-                             "the CPU)")
+                        help="device ids, unique, each in 0-4095 (default 0); the splits are dealt to them in turn"
+                             if multi else "device id of the device under test (the first one is used; default 0; "
+                                           "ignored on the CPU)")
     parser.add_argument("--max-abs-err", "--max_abs_err", dest="max_abs_err", type=_positive, default=None,
                         metavar="X", help="MindSpore dumps: an output passes when cosine > 0.99 and max abs error "
                                           "< X (default 0.0001)")
@@ -74,10 +77,9 @@ def check_options(args: argparse.Namespace):
     from msprobe.acc_check.multi import check_devices
     from msprobe.acc_check.select import CheckOptions
 
-    devices = check_devices(getattr(args, "device_ids", [0]))
-    return CheckOptions(filter_api=getattr(args, "filter_api", False),
-                        jit_compile=getattr(args, "jit_compile", False), device_id=devices[0],
-                        max_abs_err=getattr(args, "max_abs_err", None))
+    devices = check_devices(args.device_ids)
+    return CheckOptions(filter_api=args.filter_api, jit_compile=args.jit_compile, device_id=devices[0],
+                        max_abs_err=args.max_abs_err)
 
 
 def run(args: argparse.Namespace) -> int:

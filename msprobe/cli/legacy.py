@@ -20,11 +20,11 @@ def translate(argv: list) -> list:
         raise UsageError(f"-f/--framework must be one of {', '.join(FRAMEWORKS)} (1.x form: "
                          "msprobe -f mindspore compare -i compare.json -o out).")
     rest = argv[2:]
-    if rest and rest[0] == "run_ut":
-        # acc_check's options are those of run_ut (the same option names; -f after the command is -f/--filter_api)
-        return ["acc_check", *rest[1:], "--expected_framework", argv[1]]
-    if rest and rest[0] == "multi_run_ut":
-        return ["multi_acc_check", *rest[1:]]
+    if rest and rest[0] in ("run_ut", "multi_run_ut"):
+        # the options of (multi_)acc_check are those of (multi_)run_ut (the same names; -f after the command is
+        # -f/--filter_api); the framework named by the first -f must be the dump's
+        command = "acc_check" if rest[0] == "run_ut" else "multi_acc_check"
+        return [command, *rest[1:], "--expected_framework", argv[1]]
     if rest and rest[0] in ("graph", "graph_visualize"):
         return ["graph"] + _translate_options(rest[1:], _graph_from_compare_json)
     if not rest or rest[0] != "compare":

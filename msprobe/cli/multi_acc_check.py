@@ -4,40 +4,47 @@ from __future__ import annotations
 
 import argparse
 
-DESCRIPTION = ("API accuracy pre-check over several devices: the forward APIs of the dump are split into one "
-               "contiguous share per device id given with -d, each share is checked by its own worker process "
-               "exactly as `msprobe acc_check` does (same inputs, same judgement), into one pair of result files "
-               "per device, and a merged summary is written. Without an accelerator the devices are CPU worker "
-               "processes (at most one per core unless --workers asks for more).")
+DESCRIPTION = ("API accuracy pre-check over several devices: the forward APIs of the dump (after -f) are split into "
+               "-n contiguous splits, dealt to the device ids of -d in turn; each split is checked by its own worker "
+               "process exactly as `msprobe acc_check` does (same inputs, same judgement, the same options), the "
+               "splits of a device are joined in order into one pair of result files per device, and a merged "
+               "summary is written. Without an accelerator the devices are CPU worker processes (at most one per "
+               "core unless --workers asks for more). PyTorch and MindSpore dumps alike.")
 EPILOG = """examples:
   msprobe multi_acc_check -api_info dump/step0/rank0/dump.json -d 0 1 2 3 -o acc_out
-  msprobe multi_acc_check -api_info dump.json -d 0 1 -o acc_out -save_error_data
-  # continue an interrupted run: any of its result files, the same device ids
-  msprobe multi_acc_check -api_info dump.json -d 0 1 -csv_path acc_out/accuracy_checking_result_20250101120000_device0.csv
-  # one Ray task per device id on a cluster (shared storage), a failed share retried twice
+  msprobe multi_acc_check -api_info dump.json -d 0 1 -n 16 -o acc_out -save_error_data -f -config config.json
+  msprobe multi_acc_check -api_info ms_dump/step0/proc123/dump.json -d 0 1 -o acc_out --max-abs-err 0.001
+  # continue an interrupted run: any of its result files, the same -d, -n and -f
+  msprobe multi_acc_check -api_info dump.json -d 0 1 -csv_path acc_out/accuracy_checking_result_20250101120000_device0_split2.csv
+  # one Ray task per split on a cluster (shared storage), a failed split retried twice
   msprobe multi_acc_check -api_info /shared/dump.json -d 0 1 2 3 4 5 6 7 -o /shared/acc_out --backend ray
+  msprobe -f pytorch multi_run_ut -api_info dump.json -d 0 1 -n 4 -o acc_out      (the 1.x form, same engine)
 
 Output: <out>/accuracy_checking_result_<timestamp>_device<id>.csv and accuracy_checking_details_<timestamp>_device<id>.csv
 per device, accuracy_checking_summary_<timestamp>.csv (per device and total). See docs/acc_check.md."""
 
 
-def _device_id(text: str) -> int:
+def _num_splits(text: str) -> int:
+    from msprobe.acc_check.multi import MAX_SPLITS, check_splits
+    from msprobe.errors import MsprobeError
+
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid device id {text!r} (an integer 0-4095)") from None
+        return check_splits(int(text))
+    except (ValueError, MsprobeError):
+        raise argparse.ArgumentTypeError(f"invalid number of splits {text!r} (an integer 1-{MAX_SPLITS})") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from msprobe.acc_check.multi import DEFAULT_SPLITS, MAX_SPLITS
     from msprobe.cli.acc_check import add_arguments as acc_check_arguments
-
-    acc_check_arguments(parser)
-    parser.add_argument("-d", "--device", dest="devices", type=_device_id, nargs="+", default=[0], metavar="ID",
-                        help="device ids, unique, each in 0-4095 (default 0); one share of the APIs per id")
-    parser.add_argument("--workers", type=int, default=0, metavar="N",
-                        help="worker processes (default: one per device id, at most the number of cores)")
     from msprobe.scale.options import add_arguments as scale_arguments
 
+    acc_check_arguments(parser, multi=True)
+    parser.add_argument("-n", "--num_splits", dest="num_splits", type=_num_splits, default=DEFAULT_SPLITS,
+                        metavar="N", help=f"split the APIs into N contiguous splits (1-{MAX_SPLITS}, default "
+                                          f"{DEFAULT_SPLITS}), one worker task each, dealt to the -d devices in turn")
+    parser.add_argument("--workers", type=int, default=0, metavar="N",
+                        help="worker processes at once (default: one per split, at most the number of cores)")
     scale_arguments(parser, "--workers")
 
 
@@ -45,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from msprobe.acc_check.multi import run_multi_acc_check, summary_rows
+    from msprobe.cli.acc_check import check_options
     from msprobe.cli.compare import banner
     from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
@@ -53,11 +61,13 @@ def run(args: argparse.Namespace) -> int:
     logger = get_logger()
     if args.workers < 0:
         raise MsprobeError("--workers must be a positive number.")
-    workers = args.workers or min(len(args.devices), os.cpu_count() or 1)
+    options = check_options(args)
+    workers = args.workers or min(args.num_splits, os.cpu_count() or 1)
     # spawn, not fork: a process that already ran torch (its OpenMP pool) can deadlock in a forked child
     backend = backend_of(args, workers, start_method="spawn")
-    summary = run_multi_acc_check(args.api_info, args.devices, args.out_path, args.csv_path, args.save_error_data,
-                                  workers, logger, backend)
+    summary = run_multi_acc_check(args.api_info, args.device_ids, args.out_path, args.csv_path, args.save_error_data,
+                                  workers, logger, backend, splits=args.num_splits, options=options,
+                                  config_path=args.config_path, expected_framework=args.expected_framework)
     for row in summary_rows(summary):
         label = "total" if row[0] == "total" else f"device {row[0]}"
         logger.info("multi_acc_check %s: %d APIs, %d recorded (%d checked in this run), %d passed, %d failed, "
@@ -68,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
         logger.error("device %d: %s", device.device_id, device.error)
     logger.info("Summary: %s.", summary.summary_path)
     if failures:
+        hint = (f"resume with -csv_path {summary.resume_path}" if summary.resume_path else
+                "nothing was recorded; run the command again")
         raise MsprobeError(f"{len(failures)} of {len(summary.devices)} devices failed (first: device "
-                           f"{failures[0].device_id}: {failures[0].error}); resume with -csv_path "
-                           f"{failures[0].result_path}.")
+                           f"{failures[0].device_id}: {failures[0].error}); {hint}.")
     banner(logger, "msprobe multi_acc_check ends successfully.")
     return 0

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, only_file, read_csv, run_cli
+from conftest import FIXTURES, device_rows, in_dump_order, only_file, read_csv, run_cli
 
 ms = pytest.importorskip("mindspore", reason="mindspore is not installed (it needs numpy<2: the MindSpore acc_check "
                                              "tests run in the separate environment of .ci/run)")
@@ -441,3 +441,95 @@ def test_legacy_run_ut_form(tmp_path, capsys):
     assert run_cli(["-f", "pytorch", "run_ut", "-api_info", L1, "-o", tmp_path / "x"]) == 1
     assert "-f pytorch was given (1.x form) but" in capsys.readouterr().err
     assert MINDSPORE.result_header == RESULT_HEADER and MINDSPORE.details_header == DETAILS_HEADER
+
+
+def test_multi_acc_check_union_equals_single_run(tmp_path, capsys):
+    """multi_acc_check of a MindSpore dump through the acc_check engine; the MindSpore environment has no torch."""
+    code, single = _run(tmp_path, name="single")
+    assert code == 0
+    single_rows, single_details = (rows[1:] for rows in _results(single))
+    assert run_cli(["multi_acc_check", "-api_info", L1, "-d", "0", "1", "-n", "4", "-o", tmp_path / "multi"]) == 0
+    assert "38 APIs in 4 splits (9 each, the last 11) over 2 devices (0 1)" in capsys.readouterr().out
+    per_device = device_rows(tmp_path / "multi")
+    assert [len(rows) for rows in per_device] == [9 + 9, 9 + 11]            # splits 0 2 | 1 3
+    assert per_device[1][0] == single_rows[9]
+    assert in_dump_order(single_rows, per_device) == single_rows
+    device_details = device_rows(tmp_path / "multi", kind="details")
+    assert len(single_details) == 87 and in_dump_order(single_details, device_details) == single_details
+    summary = read_csv(only_file(tmp_path / "multi", "accuracy_checking_summary_*.csv"))
+    assert [row[:7] for row in summary[1:]] == [["0", "18", "18", "18", "18", "0", "0"],
+                                                ["1", "20", "20", "20", "20", "0", "0"],
+                                                ["total", "38", "38", "38", "38", "0", "0"]]
+    info = json.loads(only_file(tmp_path / "multi", "accuracy_checking_info_*_device0.json").read_text())
+    assert [run["device"] for run in info["runs"]] == ["cpu"] and "MindSpore" in info["runs"][0]["benchmark"]
+    assert not list((tmp_path / "multi").glob("*_split*"))
+    # -f and -config forwarded: the same rows as acc_check with them
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"acc_check": {"black_list": ["matmul", "reshape"]}}))
+    code, single = _run(tmp_path, "-f", "-config", config, name="single_options")
+    assert run_cli(["multi_acc_check", "-api_info", L1, "-d", "0", "1", "2", "-n", "3", "-o", tmp_path / "options",
+                    "-f", "-config", config]) == 0
+    single_rows = _results(single)[0][1:]
+    assert len(single_rows) == 29 and single_rows[2] == ["Mint.split.0", "pass", "pass", ""]
+    per_device = device_rows(tmp_path / "options", (0, 1, 2))
+    assert [len(rows) for rows in per_device] == [9, 9, 11]
+    assert in_dump_order(single_rows, per_device) == single_rows
+    assert ["Mint.matmul.0", "SKIP", "SKIP", "API matmul in black list or not in white list. SKIP."] in per_device[0]
+
+
+def _float16_muls(path, count=4):
+    """`count` calls of float16 Mint.mul(x, x): float16 rounding gives a max abs error between 0.0001 and 0.001."""
+    data = {f"Mint.mul.{i}.forward": {"input_args": [_item("Float16", (64 * (i + 1),)), _item("Float16", (64 * (i + 1),))],
+                                      "input_kwargs": {}, "output": [_item("Float16", (64 * (i + 1),))]}
+            for i in range(count)}
+    return _write_dump(path, data)
+
+
+def test_multi_acc_check_forwards_max_abs_err_and_save_error_data(tmp_path, capsys):
+    dump = _float16_muls(tmp_path / "d" / "dump.json")
+    out = tmp_path / "strict"
+    assert run_cli(["multi_acc_check", "-api_info", dump, "-d", "0", "1", "-n", "2", "-o", out,
+                    "-save_error_data"]) == 0
+    rows = device_rows(out)
+    assert rows == [[[f"Mint.mul.{i}", "error", "", MAX_ABS_ERROR] for i in (0, 1)],
+                    [[f"Mint.mul.{i}", "error", "", MAX_ABS_ERROR] for i in (2, 3)]]
+    for row in (r for rows in device_rows(out, kind="details") for r in rows):
+        assert 1e-4 < float(row[5]) < 1e-3
+    # both splits, running at the same time, added their failing APIs to the run's one error dump
+    (saved,) = out.glob("ut_error_data*")
+    content = json.loads((saved / "dump.json").read_text())
+    assert sorted(content["data"]) == [f"Mint.mul.{i}.forward" for i in range(4)]
+    assert len((saved / "dump_error_info.log").read_text().splitlines()) == 4
+    tested = np.load(saved / "error_data" / "Mint.mul.3.forward.output.0.npy")
+    x = _uniform(-1, 1, (256,), np.float16)
+    assert tested.dtype == np.float16 and np.array_equal(tested, x * x)
+    # --max-abs-err forwarded: the same outputs pass with 0.001
+    assert run_cli(["multi_acc_check", "-api_info", dump, "-d", "0", "1", "-n", "2", "-o", tmp_path / "loose",
+                    "--max-abs-err", "0.001"]) == 0
+    assert {tuple(row[1:]) for rows in device_rows(tmp_path / "loose") for row in rows} == {("pass", "", "")}
+    # refused before anything is written, with one line: -j, a 1.x -f naming the other framework
+    assert run_cli(["multi_acc_check", "-api_info", dump, "-o", tmp_path / "j", "-j"]) == 1
+    assert "-j/--jit_compile applies to PyTorch dumps on Ascend NPU" in capsys.readouterr().err
+    assert run_cli(["-f", "pytorch", "multi_run_ut", "-api_info", dump, "-o", tmp_path / "pt"]) == 1
+    assert "-f pytorch was given (1.x form) but" in capsys.readouterr().err
+    assert not (tmp_path / "j").exists() and not (tmp_path / "pt").exists()
+    assert run_cli(["-f", "mindspore", "multi_run_ut", "-api_info", dump, "-d", "1", "-n", "1", "-o",
+                    tmp_path / "legacy"]) == 0
+    assert device_rows(tmp_path / "legacy", (1,)) == [rows[0] + rows[1]]
+
+
+def test_multi_acc_check_real_data(tmp_path, capsys):
+    dump = _tensor_dump(tmp_path / "real")
+    code, single = _run(tmp_path, api_info=dump, name="single")
+    assert code == 0
+    single_rows = _results(single)[0][1:]
+    assert run_cli(["multi_acc_check", "-api_info", dump, "-d", "0", "1", "-n", "2", "-o", tmp_path / "multi"]) == 0
+    per_device = device_rows(tmp_path / "multi")
+    assert per_device == [single_rows[:2], single_rows[2:]] and single_rows[0] == ["Mint.matmul.0", "pass", "pass", ""]
+    # a tensor file of the dump missing: refused by the driver before any worker starts
+    os.unlink(tmp_path / "real" / "dump_tensor_data" / "Tensor.reshape.0.forward.output.0.npy")
+    assert run_cli(["multi_acc_check", "-api_info", dump, "-d", "0", "1", "-o", tmp_path / "missing"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("msprobe multi_acc_check: error: real-data mode: 1 tensor file(s)") and \
+        "Tensor.reshape.0.forward.output.0.npy" in err
+    assert not (tmp_path / "missing").exists()

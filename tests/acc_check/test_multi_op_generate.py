@@ -9,7 +9,15 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, only_file, read_csv, run_cli
+from conftest import (
+    FIXTURES,
+    device_rows,
+    in_dump_order,
+    interrupt_after_markers,
+    only_file,
+    read_csv,
+    run_cli,
+)
 
 L1 = FIXTURES / "stats_L1_step0" / "target" / "dump.json"
 
@@ -30,47 +38,122 @@ def test_multi_union_equals_single_run(single_and_multi, capsys):
     single, multi = single_and_multi
     single_rows = _rows(only_file(single, "accuracy_checking_result_*.csv"))
     single_details = _rows(only_file(single, "accuracy_checking_details_*.csv"))
-    device_rows = [_rows(only_file(multi, f"accuracy_checking_result_*_device{d}.csv")) for d in (0, 1)]
-    device_details = [_rows(only_file(multi, f"accuracy_checking_details_*_device{d}.csv")) for d in (0, 1)]
-    assert [len(rows) for rows in device_rows] == [151, 151]          # contiguous halves of 302 APIs
-    assert device_rows[0] + device_rows[1] == single_rows              # same APIs, same order, same statuses
+    per_device = device_rows(multi)
+    device_details = device_rows(multi, kind="details")
+    # -n 8 (the default): 8 contiguous splits of 302 // 8 = 37 APIs, the last 43; splits 0 2 4 6 on device 0,
+    # 1 3 5 7 on device 1 (spec §5.10)
+    assert [len(rows) for rows in per_device] == [4 * 37, 3 * 37 + 43]
+    assert [row[0] for row in per_device[0][36:38]] == [single_rows[36][0], single_rows[74][0]]
+    assert per_device[1][0] == single_rows[37] and per_device[1][-1] == single_rows[-1]
+    assert in_dump_order(single_rows, per_device) == single_rows      # same APIs, same statuses
     # same inputs (seeded per API position), same outputs and statuses; metric values may differ in the last bits
     # of float32 reductions (the in-process single run and the spawned workers use different thread counts)
     key = [0, 1, 2, 3, 21]
-    assert [[row[i] for i in key] for row in device_details[0] + device_details[1]] == \
+    assert [[row[i] for i in key] for row in in_dump_order(single_details, device_details)] == \
         [[row[i] for i in key] for row in single_details]
-    assert {row[0] for row in device_rows[0]}.isdisjoint(row[0] for row in device_rows[1])
     summary = read_csv(only_file(multi, "accuracy_checking_summary_*.csv"))
     assert summary[0][0] == "\ufeffDevice"
+    assert summary[1][:7] == ["0", "148", "148", "148", "147", "1", "0"]       # Functional.linear.2: warning
+    assert summary[2][:7] == ["1", "154", "154", "154", "154", "0", "0"]
     assert summary[3][:7] == ["total", "302", "302", "302", "301", "1", "0"]
-    assert sorted(summary[1][4:7] + summary[2][4:7]) == sorted(["150", "1", "0", "151", "0", "0"])
-    assert json.loads(only_file(multi, "accuracy_checking_info_*_device1.json").read_text())["runs"][0][
-        "device"] == "cpu"
+    assert json.loads(only_file(multi, "accuracy_checking_info_*_device1.json").read_text()) == {"runs": [
+        {"api_info": str(L1), "device": "cpu", "benchmark": "cpu (float64; float32 for float16/bfloat16 inputs)",
+         "inputs": "random-data"}]}
+    assert not list(multi.glob("*_split*"))        # the splits' files were joined into the devices' files
 
 
-def test_multi_resume_per_device(single_and_multi, tmp_path, capsys):
+def test_multi_interrupted_run_resumes_to_the_same_files(single_and_multi, tmp_path):
+    _, multi = single_and_multi
+    out = tmp_path / "out"
+    markers = out / ".msprobe_done" / "multi_acc_check" / "tasks"
+    code, printed, err = interrupt_after_markers(["multi_acc_check", "-api_info", L1, "-d", "0", "1", "-o", out],
+                                                 markers, 2)
+    assert code == 130 and "interrupted" in err, err
+    splits = sorted(p.name for p in out.glob("accuracy_checking_result_*_split*.csv"))
+    assert len(splits) >= 2 and not list(out.glob("accuracy_checking_result_*_device?.csv"))
+    assert "Continue this run with -csv_path" in printed and "(and -d 0 1 -n 8)" in printed
+    assert run_cli(["multi_acc_check", "-api_info", L1, "-d", "0", "1", "-csv_path", out / splits[-1]]) == 0
+    for kind in ("result_*_device{}.csv", "details_*_device{}.csv", "info_*_device{}.json"):
+        for d in (0, 1):   # the info files too: a continued split's repeated run entry is not repeated
+            assert only_file(out, "accuracy_checking_" + kind.format(d)).read_bytes() == \
+                only_file(multi, "accuracy_checking_" + kind.format(d)).read_bytes()
+    assert not list(out.glob("*_split*"))
+    summary = read_csv(only_file(out, "accuracy_checking_summary_*.csv"))
+    assert summary[3][:3] == ["total", "302", "302"] and 0 < int(summary[3][3]) < 302      # checked in this run
+
+
+def test_multi_resume_of_a_complete_run_and_other_splits(single_and_multi, tmp_path, capsys):
     _, multi = single_and_multi
     work = tmp_path / "resume"
     work.mkdir()
-    for path in multi.glob("accuracy_checking_*_device*.csv"):
+    for path in multi.glob("accuracy_checking_*_device*"):
         (work / path.name).write_bytes(path.read_bytes())
-    full = {d: only_file(work, f"accuracy_checking_result_*_device{d}.csv").read_bytes() for d in (0, 1)}
-    details1 = only_file(work, "accuracy_checking_details_*_device1.csv").read_bytes()
-    result1 = only_file(work, "accuracy_checking_result_*_device1.csv")
-    lines = full[1].split(b"\r\n")
-    result1.write_bytes(b"\r\n".join(lines[:41]) + b"\r\n" + lines[41][:5])   # killed mid-row after 40 APIs
-    code = run_cli(["multi_acc_check", "-api_info", L1, "-d", "0", "1", "-csv_path",
-                    only_file(work, "accuracy_checking_result_*_device0.csv")])
-    assert code == 0
-    assert result1.read_bytes() == full[1]
-    assert only_file(work, "accuracy_checking_details_*_device1.csv").read_bytes() == details1
-    assert only_file(work, "accuracy_checking_result_*_device0.csv").read_bytes() == full[0]
+    before = {path.name: path.read_bytes() for path in work.iterdir()}
+    device0 = only_file(work, "accuracy_checking_result_*_device0.csv")
+    assert run_cli(["multi_acc_check", "-api_info", L1, "-d", "0", "1", "-csv_path", device0]) == 0
+    assert {path.name: path.read_bytes() for path in work.iterdir() if "summary" not in path.name} == before
     summary = read_csv(only_file(work, "accuracy_checking_summary_*.csv"))
-    assert [row[3] for row in summary[1:]] == ["0", "111", "111"]       # checked in this run
-    assert summary[3][2] == "302"
-    # resuming with other device ids is refused, nothing written
-    assert run_cli(["multi_acc_check", "-api_info", L1, "-d", "0", "1", "2", "-csv_path", result1]) == 1
-    assert "device2.csv does not exist" in capsys.readouterr().err
+    assert [row[2:4] for row in summary[1:]] == [["148", "0"], ["154", "0"], ["302", "0"]]
+    # other -d, -n or -f make other splits: refused, nothing written
+    for other in (["-d", "0", "1", "-n", "4"], ["-d", "0", "1", "2"], ["-d", "0", "1", "-f"]):
+        assert run_cli(["multi_acc_check", "-api_info", L1, *other, "-csv_path", device0]) == 1
+        err = capsys.readouterr().err
+        assert "does not fit the splits of" in err and "resume with the -d, -n and -f of the interrupted run" in err
+    assert {path.name: path.read_bytes() for path in work.iterdir() if "summary" not in path.name} == before
+
+
+def test_multi_forwards_the_acc_check_options(tmp_path, capsys):
+    config = _config(tmp_path, acc_check={"white_list": ["matmul", "gelu", "linear"], "black_list": ["gelu"]})
+    options = ["-f", "-config", config, "-save_error_data"]
+    assert run_cli(["acc_check", "-api_info", L1, "-o", tmp_path / "single", *options]) == 0
+    assert run_cli(["multi_acc_check", "-api_info", L1, "-d", "0", "1", "2", "-n", "5", "-o", tmp_path / "multi",
+                    *options]) == 0
+    printed = capsys.readouterr().out
+    assert "244 APIs (58 dropped by -f) in 5 splits (48 each, the last 52) over 3 devices (0 1 2)" in printed
+    single_rows = _rows(only_file(tmp_path / "single", "accuracy_checking_result_*.csv"))
+    per_device = device_rows(tmp_path / "multi", devices=(0, 1, 2))
+    assert [len(rows) for rows in per_device] == [48 + 48, 48 + 52, 48]      # splits 0 3 | 1 4 | 2
+    assert in_dump_order(single_rows, per_device) == single_rows
+    # -config: only the white-listed APIs minus the black-listed gelu are replayed, the rest are SKIP rows
+    checked = {row[0]: row[1:3] for row in single_rows if row[1] != "SKIP"}
+    assert checked == {**{f"Torch.matmul.{i}": ["pass", "pass"] for i in range(4)},
+                       **{f"Functional.linear.{i}": ["pass", "pass"] for i in range(9)},
+                       "Functional.linear.2": ["warning", "pass"]}
+    # -save_error_data: the API that did not pass, in the run's one error directory
+    (saved,) = (tmp_path / "multi").glob("ut_error_data*")
+    assert sorted(p.name for p in saved.iterdir()) == sorted(
+        p.name for p in only_file(tmp_path / "single", "ut_error_data*").iterdir())
+    assert (saved / "Functional.linear.2.forward.output.device.0.pt").is_file()
+
+
+def test_multi_refuses_what_acc_check_refuses(tmp_path, capsys):
+    cases = [(["-j"], "-j/--jit_compile applies to Ascend NPU only (torch_npu); the device under test here is cpu"),
+             (["--max-abs-err", "0.01"], "--max-abs-err applies to MindSpore dumps"),
+             (["-config", tmp_path / "nothing.json"], "-config file"),
+             (["-d", "0", "0"], "device ids must be unique: 0 0")]
+    for extra, message in cases:
+        assert run_cli(["multi_acc_check", "-api_info", L1, "-o", tmp_path / "o", *extra]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("msprobe multi_acc_check: error: ") and message in err and err.count("\n") == 1, err
+    for bad in ("0", "65", "x"):
+        with pytest.raises(SystemExit) as exit_info:
+            run_cli(["multi_acc_check", "-api_info", L1, "-o", tmp_path / "o", "-n", bad])
+        assert exit_info.value.code == 2
+        assert f"argument -n/--num_splits: invalid number of splits '{bad}' (an integer 1-64)" in \
+            capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_multi_legacy_form(tmp_path, capsys):
+    out = tmp_path / "legacy"
+    # -f after the command is -f/--filter_api; -n 1: one split, on the first device
+    assert run_cli(["-f", "pytorch", "multi_run_ut", "-api_info", L1, "-d", "3", "4", "-n", "1", "-o", out,
+                    "-f"]) == 0
+    assert [len(rows) for rows in device_rows(out, devices=(3, 4))] == [244, 0]
+    assert "-n 1 splits for 2 devices: devices 4 get no APIs." in capsys.readouterr().out
+    assert run_cli(["-f", "mindspore", "multi_run_ut", "-api_info", L1, "-o", tmp_path / "x"]) == 1
+    assert "-f mindspore was given (1.x form) but" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
 
 
 def test_multi_bad_devices(tmp_path, capsys):

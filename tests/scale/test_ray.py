@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from msprobe.compare.pipeline import CompareOptions, CompareSummary  # noqa: E40
 from msprobe.dump.locate import locate  # noqa: E402
 from msprobe.scale.executor import Backend  # noqa: E402
 
-from conftest import FIXTURES, run_cli  # noqa: E402
+from conftest import FIXTURES, interrupt_after_markers, run_cli  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RANKS = 16
@@ -128,22 +127,13 @@ def test_interrupted_driver_resumes_without_redoing_finished_ranks(cluster, data
 
     flag = tmp_path / "release"
     holder = hold.remote(str(flag))
-    driver = subprocess.Popen(_cli("compare", "-tp", target, "-gp", golden, "-o", out, "--csv", "--backend", "ray",
-                                   "--ray-address", cluster), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
     try:
-        deadline = time.monotonic() + 120
-        while not (markers.is_dir() and len(list(markers.glob("*.json"))) >= 3):
-            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
-            time.sleep(0.005)
-        driver.send_signal(signal.SIGINT)
-        _, err = driver.communicate(timeout=60)
+        code, _, err = interrupt_after_markers(["compare", "-tp", target, "-gp", golden, "-o", out, "--csv",
+                                                "--backend", "ray", "--ray-address", cluster], markers, 3)
     finally:
-        if driver.poll() is None:
-            driver.kill()
         flag.touch()
         ray.get(holder)
-    assert driver.returncode == 130 and "interrupted" in err, err
+    assert code == 130 and "interrupted" in err, err
     finished = {path.name: path.stat().st_mtime_ns for path in out.glob("compare_result_rank*.csv")
                 if (markers / f"rank{path.name.split('_')[2][4:]}.json").exists()}
     assert 3 <= len(finished) < RANKS
