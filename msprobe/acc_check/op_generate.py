@@ -22,16 +22,9 @@ class OpGenerateError(MsprobeError):
 
 
 def load_config(path: str) -> dict:
-    from msprobe.dump.paths import check_input_file
+    from msprobe.dump.paths import load_json_object
 
-    path = check_input_file(path, "config_op.json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            raw = json.load(handle)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise OpGenerateError(f"{path} is not valid JSON ({exc}).") from None
-    if not isinstance(raw, dict):
-        raise OpGenerateError(f"{path} must be a JSON object.")
+    path, raw = load_json_object(path, "config_op.json", OpGenerateError)
     unknown = sorted(set(raw) - set(DEFAULTS))
     if unknown:
         raise OpGenerateError(f"{path}: unknown field {unknown[0]!r} (fields: {', '.join(DEFAULTS)}).")

@@ -3,7 +3,6 @@ directory of a `-config` file (spec §2.3). Framework-independent: both backends
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -44,16 +43,9 @@ def load_config(path: str, known_names, framework: str) -> tuple:
     """(ApiLists, error_data_path) of the `acc_check` (1.x: `run_ut`) section of a msprobe config.json. List
     entries must be API names of the framework (`known_names(name)` says whether one is); error_data_path must be
     an existing directory."""
-    from msprobe.dump.paths import check_input_file
+    from msprobe.dump.paths import load_json_object
 
-    path = check_input_file(path, "-config file")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            config = json.load(handle)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"-config {path} is not valid JSON ({exc}).") from None
-    if not isinstance(config, dict):
-        raise ConfigError(f"-config {path} must be a JSON object (a msprobe config.json).")
+    path, config = load_json_object(path, "-config file", ConfigError)
     section = next((config[key] for key in CONFIG_SECTIONS if key in config), None)
     if section is None:
         raise ConfigError(f"-config {path} has no \"acc_check\" (or 1.x \"run_ut\") section with white_list, "

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 from msprobe.errors import UsageError
@@ -64,17 +63,9 @@ def _graph_from_compare_json(path: str) -> list:
 
 
 def _load_compare_json(path: str):
-    from msprobe.dump.paths import check_input_file
+    from msprobe.dump.paths import load_json_object
 
-    path = check_input_file(path, "compare.json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            config = json.load(handle)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path} is not valid JSON ({exc}).") from None
-    if not isinstance(config, dict):
-        raise UsageError(f"{path} must be a JSON object.")
-    return config
+    return load_json_object(path, "compare.json", UsageError)[1]
 
 
 def _from_compare_json(path: str) -> list:
