@@ -39,10 +39,16 @@ class Forked:
     def result(self):
         """The function's value; its exception is raised here."""
         if self._pid is not None:
-            with os.fdopen(self._read, "rb") as pipe:
-                data = pipe.read()
-            _, status = os.waitpid(self._pid, 0)
-            self._pid = None
+            pid, self._pid = self._pid, None          # the pipe is closed and the child reaped whatever happens
+            complete = False
+            try:
+                with os.fdopen(self._read, "rb") as pipe:
+                    data = pipe.read()
+                complete = True
+            finally:
+                if not complete:                       # interrupted (Ctrl-C): the child's work is not wanted
+                    _kill(pid)
+                _, status = os.waitpid(pid, 0)
             if not data:
                 raise OSError(f"a worker process ended without a result (wait status {status})")
             ok, value = pickle.loads(data)
@@ -58,13 +64,17 @@ class Forked:
     def cancel(self) -> None:
         """Stop the child if it still runs (this process failed and will not want the result)."""
         if self._pid is not None:
-            try:
-                os.kill(self._pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            os.waitpid(self._pid, 0)
+            pid, self._pid = self._pid, None
             os.close(self._read)
-            self._pid = None
+            _kill(pid)
+            os.waitpid(pid, 0)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _pickled_error(exc: BaseException) -> bytes:
