@@ -8,6 +8,7 @@ import gc
 import os
 from dataclasses import dataclass
 
+from msprobe.acc_check.common import ERROR
 from msprobe.acc_check.select import CheckOptions
 from msprobe.errors import DumpFormatError, MsprobeError
 
@@ -20,7 +21,8 @@ class Summary:
     checked: int = 0       # APIs run in this invocation
     resumed: int = 0       # APIs already recorded in a resumed CSV
     passed: int = 0
-    failed: int = 0
+    warned: int = 0        # worst status warning
+    failed: int = 0        # worst status error
     skipped: int = 0
     filtered: int = 0      # APIs dropped by -f/--filter_api
     result_path: str = ""
@@ -162,7 +164,10 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
             if result.skipped:
                 summary.skipped += 1
             elif result.failed:
-                summary.failed += 1
+                if ERROR in (result.forward_status, result.backward_status):
+                    summary.failed += 1
+                else:
+                    summary.warned += 1
                 if error_dir:
                     backend.save_error(error_dir, result)
             else:

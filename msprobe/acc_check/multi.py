@@ -31,7 +31,8 @@ class DeviceSummary:
     recorded: int = 0      # rows in its result file(s)
     checked: int = 0       # APIs checked in this invocation
     passed: int = 0
-    failed: int = 0
+    warned: int = 0        # worst status warning
+    failed: int = 0        # worst status error
     skipped: int = 0
     result_path: str = ""
     details_path: str = ""
@@ -195,15 +196,17 @@ def split_files(summary: DeviceSummary) -> list:
 
 
 def count_rows(rows: list) -> dict:
-    counts = {"recorded": 0, "passed": 0, "failed": 0, "skipped": 0}
+    counts = {"recorded": 0, "passed": 0, "warned": 0, "failed": 0, "skipped": 0}
     for row in rows:
         if len(row) < 3:
             continue
         counts["recorded"] += 1
         if "SKIP" == row[1]:
             counts["skipped"] += 1
-        elif row[1] in ("error", "warning") or row[2] in ("error", "warning"):
+        elif "error" in (row[1], row[2]):
             counts["failed"] += 1
+        elif "warning" in (row[1], row[2]):
+            counts["warned"] += 1
         else:
             counts["passed"] += 1
     return counts
@@ -279,7 +282,7 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
     for device_id in devices:
         mine = [(i, apis) for d, i, apis in splits_plan if d == device_id]
         result = _finish_device(device_id, mine, done, device_id in complete, output_dir, stamp, dump.backend)
-        for key in ("apis", "recorded", "checked", "passed", "failed", "skipped"):
+        for key in ("apis", "recorded", "checked", "passed", "warned", "failed", "skipped"):
             setattr(total, key, getattr(total, key) + getattr(result, key))
         summary.devices.append(result)
     summary.total = total
@@ -326,14 +329,15 @@ def _finish_device(device_id: int, mine: list, done: dict, complete: bool, outpu
     return result
 
 
-SUMMARY_HEADER = ["Device", "APIs", "Recorded", "Checked this run", "Passed", "Failed", "Skipped", "Result file"]
+SUMMARY_HEADER = ["Device", "APIs", "Recorded", "Checked this run", "Passed", "Warning", "Error", "Skipped",
+                  "Result file"]
 
 
 def summary_rows(summary: MultiSummary) -> list:
     rows = []
     for item in [*summary.devices, summary.total]:
         label = "total" if item is summary.total else str(item.device_id)
-        rows.append([label, item.apis, item.recorded, item.checked, item.passed, item.failed, item.skipped,
+        rows.append([label, item.apis, item.recorded, item.checked, item.passed, item.warned, item.failed, item.skipped,
                      os.path.basename(item.result_path) if item.result_path else ""])
     return rows
 

@@ -92,10 +92,11 @@ def run(args: argparse.Namespace) -> int:
                             options=check_options(args), config_path=args.config_path,
                             expected_framework=args.expected_framework)
     logger.info("acc_check summary (%s, device %s): %d APIs checked of %d supported (%d forward APIs in the "
-                "dump%s%s), %d passed, %d failed, %d skipped.", summary.framework, summary.device, summary.checked,
-                summary.supported, summary.total, f", {summary.resumed} already recorded" if summary.resumed else "",
-                f", {summary.filtered} dropped by -f" if summary.filtered else "", summary.passed, summary.failed,
-                summary.skipped)
+                "dump%s%s), %d passed, %d with warnings, %d failed, %d skipped.", summary.framework, summary.device,
+                summary.checked, summary.supported, summary.total,
+                f", {summary.resumed} already recorded" if summary.resumed else "",
+                f", {summary.filtered} dropped by -f" if summary.filtered else "", summary.passed, summary.warned,
+                summary.failed, summary.skipped)
     logger.info("Results: %s and %s.", summary.result_path, summary.details_path)
     banner(logger, "msprobe acc_check ends successfully.")
     return 0
