@@ -68,6 +68,20 @@ def interrupt_after_markers(args: list, markers: Path, count: int) -> tuple:
     return driver.returncode, printed, err
 
 
+def kill_acc_check_run(out, done: int, partial: bytes) -> tuple:
+    """Make a finished acc_check run in `out` look killed after `done` APIs, in the middle of writing the details
+    of the next one (its first output row cut after `partial`). Returns (result path, details path, full result
+    bytes, full details bytes)."""
+    result_path = only_file(out, "accuracy_checking_result_*.csv")
+    details_path = only_file(out, "accuracy_checking_details_*.csv")
+    full_result, full_details = result_path.read_bytes(), details_path.read_bytes()
+    lines = full_result.split(b"\r\n")
+    result_path.write_bytes(b"\r\n".join(lines[:done + 1]) + b"\r\n")
+    missing = lines[done + 1].split(b",")[0] + b".forward.output.0"
+    details_path.write_bytes(full_details[:full_details.index(missing)] + missing + partial)
+    return result_path, details_path, full_result, full_details
+
+
 def only_file(directory, pattern: str) -> Path:
     found = sorted(Path(directory).glob(pattern))
     assert len(found) == 1, f"expected one {pattern} in {directory}, found {[p.name for p in found]}"

@@ -11,7 +11,7 @@ import torch
 
 from msprobe.acc_check.results import DETAILS_HEADER, RESULT_HEADER
 
-from conftest import FIXTURES, only_file, read_csv, run_cli
+from conftest import FIXTURES, kill_acc_check_run, only_file, read_csv, run_cli
 
 L1 = FIXTURES / "stats_L1_step0" / "target" / "dump.json"
 L0 = FIXTURES / "stats_L0_step0" / "target" / "dump.json"
@@ -146,15 +146,8 @@ def _dump_copy(tmp_path, names: int) -> str:
 def test_resume_appends_missing_apis_only(tmp_path, capsys):
     code, out = _run(tmp_path)
     assert code == 0
-    result_path = only_file(out, "accuracy_checking_result_*.csv")
-    details_path = only_file(out, "accuracy_checking_details_*.csv")
-    full_result, full_details = result_path.read_bytes(), details_path.read_bytes()
-    # simulate a run killed after 100 APIs, in the middle of writing the details of API 101
-    result_lines = full_result.split(b"\r\n")
-    result_path.write_bytes(b"\r\n".join(result_lines[:101]) + b"\r\n")
-    first_missing = result_lines[101].split(b",")[0] + b".forward.output.0"
-    cut = full_details.index(first_missing)
-    details_path.write_bytes(full_details[:cut] + first_missing + b",torch.float64")
+    # a run killed after 100 APIs, in the middle of writing the details of API 101
+    result_path, details_path, full_result, full_details = kill_acc_check_run(out, 100, b",torch.float64")
     capsys.readouterr()
     code = run_cli(["acc_check", "-api_info", L1, "-csv_path", result_path])
     assert code == 0

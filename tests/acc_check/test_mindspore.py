@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, device_rows, in_dump_order, only_file, read_csv, run_cli
+from conftest import FIXTURES, device_rows, in_dump_order, kill_acc_check_run, only_file, read_csv, run_cli
 
 ms = pytest.importorskip("mindspore", reason="mindspore is not installed (it needs numpy<2: the MindSpore acc_check "
                                              "tests run in the separate environment of .ci/run)")
@@ -328,14 +328,8 @@ def test_save_error_data_writes_a_replayable_tensor_dump(tmp_path, monkeypatch):
 def test_resume_continues_and_refuses_foreign_files(tmp_path, capsys):
     code, out = _run(tmp_path)
     assert code == 0
-    result_path = only_file(out, "accuracy_checking_result_*.csv")
-    details_path = only_file(out, "accuracy_checking_details_*.csv")
-    full_result, full_details = result_path.read_bytes(), details_path.read_bytes()
-    lines = full_result.split(b"\r\n")
-    result_path.write_bytes(b"\r\n".join(lines[:11]) + b"\r\n")          # killed after 10 APIs ...
-    missing = lines[11].split(b",")[0] + b".forward.output.0"
-    cut = full_details.index(missing)
-    details_path.write_bytes(full_details[:cut] + missing + b",Float64,Flo")  # ... while writing the 11th
+    # killed after 10 APIs, while writing the 11th
+    result_path, details_path, full_result, full_details = kill_acc_check_run(out, 10, b",Float64,Flo")
     capsys.readouterr()
     assert run_cli(["acc_check", "-api_info", L1, "-csv_path", result_path]) == 0
     assert "28 APIs checked of 38 supported" in capsys.readouterr().out
