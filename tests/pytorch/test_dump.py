@@ -23,12 +23,13 @@ SMALL = {"vocab": 32, "d_model": 16, "n_head": 2, "seq": 4}
 DEFAULT = {"vocab": 64, "d_model": 32, "n_head": 4, "seq": 8}
 
 
-def train(dump_path=None, steps=1, size=DEFAULT, debugger_kwargs=None, config_path=None):
-    """The refdata dump_single.py loop for the TARGET variant; returns (losses, model)."""
+def train(dump_path=None, steps=1, size=DEFAULT, debugger_kwargs=None, config_path=None, target=True):
+    """The refdata dump_single.py loop for the TARGET variant (GOLDEN with target=False); returns (losses,
+    model)."""
     torch.set_num_threads(1)
     seed_all(1234)
     model = TinyGPT(vocab=size["vocab"], d_model=size["d_model"], n_head=size["n_head"], n_layer=2,
-                    max_seq=size["seq"], perturb_layer=0)
+                    max_seq=size["seq"], perturb_layer=0 if target else None)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
     g = torch.Generator().manual_seed(42)
     data = [(torch.randint(0, size["vocab"], (2, size["seq"]), generator=g),

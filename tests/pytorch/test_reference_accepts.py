@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, only_file, read_csv, run_cli
+from conftest import only_file, read_csv, run_cli
 
 torch = pytest.importorskip("torch")
 
-from msprobe.pytorch import PrecisionDebugger, seed_all  # noqa: E402
-
-sys.path.insert(0, str(FIXTURES / "pytorch_model"))
-from tiny_gpt import TinyGPT  # noqa: E402
+from tests.pytorch.test_dump import train  # noqa: E402
 
 ENV = "MSPROBE_REFERENCE_PYTHON"
 
@@ -52,22 +48,8 @@ def reference_compare_command(python: str) -> list:
 
 def dump_tiny_gpt(dump_path: Path, level: str, variant: str) -> Path:
     """One step of the refdata dump_single.py loop (default size) with our collector; returns the proc dir."""
-    torch.set_num_threads(1)
-    seed_all(1234)
-    model = TinyGPT(vocab=64, d_model=32, n_head=4, n_layer=2, max_seq=8,
-                    perturb_layer=0 if variant == "target" else None)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
-    g = torch.Generator().manual_seed(42)
-    idx, tgt = torch.randint(0, 64, (2, 8), generator=g), torch.randint(0, 64, (2, 8), generator=g)
-    debugger = PrecisionDebugger(task="statistics", level=level, dump_path=str(dump_path))
-    debugger.start(model=model)
-    _, loss = model(idx, tgt)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad()
-    debugger.stop()
-    debugger.step()
+    train(dump_path=str(dump_path), debugger_kwargs={"task": "statistics", "level": level},
+          target=variant == "target")
     (proc,) = [p for p in (dump_path / "step0").iterdir() if p.is_dir()]
     return proc
 
