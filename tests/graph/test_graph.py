@@ -24,6 +24,16 @@ def _ref(name: str) -> dict:
         return json.load(handle)
 
 
+def _target_with_parents(tmp_path, name: str, parents: dict) -> Path:
+    """A copy of the stats_mix target dump whose construct.json gives these nodes these parents."""
+    copy = tmp_path / name
+    shutil.copytree(STATS / "target", copy)
+    construct = json.loads((copy / "construct.json").read_text())
+    construct.update(parents)
+    (copy / "construct.json").write_text(json.dumps(construct))
+    return copy
+
+
 def _vis(directory, pattern="*.vis") -> dict:
     return json.loads(only_file(directory, pattern).read_text())
 
@@ -204,11 +214,8 @@ def test_batch_ranks_and_steps(tmp_path, multirank_step0):
 def test_bad_input(tmp_path, capsys, multirank_step0):
     assert run_cli(["graph", "-tp", FIXTURES / "stats_L1_step0" / "target", "-o", tmp_path / "o"]) == 1
     assert "dump at level L0 or mix" in capsys.readouterr().err
-    bad = tmp_path / "cycle"
-    shutil.copytree(STATS / "target", bad)
-    construct = json.loads((bad / "construct.json").read_text())
-    construct["Module.tok_emb.Embedding.forward.0"] = "Functional.embedding.0.forward"
-    (bad / "construct.json").write_text(json.dumps(construct))
+    bad = _target_with_parents(tmp_path, "cycle",
+                               {"Module.tok_emb.Embedding.forward.0": "Functional.embedding.0.forward"})
     assert run_cli(["graph", "-tp", bad, "-o", tmp_path / "o"]) == 1
     assert "cycle of parents" in capsys.readouterr().err
     nostack = tmp_path / "nostack"
@@ -217,11 +224,7 @@ def test_bad_input(tmp_path, capsys, multirank_step0):
     assert run_cli(["graph", "-tp", nostack, "-o", tmp_path / "o"]) == 1
     assert "no stack.json" in capsys.readouterr().err
     # unknown parents are kept, under the root, with a warning
-    unknown = tmp_path / "unknown"
-    shutil.copytree(STATS / "target", unknown)
-    construct = json.loads((unknown / "construct.json").read_text())
-    construct["Torch.arange.0.forward"] = "Module.ghost.Ghost.forward.0"
-    (unknown / "construct.json").write_text(json.dumps(construct))
+    unknown = _target_with_parents(tmp_path, "unknown", {"Torch.arange.0.forward": "Module.ghost.Ghost.forward.0"})
     assert run_cli(["graph", "-tp", unknown, "-o", tmp_path / "u"]) == 0
     nodes = _vis(tmp_path / "u")["node"]
     assert nodes["Module.ghost.Ghost.forward.0"]["upnode"] == "DefaultModel"
@@ -250,14 +253,11 @@ def test_legacy_form(tmp_path):
 def test_backward_fixes(tmp_path):
     """Spec §4.2: a backward module hooked under a foreign scope (in-place layers) moves under the backward twin
     of its forward twin's parent; one in its own scope stays; a null-parent backward node takes the twin parent."""
-    moved = tmp_path / "moved"
-    shutil.copytree(STATS / "target", moved)
-    construct = json.loads((moved / "construct.json").read_text())
     attn = "Module.blocks.0.attn.CausalSelfAttention.backward.0"
-    assert construct[attn] == "Module.blocks.0.Block.backward.0"
-    construct[attn] = "Module.blocks.1.Block.backward.0"        # misplaced by a broken backward hook
-    construct["Module.blocks.0.mlp.MLP.backward.0"] = None       # lost its parent
-    (moved / "construct.json").write_text(json.dumps(construct))
+    assert json.loads((STATS / "target" / "construct.json").read_text())[attn] == "Module.blocks.0.Block.backward.0"
+    moved = _target_with_parents(tmp_path, "moved", {
+        attn: "Module.blocks.1.Block.backward.0",                 # misplaced by a broken backward hook
+        "Module.blocks.0.mlp.MLP.backward.0": None})              # lost its parent
     assert run_cli(["graph", "-tp", moved, "-o", tmp_path / "o"]) == 0
     nodes = _vis(tmp_path / "o")["node"]
     assert nodes[attn]["upnode"] == "Module.blocks.0.Block.backward.0"
