@@ -569,14 +569,18 @@ def test_nesting_hostile_depth_subprocess(case, tmp_path, depth):
     case("subprocess", *_deep_pair(tmp_path, depth), "nested")
 
 
+def _with_clean_golden(tmp_path, target: dict) -> tuple:
+    """(target, golden) dump.json paths: this target beside an untouched statistics golden."""
+    return (write_json(tmp_path / "in" / "target" / "dump.json", target),
+            write_json(tmp_path / "in" / "golden" / "dump.json", stats_dump()))
+
+
 @VIA
 @pytest.mark.parametrize("shape", ["4", 4, None, {"0": 4}], ids=["str", "int", "null", "object"])
 def test_shape_not_a_list(case, tmp_path, via, shape):
     target = stats_dump()
     target["data"][ENTRY]["input_args"][0]["shape"] = shape
-    tp = write_json(tmp_path / "in" / "target" / "dump.json", target)
-    gp = write_json(tmp_path / "in" / "golden" / "dump.json", stats_dump())
-    case(via, tp, gp, "shape", "must be a list")
+    case(via, *_with_clean_golden(tmp_path, target), "shape", "must be a list")
 
 
 @VIA
@@ -584,27 +588,21 @@ def test_shape_not_a_list(case, tmp_path, via, shape):
 def test_requires_grad_not_bool(case, tmp_path, via, grad):
     target = stats_dump()
     target["data"][ENTRY]["input_args"][0]["requires_grad"] = grad
-    tp = write_json(tmp_path / "in" / "target" / "dump.json", target)
-    gp = write_json(tmp_path / "in" / "golden" / "dump.json", stats_dump())
-    case(via, tp, gp, "requires_grad", "true or false")
+    case(via, *_with_clean_golden(tmp_path, target), "requires_grad", "true or false")
 
 
 @VIA
 def test_data_name_not_a_string(case, tmp_path, via):
     target = stats_dump()
     target["data"][ENTRY]["input_args"][0]["data_name"] = ["x.npy"]
-    tp = write_json(tmp_path / "in" / "target" / "dump.json", target)
-    gp = write_json(tmp_path / "in" / "golden" / "dump.json", stats_dump())
-    case(via, tp, gp, "data_name", "must be a string")
+    case(via, *_with_clean_golden(tmp_path, target), "data_name", "must be a string")
 
 
 @VIA
 def test_entry_body_not_an_object(case, tmp_path, via):
     target = stats_dump()
     target["data"][ENTRY] = "oops"
-    tp = write_json(tmp_path / "in" / "target" / "dump.json", target)
-    gp = write_json(tmp_path / "in" / "golden" / "dump.json", stats_dump())
-    case(via, tp, gp, ENTRY, "must be an object")
+    case(via, *_with_clean_golden(tmp_path, target), ENTRY, "must be an object")
 
 
 # ------------------------------------------------------------------------------------------ 12. usage
