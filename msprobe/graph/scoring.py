@@ -93,6 +93,7 @@ def attach_and_score(npu: Graph, cells: dict, mode: str, new: bool) -> None:
         if partner != "N/A":
             row_of.setdefault(name, index)
     attached = []          # (item, row) of every parameter with a compared row
+    scored = _scored_columns(cells, mode)
     for node in npu.nodes.values():
         if not node.link or node.node_type == COLLECTION or node.id == ROOT:
             continue
@@ -108,7 +109,7 @@ def attach_and_score(npu: Graph, cells: dict, mode: str, new: bool) -> None:
             if verdicts:
                 node.data["precision_index"] = max(VERDICT_INDEX.get(v, 0) for v in verdicts)
         else:
-            _old_index(node, mode, cells, row_of)
+            _old_index(node, mode, scored, row_of)
     for column in (NEW_COLUMNS if new else OLD_COLUMNS)[mode]:
         if column in cells:
             values = cells[column]
@@ -118,34 +119,40 @@ def attach_and_score(npu: Graph, cells: dict, mode: str, new: bool) -> None:
     _collections(npu, mode, new)
 
 
-def _old_index(node, mode: str, cells: dict, row_of: dict) -> None:
+def _scored_columns(cells: dict, mode: str) -> list:
+    """The columns the 1.x precision index of the mode reads (relative errors, One Thousandth Err Ratio, Result)."""
+    names = {col.MD5: ("Result",), col.STATISTICS: ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr",
+                                                   "NormRelativeErr")}.get(mode, ("One Thousandth Err Ratio",))
+    return [cells[c] for c in names if c in cells]
+
+
+def _old_index(node, mode: str, columns: list, row_of: dict) -> None:
+    """columns: _scored_columns. A cell counts as its number (`12.5%` -> 0.125), anything else is skipped."""
     if mode == col.MD5:
-        results = cells["Result"]
+        results = columns[0]
         rows = [row_of[k] for p in (node.input_data, node.output_data) for k in p if k in row_of]
         same = all(results[r] == "pass" for r in rows) and len(rows) == len(node.input_data) + len(node.output_data)
         node.data["precision_index"] = 1 if same else 0
         node.data["Result"] = "pass" if same else "Different"
     elif mode == col.STATISTICS:
         worst = 0.0
-        columns = [cells[c] for c in ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr")
-                   if c in cells]
         for key in node.output_data:
             row = row_of.get(key)
             if row is None:
                 continue
             for values in columns:
-                value = _fraction(cell_text(values[row]))
+                value = _fraction(values[row])
                 if value is not None:
                     worst = max(worst, abs(value))
         node.data["precision_index"] = min(worst, 1.0)
     else:
-        ratios = cells.get("One Thousandth Err Ratio")
+        ratios = columns[0] if columns else None
         lows = []
         for params in (node.input_data, node.output_data):
             low, seen = 1.0, False
             for key, item in params.items():
                 row = row_of.get(key)
-                value = None if row is None or ratios is None else _fraction(cell_text(ratios[row]))
+                value = None if row is None or ratios is None else _fraction(ratios[row])
                 if value is not None and item.get("shape") not in (None, "[]", []):
                     low, seen = min(low, value), True
             lows.append(low if seen else None)
