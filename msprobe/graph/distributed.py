@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from msprobe.graph.tree import Graph
 
+COMM_PREFIX = "Distributed."          # the communication nodes
 SEND, RECEIVE, BOTH = "send", "receive", "send_receive"
 P2P = {"send": SEND, "isend": SEND, "recv": RECEIVE, "irecv": RECEIVE}
 P2P_PEER = {SEND: ("dst",), RECEIVE: ("src",)}
@@ -39,12 +40,12 @@ def comm_nodes(graph: Graph, overflow_check: bool) -> list:
     """The CommNodes of a graph's `Distributed.<api>.<n>.forward` nodes, in graph order."""
     out = []
     for name, node in graph.nodes.items():
-        if not name.startswith("Distributed.") or not name.endswith(".forward"):
+        if not name.startswith(COMM_PREFIX) or not name.endswith(".forward"):
             continue
         api = name.split(".")[1]
         inputs = {key.rsplit(".input.", 1)[-1]: item for key, item in node.input_data.items()}
         peer_fields = P2P_PEER.get(P2P.get(api), ()) or ROOTED.get(api, (None, ()))[1]
-        peer = next((_rank(inputs[f]) for f in peer_fields if f in inputs and _rank(inputs[f]) is not None), None)
+        peer = next((rank for f in peer_fields if f in inputs and (rank := _rank(inputs[f])) is not None), None)
         group = group_id = None
         for item in inputs.values():
             if item.get("type") == "torch.ProcessGroup":

@@ -9,13 +9,13 @@ import shutil
 
 import orjson
 
+from msprobe.graph.distributed import COMM_PREFIX
 from msprobe.graph.forked import Forked
 from msprobe.graph.params import format_params, new_caches
 from msprobe.graph.tree import Graph
 from msprobe.report.atomic import atomic_path
 
 _PLAIN_FIELDS = 10     # fields of a tensor parameter before compare cells are attached
-COMM_PREFIX = "Distributed."
 
 
 def node_object(node, keep_md5: bool = True, caches: tuple | None = None) -> dict:
