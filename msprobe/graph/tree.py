@@ -100,11 +100,17 @@ def _twin_parent(child: str, construct: dict):
     twin_parent = construct.get(twin)
     if isinstance(twin_parent, list):   # [parent, micro step] of the Megatron variant
         twin_parent = twin_parent[0] if twin_parent else None
-    if not isinstance(twin_parent, str) or ".forward." not in twin_parent:
+    return _backward_module(twin_parent, construct) if isinstance(twin_parent, str) else None
+
+
+def _backward_module(forward: str, known) -> str | None:
+    """`<module>.backward.<k>` for `<module>.forward.<k>`, when `known` (construct.json or the graph's nodes)
+    holds it."""
+    if ".forward." not in forward:
         return None
-    head, _, tail = twin_parent.rpartition(".forward.")
-    candidate = f"{head}.backward.{tail}"
-    return candidate if candidate in construct else None
+    head, _, tail = forward.rpartition(".forward.")
+    backward = f"{head}.backward.{tail}"
+    return backward if backward in known else None
 
 
 def simplify_stack(name: str, lines: list) -> list:
@@ -333,11 +339,7 @@ def _recompute_parent(name: str, nodes: dict, recomputed: set):
         if original is None or original.id in recomputed:
             continue
         parent = original.upnode
-        if not parent or parent == ROOT or ".forward." not in parent:
-            return None
-        front, _, tail = parent.rpartition(".forward.")
-        backward = f"{front}.backward.{tail}"
-        return backward if backward in nodes else None
+        return _backward_module(parent, nodes) if parent and parent != ROOT else None
     return None
 
 
