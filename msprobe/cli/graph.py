@@ -83,11 +83,9 @@ def run(args: argparse.Namespace) -> int:
     options = GraphOptions(output_dir=output_dir, compare=compare, output_format=args.format,
                            fuzzy=args.fuzzy_match, layer_mapping=args.layer_mapping,
                            overflow_check=args.overflow_check, complete_stack=args.complete_stack,
-                           tensor_log=args.tensor_log, jobs=args.jobs,
-                           # one graph job may use a second core, unless other ranks run beside it
-                           fork=backend.kind == "local" and (len(located.jobs) == 1 or backend.workers == 1))
+                           tensor_log=args.tensor_log, jobs=args.jobs)
     # .vis files are per rank and so resumable; the one .vis.db is assembled by this process from every rank
-    resume = resume_in(output_dir, "graph", replace(options, jobs=0, fork=True), vis_files) \
+    resume = resume_in(output_dir, "graph", replace(options, jobs=0), vis_files) \
         if args.format == "json" else None
     options = replace(options, stamp=run_stamp(resume, timestamp()) if resume else timestamp())
     logger.info("Please check whether the input data belongs to you. If not, there may be security risks.")

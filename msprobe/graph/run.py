@@ -24,7 +24,6 @@ class GraphOptions:
     tensor_log: bool = False
     jobs: int = 2
     stamp: str = ""
-    fork: bool = True                  # a graph job may fork helpers (off when other ranks keep the cores busy)
 
 
 @dataclass
@@ -70,6 +69,12 @@ def graph_job(job: Job, options: GraphOptions):
         return JobFailure(job.label, f"{exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}".strip(": "))
 
 
+def forks(options: GraphOptions) -> bool:
+    """Whether a graph job may fork a helper process: when it has two cores of its own. The executor gives a task
+    -j divided by the tasks running beside it (one on Ray), so other ranks keep the cores busy otherwise."""
+    return options.jobs >= 2
+
+
 def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
     from msprobe.compare import columns as col
     from msprobe.dump.flatten import entry_has_md5
@@ -93,8 +98,8 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
     new = options.output_format == "db"
     # the compare core runs in a forked child (which reads the golden dump itself) while this process reads the
     # golden dump too and builds and matches the two trees; without fork, one after the other on one reading
-    golden = None if options.fork else read_dump(job.golden, "golden", with_stack=True, with_construct=True)
-    compare = Forked(_compare_cells, target, golden or job.golden, options, job.label, inline=not options.fork)
+    golden = None if forks(options) else read_dump(job.golden, "golden", with_stack=True, with_construct=True)
+    compare = Forked(_compare_cells, target, golden or job.golden, options, job.label, inline=not forks(options))
     try:
         if golden is None:
             golden = read_dump(job.golden, "golden", with_stack=True, with_construct=True)
@@ -197,7 +202,7 @@ def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench, kee
     if new:
         from msprobe.graph.vis_db import graph_rows
 
-        other = Forked(graph_rows, bench, "Bench", result.step, result.rank, keep_md5, inline=not options.fork) \
+        other = Forked(graph_rows, bench, "Bench", result.step, result.rank, keep_md5, inline=not forks(options)) \
             if bench is not None else None
         try:
             rows, stacks = graph_rows(npu, "NPU", result.step, result.rank, keep_md5)
@@ -215,10 +220,10 @@ def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench, kee
 
     path = os.path.join(options.output_dir, file_name(job, options))
     if bench is None:
-        ends = vis_json.write_build(npu, path, options.overflow_check, options.fork)
+        ends = vis_json.write_build(npu, path, options.overflow_check, forks(options))
     else:
         ends = vis_json.write_compare(npu, bench, path, scoring.TASK[result.mode], scoring.TOOLTIPS[result.mode],
-                                      scoring.colors(result.mode, False), options.overflow_check, options.fork)
+                                      scoring.colors(result.mode, False), options.overflow_check, forks(options))
     result.output = path
     result.comm_ends = ends if result.comm else []
     return result
