@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from dataclasses import replace
 
 from msprobe.cli.arguments import int_at_least
 
@@ -54,16 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from msprobe.cli.compare import banner
-    from msprobe.compare.batch import JobFailure
-    from msprobe.compare.pipeline import timestamp
+    from msprobe.compare.batch import JobFailure, run_batch
     from msprobe.dump.locate import locate
     from msprobe.dump.paths import check_input_dir, prepare_output_dir
     from msprobe.errors import MsprobeError
     from msprobe.graph.run import GraphOptions, graph_job
     from msprobe.log import get_logger
-    from msprobe.scale.executor import run_tasks
     from msprobe.scale.options import backend_of
-    from msprobe.scale.resume import resume_in, run_stamp
 
     logger = get_logger()
     backend = backend_of(args, args.jobs)
@@ -84,13 +80,12 @@ def run(args: argparse.Namespace) -> int:
                            fuzzy=args.fuzzy_match, layer_mapping=args.layer_mapping,
                            overflow_check=args.overflow_check, complete_stack=args.complete_stack,
                            tensor_log=args.tensor_log, jobs=args.jobs)
-    # .vis files are per rank and so resumable; the one .vis.db is assembled by this process from every rank
-    resume = resume_in(output_dir, "graph", replace(options, jobs=0), vis_files) \
-        if args.format == "json" else None
-    options = replace(options, stamp=run_stamp(resume, timestamp()) if resume else timestamp())
     logger.info("Please check whether the input data belongs to you. If not, there may be security risks.")
     logger.info("%s %d graph(s) ...", "Comparing" if compare else "Building", len(located.jobs))
-    results = run_tasks(graph_job, located.jobs, options, backend, resume, desc="Graphs").results
+    # .vis files are per rank and so resumable; the one .vis.db is assembled by this process from every rank
+    batch, options = run_batch(located.jobs, options, backend, graph_job, "graph", vis_files, desc="Graphs",
+                               resumable=args.format == "json")
+    results = batch.results
     failures = [r for r in results if isinstance(r, JobFailure)]
     done = [r for r in results if not isinstance(r, JobFailure)]
     for failure in failures:
@@ -99,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         if len(failures) == 1:
             raise MsprobeError(failures[0].message)
         raise MsprobeError(f"no graph could be built ({len(failures)} failed).")
-    _link_ranks(located.jobs, results, args.format == "db", resume, logger)
+    _link_ranks(batch, args.format == "db", logger)
     if args.format == "db":
         _write_db(done, options)
     _print_summary(logger, done, compare)
@@ -111,23 +106,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _link_ranks(jobs: list, results: list, db: bool, resume, logger) -> None:
+def _link_ranks(batch, db: bool, logger) -> None:
     """matched_distributed between the communication nodes of the ranks of each step (spec §10); a .vis that
     receives links gets its completion marker written again (its size changed; it is final now)."""
     from msprobe.compare.batch import JobFailure
     from msprobe.graph.distributed import link_results
-    from msprobe.graph.run import graph_job
-    from msprobe.scale.executor import task_name
-    from msprobe.scale.resume import marker_for
 
-    done = [(job, r) for job, r in zip(jobs, results) if not isinstance(r, JobFailure)]
+    done = [(index, r) for index, r in enumerate(batch.results) if not isinstance(r, JobFailure)]
     count, changed = link_results([r for _, r in done], db)
     if count:
         logger.info("Communication nodes linked across ranks: %d.", count)
-    if resume is not None:
-        for job, result in done:
-            if any(result is c for c in changed):
-                marker_for(resume, graph_job, job, task_name(job)).write(result)
+    for index, result in done:
+        marker = batch.markers[index] if batch.markers else None
+        if marker is not None and any(result is c for c in changed):
+            marker.write(result)
 
 
 def vis_files(result) -> list:

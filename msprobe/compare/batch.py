@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from msprobe.compare.pipeline import CompareOptions, compare_files, timestamp
 from msprobe.dump.locate import Job
-from msprobe.scale.executor import Backend, Batch, JobFailure, run_tasks
+from msprobe.scale.executor import Backend, JobFailure, run_tasks
 from msprobe.scale.resume import resume_in, run_stamp
 
 __all__ = ["JobFailure", "run_job", "run_batch", "summary_files", "succeeded"]
@@ -26,14 +26,16 @@ def summary_files(summary) -> list:
     return [summary.output, summary.advisor_file, summary.html_file]
 
 
-def run_batch(jobs: list, options: CompareOptions, backend: Backend, worker: Callable = run_job,
-              kind: str = "compare", outputs: Callable = summary_files) -> tuple[Batch, CompareOptions]:
-    """Run `worker` over the jobs on the backend with resume under options.output_dir. The run's timestamp is the
-    earlier run's when the same settings were used there (recomputed jobs then replace their own partial files);
-    the options with that timestamp are returned for the files the driver writes."""
-    resume = resume_in(options.output_dir, kind, replace(options, jobs=0, stamp=""), outputs)
-    options = replace(options, stamp=run_stamp(resume, options.stamp or timestamp()))
-    return run_tasks(worker, jobs, options, backend, resume), options
+def run_batch(jobs: list, options, backend: Backend, worker: Callable = run_job, kind: str = "compare",
+              outputs: Callable = summary_files, desc: str = "Ranks", resumable: bool = True) -> tuple:
+    """Run `worker` over the jobs on the backend with resume under options.output_dir (unless not resumable: the
+    driver assembles one output from all jobs). The run's timestamp is the earlier run's when the same settings
+    were used there (recomputed jobs then replace their own partial files); the options with that timestamp are
+    returned for the files the driver writes."""
+    stamp = options.stamp or timestamp()
+    resume = resume_in(options.output_dir, kind, replace(options, jobs=0, stamp=""), outputs) if resumable else None
+    options = replace(options, stamp=run_stamp(resume, stamp) if resume else stamp)
+    return run_tasks(worker, jobs, options, backend, resume, desc), options
 
 
 def succeeded(results: list) -> list:

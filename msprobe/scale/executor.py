@@ -50,6 +50,7 @@ class Batch:
     results: list                    # per job, in job order: the worker's result or a JobFailure
     resumed: frozenset = frozenset()  # indices of jobs whose result comes from an earlier run's marker
     retried: frozenset = frozenset()  # indices of jobs that needed more than one attempt
+    markers: list = dataclasses.field(default_factory=list)  # per job: its completion Marker (None: no resume)
 
 
 def task_name(job) -> str:
@@ -157,7 +158,7 @@ def run_tasks(worker: Callable, jobs: list, options, backend: Backend, resume: R
     finally:
         bar.close()
         runner.close()
-    batch = Batch(results, frozenset(resumed), frozenset(i for i, n in enumerate(attempts) if n > 1))
+    batch = Batch(results, frozenset(resumed), frozenset(i for i, n in enumerate(attempts) if n > 1), markers)
     if len(jobs) > 1 or batch.retried:
         logger.info("%s", outcome_line(batch, jobs, desc))
     return batch
