@@ -70,9 +70,9 @@ def run(args: argparse.Namespace) -> int:
                                   config_path=args.config_path, expected_framework=args.expected_framework)
     for row in summary_rows(summary):
         label = "total" if row[0] == "total" else f"device {row[0]}"
-        logger.info("multi_acc_check %s: %d APIs, %d recorded (%d checked in this run), %d passed, %d failed, "
-                    "%d skipped%s.", label, row[1], row[2], row[3], row[4], row[5], row[6],
-                    f" -> {row[7]}" if row[7] and row[0] != "total" else "")
+        logger.info("multi_acc_check %s: %d APIs, %d recorded (%d checked in this run), %d passed, %d with "
+                    "warnings, %d failed, %d skipped%s.", label, *row[1:8],
+                    f" -> {row[8]}" if row[8] and row[0] != "total" else "")
     failures = [d for d in summary.devices if d.error]
     for device in failures:
         logger.error("device %d: %s", device.device_id, device.error)

@@ -52,10 +52,12 @@ def test_multi_union_equals_single_run(single_and_multi, capsys):
     assert [[row[i] for i in key] for row in in_dump_order(single_details, device_details)] == \
         [[row[i] for i in key] for row in single_details]
     summary = read_csv(only_file(multi, "accuracy_checking_summary_*.csv"))
-    assert summary[0][0] == "\ufeffDevice"
+    assert summary[0] == ["\ufeffDevice", "APIs", "Recorded", "Checked this run", "Passed", "Warning", "Error",
+                          "Skipped", "Result file"]
     assert summary[1][:7] == ["0", "148", "148", "148", "147", "1", "0"]       # Functional.linear.2: warning
     assert summary[2][:7] == ["1", "154", "154", "154", "154", "0", "0"]
     assert summary[3][:7] == ["total", "302", "302", "302", "301", "1", "0"]
+    assert summary[1][8].endswith("_device0.csv") and summary[3][8] == ""
     assert json.loads(only_file(multi, "accuracy_checking_info_*_device1.json").read_text()) == {"runs": [
         {"api_info": str(L1), "device": "cpu", "benchmark": "cpu (float64; float32 for float16/bfloat16 inputs)",
          "inputs": "random-data"}]}
@@ -110,6 +112,11 @@ def test_multi_forwards_the_acc_check_options(tmp_path, capsys):
                     *options]) == 0
     printed = capsys.readouterr().out
     assert "244 APIs (58 dropped by -f) in 5 splits (48 each, the last 52) over 3 devices (0 1 2)" in printed
+    # the per-device lines name each count and the device's result file: the 13 white-listed APIs (linear.2
+    # warns), the other 231 SKIP rows
+    assert "multi_acc_check total: 244 APIs, 244 recorded (244 checked in this run), 12 passed, 1 with warnings, " \
+        "0 failed, 231 skipped." in printed
+    assert "multi_acc_check device 2: 48 APIs" in printed and "_device2.csv." in printed
     single_rows = _rows(only_file(tmp_path / "single", "accuracy_checking_result_*.csv"))
     per_device = device_rows(tmp_path / "multi", devices=(0, 1, 2))
     assert [len(rows) for rows in per_device] == [48 + 48, 48 + 52, 48]      # splits 0 3 | 1 4 | 2
