@@ -45,6 +45,11 @@ class CompareOptions:
     write_output: bool = True
     html: bool = False                   # --html: a self-contained HTML report beside the table
     stamp: str = ""                      # timestamp of the output names; one per run of many pairs (else now)
+    stat_numbers: bool = False           # statistics diffs of float pairs as numbers (stat_diff), not written
+
+    def __post_init__(self):
+        if self.stat_numbers and self.write_output:
+            raise ValueError("stat_numbers gives cells that the result writers cannot spell")
 
 
 @dataclass
@@ -271,7 +276,7 @@ def build_table(mode: str, target: Dump, golden: Dump, t_items: Items, g_items: 
     numeric = set(col.STAT_VALUES)
     if mode == col.STATISTICS:
         for diff_name, rel_name, stat in zip(col.STAT_DIFFS[:4], col.STAT_DIFFS[4:], stat_names):
-            diffs, rels, fractions = stat_diff(cells[f"NPU {stat}"], cells[f"Bench {stat}"])
+            diffs, rels, fractions = stat_diff(cells[f"NPU {stat}"], cells[f"Bench {stat}"], options.stat_numbers)
             cells[diff_name], cells[rel_name] = diffs, rels
             if stat == "l2norm":
                 judge_input.norm_rel = fractions

@@ -56,11 +56,13 @@ def classify(value) -> tuple[int, float]:
     return OTHER, 0.0
 
 
-def stat_diff(target_values: list, golden_values: list) -> tuple[list, list, np.ndarray]:
+def stat_diff(target_values: list, golden_values: list, numbers: bool = False) -> tuple[list, list, np.ndarray]:
     """Diff text, relative-error text and relative error as a fraction (NaN where not numeric) per row.
 
     Rows whose two values are plain finite floats are computed with numpy at once; every other row
     (integers, NaN/Inf, booleans, text, N/A) goes through the case table of spec §4.4 one by one.
+    numbers: the differing float rows get the diff and the relative error in percent as floats, whose cell texts
+    are repr(diff) and repr(error) + "%" (for a caller that spells them its own way); texts otherwise.
     """
     rows = len(target_values)
     nan = math.nan
@@ -77,7 +79,7 @@ def stat_diff(target_values: list, golden_values: list) -> tuple[list, list, np.
     fractions[same] = 0.0
     differing = np.flatnonzero(fast & ~same)
     if len(differing):
-        _fill_numeric(differing, t[differing], g[differing], diffs, rels, fractions)
+        _fill_numeric(differing, t[differing], g[differing], diffs, rels, fractions, numbers)
     slow_rows, slow_t, slow_g = [], [], []
     for row in np.flatnonzero(~fast).tolist():
         n, b = target_values[row], golden_values[row]
@@ -114,18 +116,23 @@ def stat_diff(target_values: list, golden_values: list) -> tuple[list, list, np.
                 fractions[row] = float(text)
     if slow_rows:
         _fill_numeric(np.asarray(slow_rows), np.asarray(slow_t, dtype=np.float64),
-                      np.asarray(slow_g, dtype=np.float64), diffs, rels, fractions)
+                      np.asarray(slow_g, dtype=np.float64), diffs, rels, fractions, numbers)
     return diffs.tolist(), rels.tolist(), fractions
 
 
-def _fill_numeric(rows: np.ndarray, n: np.ndarray, b: np.ndarray, diffs, rels, fractions) -> None:
-    """n - b as text, abs((n - b) / b * 100) as text with % ("inf" when b is 0), for numeric rows."""
+def _fill_numeric(rows: np.ndarray, n: np.ndarray, b: np.ndarray, diffs, rels, fractions, numbers: bool) -> None:
+    """n - b as text, abs((n - b) / b * 100) as text with % ("inf" when b is 0), for numeric rows; with numbers,
+    as floats (the error in percent) but for "inf"."""
     diff = n - b
     zero = b == 0
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.abs(diff / np.where(zero, 1.0, b) * 100)
-    diffs[rows] = [repr(d) for d in diff.tolist()]
-    rel_texts = np.array([f"{r!r}%" for r in rel.tolist()], dtype=object)
+    if numbers:
+        diffs[rows] = diff.tolist()
+        rel_texts = np.array(rel.tolist(), dtype=object)
+    else:
+        diffs[rows] = [repr(d) for d in diff.tolist()]
+        rel_texts = np.array([f"{r!r}%" for r in rel.tolist()], dtype=object)
     rel_texts[zero] = "inf"
     rels[rows] = rel_texts
     fractions[rows] = np.where(zero, np.inf, rel / 100)

@@ -37,7 +37,7 @@ class Forked:
         self._pid, self._read = pid, read
 
     def result(self):
-        """The function's value; its exception is raised here."""
+        """The function's value (once); its exception is raised here."""
         if self._pid is not None:
             pid, self._pid = self._pid, None          # the pipe is closed and the child reaped whatever happens
             complete = False
@@ -58,7 +58,8 @@ class Forked:
                 self._error = value
         if self._error is not None:
             raise self._error
-        return self._value
+        value, self._value = self._value, None      # given once: this object does not keep it alive
+        return value
 
 
     def cancel(self) -> None:

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import re
 import zlib
+from itertools import chain
+from json.encoder import encode_basestring
 
 from msprobe.dump.reader import SENTINELS
 
+# Statistics compare columns whose cells of two floats stay numbers until written (the compare core's
+# stat_numbers; scoring.attach_and_score keeps them): column -> what follows the number in the cell's text (the
+# relative errors are in percent). A float in such a field is spelled as the text repr(value) + that suffix.
+STAT_CELLS = {"Max diff": "", "Min diff": "", "Mean diff": "", "L2norm diff": "", "MaxRelativeErr": "%",
+              "MinRelativeErr": "%", "MeanRelativeErr": "%", "NormRelativeErr": "%"}
 SOURCES = (("input_args", "input"), ("input_kwargs", "input"), ("input", "input"), ("output", "output"),
            ("parameters", "parameters"))
 STATS = ("Max", "Min", "Mean", "Norm")
@@ -123,50 +130,182 @@ def _six(text: str) -> str:
     return f"{number:.6f}{'%' if percent else ''}"
 
 
-def new_caches() -> tuple:
-    """Text caches (strings, floats) for one graph write; values recur across the nodes of a graph."""
-    return {}, {}
+class Formatter:
+    """JSON text of parameter dicts as the plugin shows them: every value a string (spec §11.3), for one graph
+    write. `old`: the .vis spelling (else the .vis.db one); `spaced`: json.dumps' separators (else compact).
 
+    Many dicts are spelled at once, column by column: the items that have the same keys in the same order (nearly
+    all tensors) form a group, each of their fields is looked up in a cache of quoted texts as one column, the
+    texts that are missing are made in one pass, and every item is filled into the group's template. Values recur
+    across the nodes of a graph (one op's output is the next op's input); strings, non-zero floats and other
+    values are cached apart (1 == 1.0 == True and 0.0 == -0.0, but their texts differ)."""
 
-def format_params(params: dict, old: bool, keep_md5: bool, caches: tuple) -> dict:
-    """Parameter dicts as the plugin shows them: every value a string (spec §11.3). `caches` comes from
-    new_caches() and serves one write (one spelling: `old` for .vis, the new one for .vis.db)."""
-    text = _text_old if old else _text_new
-    if len(caches[0]) + len(caches[1]) > 1_000_000:
-        caches[0].clear()
-        caches[1].clear()
-    strings, floats = caches
+    _LIMIT = 1_000_000      # cached texts kept at most
 
-    def spelled(value):
-        kind = type(value)
+    def __init__(self, old: bool, keep_md5: bool, spaced: bool = False):
+        self.text = _text_old if old else _text_new
+        self.float_texts = _float_texts_old if old else _float_texts_new
+        self.cell_texts = _cell_texts_old if old else _cell_texts_new
+        self.drop = (_DROP_OLD if old else _DROP_NEW) | (frozenset() if keep_md5 else {"md5"})
+        self.colon, self.comma = (": ", ", ") if spaced else (":", ",")
+        self.null = "{" + _quote("value") + self.colon + _quote("null") + "}"
+        self.strings: dict = {}
+        self.floats: dict = {}
+        self.others: dict = {}        # (class, value) -> quoted text
+        self.shapes: dict = {}        # shape tuple -> quoted text
+        self.cells: dict = {"": {}, "%": {}}      # STAT_CELLS suffix -> {float -> quoted text}
+        self.templates: dict = {}     # key sequence -> (template, kept fields, position of Max among them or -1)
+
+    def params(self, params: dict) -> str:
+        """JSON text of one parameter dict (input_data or output_data of a node)."""
+        return self.many([params])[0]
+
+    def many(self, dicts: list) -> list:
+        """JSON texts of parameter dicts, in order."""
+        caches = (self.strings, self.floats, self.others, self.shapes, *self.cells.values())
+        if sum(map(len, caches)) > self._LIMIT:
+            for cache in caches:
+                cache.clear()
+        colon = self.colon
+        groups: dict = {}          # key sequence -> ([item], [(parts, index)])
+        documents = []
+        for params in dicts:
+            parts = []
+            for key, item in params.items():
+                kind = item.get("type")
+                if kind is None and item.get("Max") is None:
+                    parts.append(_quote(key) + colon + self.null)
+                    continue
+                if kind == "torch.ProcessGroup":
+                    parts.append(_quote(key) + colon + self._group(item))
+                    continue
+                fields = tuple(item)
+                group = groups.get(fields)
+                if group is None:
+                    group = groups[fields] = ([], [])
+                group[0].append(item)
+                group[1].append((parts, len(parts)))
+                parts.append(_quote(key) + colon)
+            documents.append(parts)
+        for fields, (items, places) in groups.items():
+            template, kept, at = self.templates.get(fields) or self._template(fields)
+            columns = [self._column([item[field] for item in items], field) for field in kept]
+            texts = list(map(template.__mod__, zip(*columns)))
+            if at >= 0:
+                for index, text in enumerate(columns[at]):
+                    if text == _QUOTED_NULL:
+                        texts[index] = self.null
+            for (parts, index), text in zip(places, texts):
+                parts[index] += text
+        comma = self.comma
+        return ["{" + comma.join(parts) + "}" for parts in documents]
+
+    def _template(self, fields: tuple) -> tuple:
+        """(`{"field":%s,...}` over the kept fields, the kept fields, where Max is among them)."""
+        kept = tuple(field for field in fields if field not in self.drop)
+        template = "{" + self.comma.join(_quote(field).replace("%", "%%") + self.colon + "%s" for field in kept) + "}"
+        entry = self.templates[fields] = (template, kept, kept.index("Max") if "Max" in kept else -1)
+        return entry
+
+    def _column(self, values: list, field: str) -> list:
+        """Quoted texts of one field of a group's items, made kind by kind."""
+        kinds = set(map(type, values))
+        if len(kinds) == 1:
+            return self._uniform(values, kinds.pop(), field)
+        out = [None] * len(values)
+        for kind in kinds:
+            where = [index for index, value in enumerate(values) if value.__class__ is kind]
+            for index, text in zip(where, self._uniform([values[index] for index in where], kind, field)):
+                out[index] = text
+        return out
+
+    def _uniform(self, values: list, kind: type, field: str) -> list:
+        """Quoted texts of values of one kind."""
         if kind is str:
-            found = strings.get(value)
-            if found is None:
-                found = strings[value] = text(value)
-            return found
-        if kind is float and value:
-            found = floats.get(value)
-            if found is None:
-                found = floats[value] = text(value)
-            return found
-        return text(value)
+            return self._cached(values, self.strings, lambda new: [_quote(self.text(v)) for v in new])
+        if kind is float:
+            suffix = STAT_CELLS.get(field)
+            if suffix is not None:
+                return self._cached(values, self.cells[suffix],
+                                    lambda new: [f'"{t}"' for t in self.cell_texts(new, suffix)])
+            return self._cached(values, self.floats, lambda new: [f'"{t}"' for t in self.float_texts(new)])
+        if kind is list:
+            keys = list(map(tuple, values))
+            if set(map(type, chain.from_iterable(keys))) <= {int}:     # plain shapes
+                return self._cached(keys, self.shapes, lambda new: [_quote(self.text(list(v))) for v in new])
+        return [self._one(value) for value in values]
 
-    drop = _DROP_OLD if old else _DROP_NEW
-    if not keep_md5:
-        drop = drop | {"md5"}
-    out = {}
-    for key, item in params.items():
-        kind = item.get("type")
-        if kind is None and item.get("Max") is None:
-            out[key] = _NULL
-            continue
-        if kind == "torch.ProcessGroup":
-            item = {k: item[k] for k in ("type", "group_ranks", "group_id", "data_name") if k in item}
-        formatted = {field: spelled(value) for field, value in item.items() if field not in drop}
-        out[key] = _NULL if formatted.get("Max") == "null" and kind != "torch.ProcessGroup" else formatted
+    @staticmethod
+    def _cached(keys: list, cache: dict, make) -> list:
+        """Texts of keys through cache; make(new keys) gives the texts of those missing, each made once."""
+        out = list(map(cache.get, keys))
+        if None not in out:
+            return out
+        new = list(dict.fromkeys(key for key, text in zip(keys, out) if text is None))
+        cache.update(zip(new, make(new)))
+        out = list(map(cache.__getitem__, keys))
+        if 0.0 in cache:             # only float keys can be zero; 0.0 == -0.0, but their texts differ
+            del cache[0.0]
+            out = [make([key])[0] if key == 0.0 else text for key, text in zip(keys, out)]
+        return out
+
+    def _one(self, value) -> str:
+        """Quoted text of a value that is neither a string nor a float (those have their own caches)."""
+        try:
+            key = (value.__class__, value)
+            text = self.others.get(key)
+        except TypeError:            # unhashable (a list)
+            return _quote(self.text(value))
+        if text is None:
+            text = self.others[key] = _quote(self.text(value))
+        return text
+
+    def _group(self, item: dict) -> str:
+        kept = [(k, item[k]) for k in ("type", "group_ranks", "group_id", "data_name") if k in item]
+        return "{" + self.comma.join(_quote(k) + self.colon + self._one(v) for k, v in kept
+                                     if k not in self.drop) + "}"
+
+
+def _float_texts_old(values: list) -> list:
+    """_text_old of floats, many at once."""
+    return [f"{v:.6e}" if "e" in repr(v) else repr(round(v, 6)) for v in values]
+
+
+def _float_texts_new(values: list) -> list:
+    return [str(v) for v in values]
+
+
+def _cell_texts_old(values: list, suffix: str) -> list:
+    """_text_old(repr(v) + suffix) of floats, many at once: a decimal mantissa of 7 or more fraction digits is
+    written with 6, the exponent and suffix kept."""
+    out = []
+    for value in values:
+        text = repr(value)
+        dot = text.find(".")
+        if dot >= 0:
+            end = text.find("e", dot)
+            if end < 0:
+                if len(text) - dot > 7:
+                    text = "%.6f" % value
+            elif end - dot > 7:
+                text = "%.6f" % float(text[:end]) + text[end:]
+        out.append(text + suffix)
     return out
 
 
-_NULL = {"value": "null"}
+def _cell_texts_new(values: list, suffix: str) -> list:
+    """_text_new(repr(v) + suffix) of floats: a plain decimal of 7 or more fraction digits is written with 6."""
+    out = []
+    for value in values:
+        text = repr(value)
+        dot = text.find(".")
+        if dot >= 0 and "e" not in text and len(text) - dot > 7:
+            text = f"{value:.6f}"
+        out.append(text + suffix)
+    return out
+
+
+_quote = encode_basestring
+_QUOTED_NULL = _quote("null")
 _DROP_OLD = frozenset(("requires_grad", "full_op_name", "state"))
 _DROP_NEW = frozenset(("full_op_name", "state"))

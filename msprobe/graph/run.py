@@ -81,9 +81,7 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
     from msprobe.dump.reader import read_dump
     from msprobe.graph import scoring
     from msprobe.graph.tree import build_graph
-    from msprobe.log import get_logger
 
-    logger = get_logger()
     simplify = not options.complete_stack
     target = read_dump(job.target, "target", with_stack=True, with_construct=True)
     step, rank = step_rank(job)
@@ -100,6 +98,7 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
     # golden dump too and builds and matches the two trees; without fork, one after the other on one reading
     golden = None if forks(options) else read_dump(job.golden, "golden", with_stack=True, with_construct=True)
     compare = Forked(_compare_cells, target, golden or job.golden, options, job.label, inline=not forks(options))
+    bench_part = None
     try:
         if golden is None:
             golden = read_dump(job.golden, "golden", with_stack=True, with_construct=True)
@@ -121,9 +120,28 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
             from msprobe.graph.match import match_exact
 
             match_exact(npu, bench)
-        cells, mode, entry_map = compare.result()
+        if layer is None and not new and forks(options):
+            # the Bench graph is complete once matched: a child formats it while the compare core finishes
+            from msprobe.graph.vis_json import graph_part
+
+            bench_part = graph_part("Bench", bench, os.path.join(options.output_dir, file_name(job, options)))
+        return _compared(result, job, options, npu, bench, compare, layer, bench_part)
     finally:
         compare.cancel()
+        if bench_part is not None:
+            bench_part.close()
+
+
+def _compared(result: GraphResult, job: Job, options: GraphOptions, npu, bench, compare: Forked, layer,
+              bench_part) -> GraphResult:
+    """Attach the compare core's cells (compare: the running _compare_cells) to the matched trees, score, and
+    write."""
+    from msprobe.compare import columns as col
+    from msprobe.graph import scoring
+    from msprobe.log import get_logger
+
+    cells, mode, entry_map = compare.result()
+    new = options.output_format == "db"
     result.mode = mode
     if layer is not None:
         from msprobe.graph.match import match_mapped
@@ -138,9 +156,9 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
     result.unmatched = len(npu.nodes) - result.matched
     result.bench_unmatched = sum(1 for n in bench.nodes.values() if not n.link)
     result.top = scoring.top_nodes(npu, mode, new)
-    logger.info("%sGraph compare mode: %s; %d of %d NPU nodes matched.", job.label,
-                "real data" if mode == col.TENSOR else mode, result.matched, len(npu.nodes))
-    return _write(result, job, options, npu, bench, mode == col.MD5)
+    get_logger().info("%sGraph compare mode: %s; %d of %d NPU nodes matched.", job.label,
+                      "real data" if mode == col.TENSOR else mode, result.matched, len(npu.nodes))
+    return _write(result, job, options, npu, bench, mode == col.MD5, bench_part)
 
 
 def _layer_mapping(layer: str | None, target_framework: str, golden_framework: str) -> tuple:
@@ -178,7 +196,7 @@ def _compare(t_side, g_side, options: GraphOptions, label: str):
     compare_options = CompareOptions(output_dir=options.output_dir, tensor_log=options.tensor_log,
                                      compare_only=True, fuzzy=options.fuzzy,
                                      mapping=MappingOptions(layer=options.layer_mapping), jobs=options.jobs,
-                                     write_output=False)
+                                     write_output=False, stat_numbers=True)
     table, summary = compare_dumps(t_side, g_side, compare_options, label, options.stamp)
     entry_map: dict = {}
     if options.layer_mapping is not None:
@@ -190,7 +208,8 @@ def _compare(t_side, g_side, options: GraphOptions, label: str):
     return table, summary, entry_map
 
 
-def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench, keep_md5: bool) -> GraphResult:
+def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench, keep_md5: bool,
+           bench_part=None) -> GraphResult:
     from msprobe.graph import scoring
     from msprobe.graph.distributed import comm_nodes
 
@@ -223,7 +242,8 @@ def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench, kee
         ends = vis_json.write_build(npu, path, options.overflow_check, forks(options))
     else:
         ends = vis_json.write_compare(npu, bench, path, scoring.TASK[result.mode], scoring.TOOLTIPS[result.mode],
-                                      scoring.colors(result.mode, False), options.overflow_check, forks(options))
+                                      scoring.colors(result.mode, False), options.overflow_check, forks(options),
+                                      bench_part)
     result.output = path
     result.comm_ends = ends if result.comm else []
     return result

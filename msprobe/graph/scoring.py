@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from msprobe.compare import columns as col
+from msprobe.graph.params import STAT_CELLS
 from msprobe.graph.tree import COLLECTION, ROOT, Graph
 from msprobe.report.cells import cell_text
 
@@ -110,12 +111,14 @@ def attach_and_score(npu: Graph, cells: dict, mode: str, new: bool) -> None:
                 node.data["precision_index"] = max(VERDICT_INDEX.get(v, 0) for v in verdicts)
         else:
             _old_index(node, mode, scored, row_of)
+    numbers = STAT_CELLS if mode == col.STATISTICS else {}
     for column in (NEW_COLUMNS if new else OLD_COLUMNS)[mode]:
         if column in cells:
             values = cells[column]
+            kept = float if column in numbers else str      # statistics diffs stay numbers, spelled when written
             for item, index in attached:
                 text = values[index]
-                item[column] = text if type(text) is str else cell_text(text)
+                item[column] = text if type(text) is str or type(text) is kept else cell_text(text)
     _collections(npu, mode, new)
 
 
@@ -141,7 +144,8 @@ def _old_index(node, mode: str, columns: list, row_of: dict) -> None:
             if row is None:
                 continue
             for values in columns:
-                value = _fraction(values[row])
+                value = values[row]
+                value = value / 100 if type(value) is float else _fraction(value)   # numbers are in percent
                 if value is not None:
                     worst = max(worst, abs(value))
         node.data["precision_index"] = min(worst, 1.0)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from msprobe.graph.params import format_params, new_caches
+from msprobe.graph.params import Formatter
 from msprobe.graph.tree import Graph
+
+_BATCH = 2048        # nodes formatted at once
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tb_nodes (
@@ -38,21 +40,24 @@ def graph_rows(graph: Graph, source: str, step: int, rank: int, keep_md5: bool) 
     stacks: dict = {}
     stack_rows = []
     rows = []
-    caches = new_caches()
-    for order, name in enumerate(graph.post_order()):
-        node = graph.nodes[name]
-        stack_text = json.dumps(node.stack_info, ensure_ascii=False)
-        stack_id = stacks.get(stack_text)
-        if stack_id is None:
-            stack_id = stacks[stack_text] = f"{graph_id}_{len(stacks)}"
-            stack_rows.append((stack_id, stack_text))
-        rows.append((f"{graph_id}_{name}", graph_id, order, name, str(node.node_type), node.upnode or "",
-                     json.dumps(node.subnodes, ensure_ascii=False) if node.subnodes else "",
-                     node.data.get("precision_index"), node.data.get("overflow_level"), node.micro_step_id or 0,
-                     json.dumps(node.link, ensure_ascii=False), stack_id, "", "{}", 0,
-                     json.dumps(format_params(node.input_data, False, keep_md5, caches), ensure_ascii=False),
-                     json.dumps(format_params(node.output_data, False, keep_md5, caches), ensure_ascii=False),
-                     source, graph.dump_data_dir, step, rank, int(name.startswith("Distributed"))))
+    formatter = Formatter(old=False, keep_md5=keep_md5, spaced=True)
+    order = graph.post_order()
+    for start in range(0, len(order), _BATCH):
+        names = order[start:start + _BATCH]
+        nodes = [graph.nodes[name] for name in names]
+        texts = formatter.many([params for node in nodes for params in (node.input_data, node.output_data)])
+        for index, (name, node) in enumerate(zip(names, nodes)):
+            stack_text = json.dumps(node.stack_info, ensure_ascii=False)
+            stack_id = stacks.get(stack_text)
+            if stack_id is None:
+                stack_id = stacks[stack_text] = f"{graph_id}_{len(stacks)}"
+                stack_rows.append((stack_id, stack_text))
+            rows.append((f"{graph_id}_{name}", graph_id, start + index, name, str(node.node_type),
+                         node.upnode or "", json.dumps(node.subnodes, ensure_ascii=False) if node.subnodes else "",
+                         node.data.get("precision_index"), node.data.get("overflow_level"), node.micro_step_id or 0,
+                         json.dumps(node.link, ensure_ascii=False), stack_id, "", "{}", 0, texts[2 * index],
+                         texts[2 * index + 1], source, graph.dump_data_dir, step, rank,
+                         int(name.startswith("Distributed"))))
     return rows, stack_rows
 
 

@@ -3,28 +3,29 @@ not care about indentation), so the formatted parameter texts of a large graph n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import tempfile
 
 import orjson
 
 from msprobe.graph.distributed import COMM_PREFIX
 from msprobe.graph.forked import Forked
-from msprobe.graph.params import format_params, new_caches
+from msprobe.graph.params import Formatter
 from msprobe.graph.tree import Graph
 from msprobe.report.atomic import atomic_path
 
+_BATCH = 2048        # nodes formatted at once
 _PLAIN_FIELDS = 10     # fields of a tensor parameter before compare cells are attached
 
 
-def node_object(node, keep_md5: bool = True, caches: tuple | None = None) -> dict:
-    caches = caches if caches is not None else new_caches()
-    body = {"id": node.id, "node_type": node.node_type,
-            "output_data": format_params(node.output_data, True, keep_md5, caches),
-            "input_data": format_params(node.input_data, True, keep_md5, caches),
-            "upnode": node.upnode or "None", "subnodes": node.subnodes, "matched_node_link": node.link,
-            "suggestions": {}, "stack_info": node.stack_info}
+def node_object(node, output_data: str, input_data: str) -> dict:
+    """The node's object in the .vis, given the JSON texts of its parameter dicts (Formatter)."""
+    body = {"id": node.id, "node_type": node.node_type, "output_data": orjson.Fragment(output_data),
+            "input_data": orjson.Fragment(input_data), "upnode": node.upnode or "None", "subnodes": node.subnodes,
+            "matched_node_link": node.link, "suggestions": {}, "stack_info": node.stack_info}
     if node.micro_step_id is not None:
         body["micro_step_id"] = node.micro_step_id
     body["data"] = node.data
@@ -32,12 +33,13 @@ def node_object(node, keep_md5: bool = True, caches: tuple | None = None) -> dic
 
 
 def _segments(parts: list) -> list:
-    """The document as segments in order: bytes as they are, or (graph, node name, first, label) to format. parts:
-    bytes, or (label, Graph), which stands for `{"root":...,"dump_data_dir":...,"node":{...}` (left open)."""
+    """The document as segments in order: bytes as they are, a Part as it is, or (graph, node name, first, label)
+    to format. parts: bytes, Part, or (label, Graph), which stands for `{"root":...,"dump_data_dir":...,"node":{...}`
+    (left open)."""
     out: list = []
     dumps = orjson.dumps
     for part in parts:
-        if isinstance(part, bytes):
+        if isinstance(part, (bytes, Part)):
             out.append(part)
             continue
         label, graph = part
@@ -50,20 +52,35 @@ def _segments(parts: list) -> list:
 
 def _write_segments(handle, segments) -> list:
     """Write; returns [label, node name, offset] of the end of every communication node's object (before its
-    closing brace), where matched_distributed is inserted later (add_links)."""
-    dumps = orjson.dumps
-    caches = new_caches()
-    ends = []
+    closing brace), where matched_distributed is inserted later (add_links). Nodes are formatted in batches."""
+    formatter = Formatter(old=True, keep_md5=True)
+    ends: list = []
+    batch: list = []
     for segment in segments:
         if isinstance(segment, bytes):
+            _write_nodes(handle, batch, formatter, ends)
             handle.write(segment)
-            continue
-        graph, name, first, label = segment
+        else:
+            batch.append(segment)
+            if len(batch) == _BATCH:
+                _write_nodes(handle, batch, formatter, ends)
+    _write_nodes(handle, batch, formatter, ends)
+    return ends
+
+
+def _write_nodes(handle, batch: list, formatter: Formatter, ends: list) -> None:
+    """Write the node segments of batch, and empty it."""
+    if not batch:
+        return
+    dumps = orjson.dumps
+    nodes = [graph.nodes[name] for graph, name, _, _ in batch]
+    texts = formatter.many([params for node in nodes for params in (node.output_data, node.input_data)])
+    for index, ((_, name, first, label), node) in enumerate(zip(batch, nodes)):
         handle.write((b"" if first else b",") + dumps(name) + b":"
-                     + dumps(node_object(graph.nodes[name], caches=caches)))
+                     + dumps(node_object(node, texts[2 * index], texts[2 * index + 1])))
         if name.startswith(COMM_PREFIX):
             ends.append([label, name, handle.tell() - 1])
-    return ends
+    batch.clear()
 
 
 def _split(segments: list) -> int:
@@ -71,7 +88,7 @@ def _split(segments: list) -> int:
     times that for the compare cells attached to it (mostly unique texts, spelled one by one)."""
     weights = []
     for segment in segments:
-        if isinstance(segment, bytes):
+        if isinstance(segment, (bytes, Part)):
             weights.append(0)
             continue
         node = segment[0].nodes[segment[1]]
@@ -79,7 +96,7 @@ def _split(segments: list) -> int:
         for params in (node.input_data, node.output_data):
             for item in params.values():
                 size = len(item)
-                weight += size + 2 * max(size - _PLAIN_FIELDS, 0)
+                weight += size + max(size - _PLAIN_FIELDS, 0) // 2
         weights.append(weight)
     half, total = sum(weights) / 2, 0
     for index, weight in enumerate(weights):
@@ -89,25 +106,67 @@ def _split(segments: list) -> int:
     return len(segments)
 
 
+class Part:
+    """Node objects of some segments, formatted into a temporary side file beside the output by a child process
+    (in this process, at once, without fork) while this process goes on; appended to the document later."""
+
+    def __init__(self, segments: list, path: str, fork: bool):
+        directory = os.path.dirname(os.path.abspath(path)) or "."
+        handle, self.path = tempfile.mkstemp(prefix=".tmp-", suffix="-part-" + os.path.basename(path), dir=directory)
+        os.close(handle)
+        self.forked = Forked(_write_part, segments, self.path, inline=not fork)
+
+    def append_to(self, handle) -> list:
+        """Copy the formatted objects to the end of handle; their communication nodes' ends, in handle's offsets."""
+        base = handle.tell()
+        ends = [[label, name, base + end] for label, name, end in self.forked.result()]
+        with open(self.path, "rb") as part:
+            shutil.copyfileobj(part, handle, 1 << 22)
+        self.close()
+        return ends
+
+    def close(self) -> None:
+        self.forked.cancel()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+def graph_part(label: str, graph: Graph, path: str, fork: bool = True) -> Part:
+    """Start formatting a graph (`{"root":...,"node":{...}`, left open) for the .vis at path; pass it to
+    write_compare in the graph's place."""
+    return Part(_segments([(label, graph)]), path, fork)
+
+
 def _write_document(path: str, parts: list, fork: bool = True) -> list:
     """Write the parts into path, atomically; returns the communication nodes' ends (see _write_segments). With
     fork (and where the system can), a child process formats the second half of the nodes into a side file (it
-    inherits the graphs, nothing is copied) while this process formats the first half."""
+    inherits the graphs, nothing is copied) while this process formats the first half. A Part among the parts
+    has been started before."""
     segments = _segments(parts)
     split = _split(segments)
-    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
-        side = temporary + ".part"
-        second = Forked(_write_part, segments[split:], side, inline=not fork)
-        try:
-            ends = _write_segments(handle, segments[:split])
-            base = handle.tell()
-            ends += [[label, name, base + end] for label, name, end in second.result()]
-            with open(side, "rb") as part:
-                shutil.copyfileobj(part, handle, 1 << 22)
-        finally:
-            second.cancel()
-            if os.path.exists(side):
-                os.unlink(side)
+    rest = segments[split:]
+    cut = next((index for index, segment in enumerate(rest) if isinstance(segment, Part)), len(rest))
+    pieces = segments[:split]
+    started = [segment for segment in segments if isinstance(segment, Part)]
+    try:
+        if rest[:cut]:
+            started.append(Part(rest[:cut], path, fork))
+            pieces.append(started[-1])
+        pieces += rest[cut:]
+        with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+            ends: list = []
+            run: list = []
+            for piece in pieces + [None]:
+                if isinstance(piece, Part) or piece is None:
+                    ends += _write_segments(handle, run)
+                    run = []
+                    if piece is not None:
+                        ends += piece.append_to(handle)
+                else:
+                    run.append(piece)
+    finally:
+        for part in started:
+            part.close()
     return ends
 
 
@@ -122,10 +181,11 @@ def write_build(graph: Graph, path: str, overflow_check: bool, fork: bool = True
 
 
 def write_compare(npu: Graph, bench: Graph, path: str, task: str, tooltip: dict, colors: dict,
-                  overflow_check: bool, fork: bool = True) -> list:
+                  overflow_check: bool, fork: bool = True, bench_part: Part | None = None) -> list:
+    """bench_part: the Bench graph's objects, started before (graph_part)."""
     tail = {"ToolTip": json.dumps(tooltip, ensure_ascii=False), "Colors": colors,
             "MicroSteps": max(npu.micro_steps, bench.micro_steps), "task": task, "OverflowCheck": overflow_check}
-    return _write_document(path, [b'{"NPU":', ("NPU", npu), b'},"Bench":', ("Bench", bench),
+    return _write_document(path, [b'{"NPU":', ("NPU", npu), b'},"Bench":', bench_part or ("Bench", bench),
                                   b"}," + orjson.dumps(tail)[1:]], fork)
 
 
