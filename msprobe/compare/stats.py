@@ -61,8 +61,9 @@ def stat_diff(target_values: list, golden_values: list, numbers: bool = False) -
 
     Rows whose two values are plain finite floats are computed with numpy at once; every other row
     (integers, NaN/Inf, booleans, text, N/A) goes through the case table of spec §4.4 one by one.
-    numbers: the differing float rows get the diff and the relative error in percent as floats, whose cell texts
-    are repr(diff) and repr(error) + "%" (for a caller that spells them its own way); texts otherwise.
+    numbers: the numeric rows that differ (two floats, or numbers as text) get the diff and the relative error in
+    percent as floats, whose cell texts are repr(diff) and repr(error) + "%" (for a caller that spells them its own
+    way); texts otherwise.
     """
     rows = len(target_values)
     nan = math.nan
@@ -123,9 +124,9 @@ def stat_diff(target_values: list, golden_values: list, numbers: bool = False) -
 def _fill_numeric(rows: np.ndarray, n: np.ndarray, b: np.ndarray, diffs, rels, fractions, numbers: bool) -> None:
     """n - b as text, abs((n - b) / b * 100) as text with % ("inf" when b is 0), for numeric rows; with numbers,
     as floats (the error in percent) but for "inf"."""
-    diff = n - b
     zero = b == 0
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        diff = n - b
         rel = np.abs(diff / np.where(zero, 1.0, b) * 100)
     if numbers:
         diffs[rows] = diff.tolist()

@@ -151,7 +151,7 @@ class Formatter:
         self.null = "{" + _quote("value") + self.colon + _quote("null") + "}"
         self.strings: dict = {}
         self.floats: dict = {}
-        self.others: dict = {}        # (class, value) -> quoted text
+        self.others: dict = {}        # (class, value) of bools, ints, None -> quoted text
         self.shapes: dict = {}        # shape tuple -> quoted text
         self.cells: dict = {"": {}, "%": {}}      # STAT_CELLS suffix -> {float -> quoted text}
         self.templates: dict = {}     # key sequence -> (template, kept fields, position of Max among them or -1)
@@ -250,12 +250,13 @@ class Formatter:
         return out
 
     def _one(self, value) -> str:
-        """Quoted text of a value that is neither a string nor a float (those have their own caches)."""
-        try:
-            key = (value.__class__, value)
-            text = self.others.get(key)
-        except TypeError:            # unhashable (a list)
+        """Quoted text of a value that is neither a string nor a float; bools, ints and None are cached by class
+        and value (other values, which may hold floats or equal-comparing elements, are spelled each time)."""
+        kind = value.__class__
+        if kind is not bool and kind is not int and value is not None:
             return _quote(self.text(value))
+        key = (kind, value)
+        text = self.others.get(key)
         if text is None:
             text = self.others[key] = _quote(self.text(value))
         return text

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import math
+from collections import deque
+from itertools import repeat
 
 from msprobe.compare import columns as col
 from msprobe.graph.params import STAT_CELLS
@@ -112,13 +114,15 @@ def attach_and_score(npu: Graph, cells: dict, mode: str, new: bool) -> None:
         else:
             _old_index(node, mode, scored, row_of)
     numbers = STAT_CELLS if mode == col.STATISTICS else {}
+    items = [item for item, _ in attached]
+    rows = [index for _, index in attached]
     for column in (NEW_COLUMNS if new else OLD_COLUMNS)[mode]:
         if column in cells:
-            values = cells[column]
-            kept = float if column in numbers else str      # statistics diffs stay numbers, spelled when written
-            for item, index in attached:
-                text = values[index]
-                item[column] = text if type(text) is str or type(text) is kept else cell_text(text)
+            picked = list(map(cells[column].__getitem__, rows))
+            kept = {str, float} if column in numbers else {str}     # statistics diffs stay numbers until written
+            if not set(map(type, picked)) <= kept:
+                picked = [value if type(value) in kept else cell_text(value) for value in picked]
+            deque(map(dict.__setitem__, items, repeat(column), picked), maxlen=0)
     _collections(npu, mode, new)
 
 
