@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 import zlib
-from itertools import chain
+from itertools import chain, compress, repeat
 from json.encoder import encode_basestring
+from operator import is_, itemgetter
 
 from msprobe.dump.reader import SENTINELS
 
@@ -153,7 +154,6 @@ class Formatter:
         self.floats: dict = {}
         self.others: dict = {}        # (class, value) of bools, ints, None -> quoted text
         self.shapes: dict = {}        # shape tuple -> quoted text
-        self.cells: dict = {"": {}, "%": {}}      # STAT_CELLS suffix -> {float -> quoted text}
         self.templates: dict = {}     # key sequence -> (template, kept fields, position of Max among them or -1)
 
     def params(self, params: dict) -> str:
@@ -162,7 +162,7 @@ class Formatter:
 
     def many(self, dicts: list) -> list:
         """JSON texts of parameter dicts, in order."""
-        caches = (self.strings, self.floats, self.others, self.shapes, *self.cells.values())
+        caches = (self.strings, self.floats, self.others, self.shapes)
         if sum(map(len, caches)) > self._LIMIT:
             for cache in caches:
                 cache.clear()
@@ -189,9 +189,13 @@ class Formatter:
             documents.append(parts)
         for fields, (items, places) in groups.items():
             template, kept, at = self.templates.get(fields) or self._template(fields)
-            columns = [self._column([item[field] for item in items], field) for field in kept]
+            if len(kept) == 1:
+                values = [list(map(itemgetter(kept[0]), items))]
+            else:
+                values = list(zip(*map(itemgetter(*kept), items)))
+            columns = [self._column(column, field) for column, field in zip(values, kept)]
             texts = list(map(template.__mod__, zip(*columns)))
-            if at >= 0:
+            if at >= 0 and _QUOTED_NULL in columns[at]:
                 for index, text in enumerate(columns[at]):
                     if text == _QUOTED_NULL:
                         texts[index] = self.null
@@ -225,9 +229,8 @@ class Formatter:
             return self._cached(values, self.strings, lambda new: [_quote(self.text(v)) for v in new])
         if kind is float:
             suffix = STAT_CELLS.get(field)
-            if suffix is not None:
-                return self._cached(values, self.cells[suffix],
-                                    lambda new: [f'"{t}"' for t in self.cell_texts(new, suffix)])
+            if suffix is not None:      # differences of two floats hardly ever recur: not cached
+                return [f'"{t}"' for t in self.cell_texts(values, suffix)]
             return self._cached(values, self.floats, lambda new: [f'"{t}"' for t in self.float_texts(new)])
         if kind is list:
             keys = list(map(tuple, values))
@@ -241,7 +244,7 @@ class Formatter:
         out = list(map(cache.get, keys))
         if None not in out:
             return out
-        new = list(dict.fromkeys(key for key, text in zip(keys, out) if text is None))
+        new = list(dict.fromkeys(compress(keys, map(is_, out, repeat(None)))))
         cache.update(zip(new, make(new)))
         out = list(map(cache.__getitem__, keys))
         if 0.0 in cache:             # only float keys can be zero; 0.0 == -0.0, but their texts differ
@@ -268,8 +271,20 @@ class Formatter:
 
 
 def _float_texts_old(values: list) -> list:
-    """_text_old of floats, many at once."""
-    return [f"{v:.6e}" if "e" in repr(v) else repr(round(v, 6)) for v in values]
+    """_text_old of floats, many at once. Between 1e-4 and 1e9 (no exponent in repr, at most 15 significant
+    digits once rounded) repr(round(v, 6)) is the 6-decimal text without its trailing zeros, which is cheaper."""
+    out = []
+    append = out.append
+    for value in values:
+        size = -value if value < 0 else value
+        if 1e-4 <= size < 1e9:
+            text = ("%.6f" % value).rstrip("0")
+            append(text + "0" if text[-1] == "." else text)
+        elif 0 < size < 1e-4 or 1e16 <= size < _INF:       # repr has an exponent
+            append(f"{value:.6e}")
+        else:
+            append(repr(round(value, 6)))
+    return out
 
 
 def _float_texts_new(values: list) -> list:
@@ -278,9 +293,20 @@ def _float_texts_new(values: list) -> list:
 
 def _cell_texts_old(values: list, suffix: str) -> list:
     """_text_old(repr(v) + suffix) of floats, many at once: a decimal mantissa of 7 or more fraction digits is
-    written with 6, the exponent and suffix kept."""
+    written with 6, the exponent and suffix kept. Between 1e-4 and 1e9 repr has 7 or more fraction digits exactly
+    when the 6-decimal text does not read back as the value; otherwise repr is that text without trailing zeros."""
     out = []
+    append = out.append
     for value in values:
+        size = -value if value < 0 else value
+        if 1e-4 <= size < 1e9:
+            text = "%.6f" % value
+            if float(text) == value:
+                text = text.rstrip("0")
+                if text[-1] == ".":
+                    text += "0"
+            append(text + suffix)
+            continue
         text = repr(value)
         dot = text.find(".")
         if dot >= 0:
@@ -290,7 +316,7 @@ def _cell_texts_old(values: list, suffix: str) -> list:
                     text = "%.6f" % value
             elif end - dot > 7:
                 text = "%.6f" % float(text[:end]) + text[end:]
-        out.append(text + suffix)
+        append(text + suffix)
     return out
 
 
@@ -306,6 +332,7 @@ def _cell_texts_new(values: list, suffix: str) -> list:
     return out
 
 
+_INF = float("inf")
 _quote = encode_basestring
 _QUOTED_NULL = _quote("null")
 _DROP_OLD = frozenset(("requires_grad", "full_op_name", "state"))
