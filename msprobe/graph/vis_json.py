@@ -85,8 +85,8 @@ def _write_nodes(handle, batch: list, formatter: Formatter, ends: list) -> None:
 
 
 def _split(segments: list) -> int:
-    """Where half of the formatting work is done. The work of a parameter is its number of values, and three
-    times that for the compare cells attached to it (mostly unique texts, spelled one by one)."""
+    """Where half of the formatting work is done. The work of a parameter is its number of values, a compare cell
+    attached to it counting half as much again (its text is made for nearly every value, not found in a cache)."""
     weights = []
     for segment in segments:
         if isinstance(segment, (bytes, Part)):
@@ -115,7 +115,11 @@ class Part:
         directory = os.path.dirname(os.path.abspath(path)) or "."
         handle, self.path = tempfile.mkstemp(prefix=".tmp-", suffix="-part-" + os.path.basename(path), dir=directory)
         os.close(handle)
-        self.forked = Forked(_write_part, segments, self.path, inline=not fork)
+        try:
+            self.forked = Forked(_write_part, segments, self.path, inline=not fork)
+        except BaseException:
+            os.unlink(self.path)
+            raise
 
     def append_to(self, handle) -> list:
         """Copy the formatted objects to the end of handle; their communication nodes' ends, in handle's offsets."""
