@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -59,13 +59,15 @@ class JudgeInput:
     tensor_problems: list | None = None    # tensor: (row, kind, reason) of pairs that could not be compared
 
 
-def _nan_or_inf(value) -> bool:
-    kind = type(value)
-    if kind is float or kind is int:
-        return not math.isfinite(value)
-    if kind is str:
-        return value.strip().lower() in ("nan", "inf", "-inf", "+inf")
-    return False
+def _nan_or_inf(values: list) -> np.ndarray:
+    """Per value: a non-finite float, or a text that says nan/inf (integers are finite, other kinds are not
+    numbers)."""
+    numbers = [value if (kind := value.__class__) is float
+               else _NON_FINITE_TEXTS.get(value.strip().lower(), 0.0) if kind is str else 0.0 for value in values]
+    return ~np.isfinite(np.array(numbers, dtype=np.float64))
+
+
+_NON_FINITE_TEXTS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("inf"), "+inf": float("inf")}
 
 
 def _entry_runs(entry: np.ndarray):
@@ -121,11 +123,10 @@ def judge(data: JudgeInput) -> tuple[list, list]:
         return [RESULT_TEXT[x] for x in level], _message_texts(messages)
 
     # Rule 1: NaN/Inf in the NPU max/min while the bench has none.
-    for row in np.flatnonzero(per_row_scope).tolist():
-        if _nan_or_inf(data.bench_max[row]) or _nan_or_inf(data.bench_min[row]):
-            continue
-        if _nan_or_inf(data.npu_max[row]) or _nan_or_inf(data.npu_min[row]):
-            flag(row, ERROR, MSG_STAT_NAN)
+    bench_bad = _nan_or_inf(data.bench_max) | _nan_or_inf(data.bench_min)
+    npu_bad = _nan_or_inf(data.npu_max) | _nan_or_inf(data.npu_min)
+    for row in np.flatnonzero(per_row_scope & npu_bad & ~bench_bad).tolist():
+        flag(row, ERROR, MSG_STAT_NAN)
 
     group_runs = [(start, stop) for start, stop in runs if not ignore[start]]
     if data.mode == TENSOR:
@@ -181,12 +182,20 @@ def _first_outputs(data, runs) -> np.ndarray:
     return np.where((position < len(outputs)) & (candidate < stops), candidate, -1)
 
 
+def _run_rows(runs: list) -> np.ndarray:
+    """The row indices of the runs, in order."""
+    starts = np.asarray([start for start, _ in runs], dtype=np.int64)
+    lengths = np.asarray([stop - start for start, stop in runs], dtype=np.int64)
+    offsets = np.cumsum(lengths) - lengths          # where each run begins among the selected rows
+    return np.arange(int(lengths.sum())) + np.repeat(starts - offsets, lengths)
+
+
 def _group_stats(data, runs, values, reduce, default):
     """(input-rows value, output-rows value, first output row) per run."""
     if not runs:
         return np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64)
     # reduceat reduces from each start to the next start: restrict to the rows of the runs
-    index = np.concatenate([np.arange(start, stop) for start, stop in runs])
+    index = _run_rows(runs)
     lengths = np.asarray([stop - start for start, stop in runs])
     local_starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
     local_runs = [(int(a), int(a + n)) for a, n in zip(local_starts, lengths)]
@@ -214,7 +223,7 @@ def _rule_norm_output(data, runs, flag):
         return
     inputs, _, _ = _group_stats(data, runs, data.norm_rel, np.fmax, 0.0)
     big_output = data.is_output & (np.abs(np.nan_to_num(data.norm_rel, nan=0.0)) > 0.5)
-    rows = np.concatenate([np.arange(start, stop) for start, stop in runs])
+    rows = _run_rows(runs)
     quiet_input = np.repeat(np.abs(inputs) < 0.1, [stop - start for start, stop in runs])
     for row in rows[quiet_input & big_output[rows]].tolist():
         flag(row, ERROR, MSG_NORM_OUTPUT)
@@ -230,33 +239,48 @@ def _rule_norm_ten_times(data, runs, flag):
 
 
 def _per_row_rules(data, scope, flag, ignore, runs):
+    """Rules 4-7 on the matched rows in scope, one rule after the other (so a row's messages keep rule order)."""
     t_grad, g_grad = data.grads
     t_dtype, g_dtype = data.dtypes
     t_shape, g_shape = data.shapes
+    rows = len(t_grad)
     scalar_scope = scope.copy()
     for start, stop in runs:
         if ignore[start]:
             scalar_scope[start:stop] = False
-    rows = np.flatnonzero(scope & data.matched).tolist()
+    checked = scope & data.matched
     # Rule 4: requires_grad recorded on both sides and different (absent on a side is no mismatch).
-    for row in rows:
-        a, b = t_grad[row], g_grad[row]
-        if a is not None and b is not None and a != b:
-            flag(row, ERROR, MSG_REQUIRES_GRAD)
+    t_code = np.fromiter(map(_GRAD_CODES.get, t_grad, repeat(3)), dtype=np.int8, count=rows)
+    g_code = np.fromiter(map(_GRAD_CODES.get, g_grad, repeat(3)), dtype=np.int8, count=rows)
+    differ = (t_code != g_code) | ((t_code == 3) & _texts_differ(t_grad, g_grad))
+    for row in np.flatnonzero(checked & (t_code != 0) & (g_code != 0) & differ).tolist():
+        flag(row, ERROR, MSG_REQUIRES_GRAD)
     # Rule 5: scalar arguments of different value.
-    for row in rows:
-        if (scalar_scope[row] and not data.is_output[row] and t_dtype[row] and g_dtype[row]
-                and "class" in t_dtype[row] and "class" in g_dtype[row] and t_shape[row] == "[]"
+    is_class = {dtype: bool(dtype) and "class" in dtype for dtype in {*t_dtype, *g_dtype}}
+    candidates = checked & scalar_scope & ~data.is_output
+    for row in np.flatnonzero(candidates).tolist():
+        if (is_class[t_dtype[row]] and is_class[g_dtype[row]] and t_shape[row] == "[]"
                 and cell_text(data.npu_max[row]) != cell_text(data.bench_max[row])):
             flag(row, ERROR, MSG_SCALAR)
     # Rule 6: dtypes differ (after normalising framework spellings).
-    for row in rows:
+    spelled = {dtype: canonical(dtype) for dtype in {*t_dtype, *g_dtype}}
+    for row in np.flatnonzero(checked & _texts_differ(list(map(spelled.__getitem__, t_dtype)),
+                                                      list(map(spelled.__getitem__, g_dtype)))).tolist():
         name = data.bench_names[row]
-        if "qkv" in name or "gate_up" in name:
-            continue
-        if canonical(t_dtype[row]) != canonical(g_dtype[row]):
+        if "qkv" not in name and "gate_up" not in name:
             flag(row, ERROR, MSG_DTYPE)
     # Rule 7: shapes differ.
-    for row in rows:
-        if t_shape[row] != g_shape[row]:
-            flag(row, ERROR, MSG_SHAPE)
+    for row in np.flatnonzero(checked & _texts_differ(t_shape, g_shape)).tolist():
+        flag(row, ERROR, MSG_SHAPE)
+
+
+_GRAD_CODES = {None: 0, "True": 1, "False": 2}      # 3: anything else, compared as it is
+
+
+def _texts_differ(a: list, b: list) -> np.ndarray:
+    """a[i] != b[i] for every row (elementwise, as Python compares them)."""
+    left = np.empty(len(a), dtype=object)
+    right = np.empty(len(b), dtype=object)
+    left[:] = a
+    right[:] = b
+    return np.asarray(left != right, dtype=bool)
