@@ -11,8 +11,8 @@ from operator import is_, itemgetter
 from msprobe.dump.reader import SENTINELS
 
 # Statistics compare columns whose cells of two floats stay numbers until written (the compare core's
-# stat_numbers; scoring.attach_and_score keeps them): column -> what follows the number in the cell's text (the
-# relative errors are in percent). A float in such a field is spelled as the text repr(value) + that suffix.
+# stat_numbers; scoring.attach_and_score keeps them in Graph.cells): column -> what follows the number in the
+# cell's text (the relative errors are in percent). A float in such a field is spelled as repr(value) + suffix.
 STAT_CELLS = {"Max diff": "", "Min diff": "", "Mean diff": "", "L2norm diff": "", "MaxRelativeErr": "%",
               "MinRelativeErr": "%", "MeanRelativeErr": "%", "NormRelativeErr": "%"}
 SOURCES = (("input_args", "input"), ("input_kwargs", "input"), ("input", "input"), ("output", "output"),
@@ -156,20 +156,22 @@ class Formatter:
         self.shapes: dict = {}        # shape tuple -> quoted text
         self.templates: dict = {}     # key sequence -> (template, kept fields, position of Max among them or -1)
 
-    def params(self, params: dict) -> str:
-        """JSON text of one parameter dict (input_data or output_data of a node)."""
-        return self.many([params])[0]
+    def params(self, params: dict, rows: dict | None = None, cells: dict | None = None) -> str:
+        """JSON text of one parameter dict (input_data or output_data of a node); see many."""
+        return self.many([params], [rows], cells)[0]
 
-    def many(self, dicts: list) -> list:
-        """JSON texts of parameter dicts, in order."""
+    def many(self, dicts: list, rows: list | None = None, cells: dict | None = None) -> list:
+        """JSON texts of parameter dicts, in order. rows: per dict, parameter key -> row of cells (compare column
+        -> values), whose values follow the parameter's own fields."""
         caches = (self.strings, self.floats, self.others, self.shapes)
         if sum(map(len, caches)) > self._LIMIT:
             for cache in caches:
                 cache.clear()
         colon = self.colon
-        groups: dict = {}          # key sequence -> ([item], [(parts, index)])
+        cell_fields = tuple(cells or ())
+        groups: dict = {}          # (key sequence, with cells) -> ([item], [(parts, index)], [row])
         documents = []
-        for params in dicts:
+        for params, found in zip(dicts, rows or repeat(None)):
             parts = []
             for key, item in params.items():
                 kind = item.get("type")
@@ -179,21 +181,29 @@ class Formatter:
                 if kind == "torch.ProcessGroup":
                     parts.append(_quote(key) + colon + self._group(item))
                     continue
-                fields = tuple(item)
+                row = found.get(key) if found else None
+                fields = (tuple(item), row is not None)
                 group = groups.get(fields)
                 if group is None:
-                    group = groups[fields] = ([], [])
+                    group = groups[fields] = ([], [], [])
                 group[0].append(item)
                 group[1].append((parts, len(parts)))
+                if row is not None:
+                    group[2].append(row)
                 parts.append(_quote(key) + colon)
             documents.append(parts)
-        for fields, (items, places) in groups.items():
+        for (fields, with_cells), (items, places, found_rows) in groups.items():
+            if with_cells:      # a compare column of the same name as a field replaces its value, in its place
+                fields += tuple(field for field in cell_fields if field not in fields)
             template, kept, at = self.templates.get(fields) or self._template(fields)
-            if len(kept) == 1:
-                values = [list(map(itemgetter(kept[0]), items))]
+            own = [field for field in kept if not (with_cells and field in cells)]
+            if len(own) == 1:
+                values = [list(map(itemgetter(own[0]), items))]
             else:
-                values = list(zip(*map(itemgetter(*kept), items)))
-            columns = [self._column(column, field) for column, field in zip(values, kept)]
+                values = list(zip(*map(itemgetter(*own), items))) if own else []
+            by_field = dict(zip(own, values))
+            columns = [self._column(by_field[field] if field in by_field
+                                    else list(map(cells[field].__getitem__, found_rows)), field) for field in kept]
             texts = list(map(template.__mod__, zip(*columns)))
             if at >= 0 and _QUOTED_NULL in columns[at]:
                 for index, text in enumerate(columns[at]):

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import math
-from collections import deque
-from itertools import repeat
 
 from msprobe.compare import columns as col
 from msprobe.graph.params import STAT_CELLS
@@ -87,42 +85,37 @@ def columns_used(mode: str, new: bool) -> list:
 
 
 def attach_and_score(npu: Graph, cells: dict, mode: str, new: bool) -> None:
-    """Merge the compare columns (cells: column -> values, at least columns_used) of each matched NPU node's
-    parameters and set data.precision_index."""
+    """Give each matched NPU node the compare rows of its parameters (node.rows; the columns shown go to
+    npu.cells) and set data.precision_index."""
     names, bench = cells["NPU Name"], cells["Bench Name"]
     results = cells["Result"]
     row_of: dict = {}
     for index, (name, partner) in enumerate(zip(names, bench)):
         if partner != "N/A":
             row_of.setdefault(name, index)
-    attached = []          # (item, row) of every parameter with a compared row
     scored = _scored_columns(cells, mode)
     for node in npu.nodes.values():
         if not node.link or node.node_type == COLLECTION or node.id == ROOT:
             continue
-        verdicts = []
-        for params in (node.input_data, node.output_data):
-            for key, item in params.items():
-                index = row_of.get(key)
-                if index is not None:
-                    attached.append((item, index))
-                    verdicts.append(results[index])
-        node.compared = node.compared or bool(verdicts)
+        rows = {key: row_of[key] for params in (node.input_data, node.output_data) for key in params
+                if key in row_of}
+        if rows:
+            node.rows = rows
         if new:
-            if verdicts:
-                node.data["precision_index"] = max(VERDICT_INDEX.get(v, 0) for v in verdicts)
+            if rows:
+                node.data["precision_index"] = max(VERDICT_INDEX.get(results[row], 0) for row in rows.values())
         else:
             _old_index(node, mode, scored, row_of)
     numbers = STAT_CELLS if mode == col.STATISTICS else {}
-    items = [item for item, _ in attached]
-    rows = [index for _, index in attached]
+    shown = {}
     for column in (NEW_COLUMNS if new else OLD_COLUMNS)[mode]:
         if column in cells:
-            picked = list(map(cells[column].__getitem__, rows))
+            values = cells[column]
             kept = {str, float} if column in numbers else {str}     # statistics diffs stay numbers until written
-            if not set(map(type, picked)) <= kept:
-                picked = [value if type(value) in kept else cell_text(value) for value in picked]
-            deque(map(dict.__setitem__, items, repeat(column), picked), maxlen=0)
+            if not set(map(type, values)) <= kept:
+                values = [value if type(value) in kept else cell_text(value) for value in values]
+            shown[column] = values
+    npu.cells = shown
     _collections(npu, mode, new)
 
 
@@ -193,7 +186,7 @@ def error_of(node, mode: str, new: bool) -> float | None:
 def top_nodes(npu: Graph, mode: str, new: bool, count: int = 10) -> list:
     scored = []
     for order, node in enumerate(npu.nodes.values()):
-        if node.node_type == COLLECTION or node.id == ROOT or not node.compared:
+        if node.node_type == COLLECTION or node.id == ROOT or not node.rows:
             continue
         error = error_of(node, mode, new)
         if error:

@@ -19,7 +19,7 @@ _TEMPLATE_LINE = re.compile(r"[A-Z]\w*Template\(")
 
 class Node:
     __slots__ = ("id", "node_type", "upnode", "subnodes", "input_data", "output_data", "stack_info",
-                 "micro_step_id", "link", "data", "in_dump", "compared")
+                 "micro_step_id", "link", "data", "in_dump", "rows")
 
     def __init__(self, name: str, node_type: int):
         self.id = name
@@ -33,7 +33,7 @@ class Node:
         self.link: list = []
         self.data: dict = {}
         self.in_dump = False
-        self.compared = False      # compare columns were attached to at least one parameter
+        self.rows: dict | None = None   # parameter key -> row of the graph's compare cells (Graph.cells)
 
 
 class Graph:
@@ -43,6 +43,7 @@ class Graph:
         self.nodes: dict = {ROOT: Node(ROOT, MODULE)}
         self.micro_steps = 1
         self.warnings: list = []
+        self.cells: dict = {}      # compare column -> values per row, shown after a compared parameter's fields
 
     def ancestors(self) -> dict:
         """node id -> list of ids from the root down to its parent, for every node reachable from the root."""

@@ -45,7 +45,8 @@ def graph_rows(graph: Graph, source: str, step: int, rank: int, keep_md5: bool) 
     for start in range(0, len(order), _BATCH):
         names = order[start:start + _BATCH]
         nodes = [graph.nodes[name] for name in names]
-        texts = formatter.many([params for node in nodes for params in (node.input_data, node.output_data)])
+        texts = formatter.many([params for node in nodes for params in (node.input_data, node.output_data)],
+                               [node.rows for node in nodes for _ in range(2)], graph.cells)
         for index, (name, node) in enumerate(zip(names, nodes)):
             stack_text = json.dumps(node.stack_info, ensure_ascii=False)
             stack_id = stacks.get(stack_text)

@@ -19,7 +19,6 @@ from msprobe.graph.tree import Graph
 from msprobe.report.atomic import atomic_path
 
 _BATCH = 2048        # nodes formatted at once
-_PLAIN_FIELDS = 10     # fields of a tensor parameter before compare cells are attached
 
 
 def node_object(node, output_data: str, input_data: str) -> dict:
@@ -74,8 +73,10 @@ def _write_nodes(handle, batch: list, formatter: Formatter, ends: list) -> None:
     if not batch:
         return
     dumps = orjson.dumps
-    nodes = [graph.nodes[name] for graph, name, _, _ in batch]
-    texts = formatter.many([params for node in nodes for params in (node.output_data, node.input_data)])
+    graph = batch[0][0]            # a batch holds the nodes of one graph (a graph's nodes are not interrupted)
+    nodes = [graph.nodes[name] for _, name, _, _ in batch]
+    texts = formatter.many([params for node in nodes for params in (node.output_data, node.input_data)],
+                           [node.rows for node in nodes for _ in range(2)], graph.cells)
     for index, ((_, name, first, label), node) in enumerate(zip(batch, nodes)):
         handle.write((b"" if first else b",") + dumps(name) + b":"
                      + dumps(node_object(node, texts[2 * index], texts[2 * index + 1])))
@@ -85,19 +86,21 @@ def _write_nodes(handle, batch: list, formatter: Formatter, ends: list) -> None:
 
 
 def _split(segments: list) -> int:
-    """Where half of the formatting work is done. The work of a parameter is its number of values, a compare cell
-    attached to it counting half as much again (its text is made for nearly every value, not found in a cache)."""
+    """Where half of the formatting work is done. The work of a parameter is its number of values, each compare
+    cell of a compared one counting half as much again (its text is made for nearly every value, not cached)."""
     weights = []
     for segment in segments:
         if isinstance(segment, (bytes, Part)):
             weights.append(0)
             continue
-        node = segment[0].nodes[segment[1]]
+        graph = segment[0]
+        node = graph.nodes[segment[1]]
         weight = 1
         for params in (node.input_data, node.output_data):
-            for item in params.values():
-                size = len(item)
-                weight += size + max(size - _PLAIN_FIELDS, 0) // 2
+            for key, item in params.items():
+                weight += len(item)
+                if node.rows and key in node.rows:
+                    weight += len(graph.cells) * 3 // 2
         weights.append(weight)
     half, total = sum(weights) / 2, 0
     for index, weight in enumerate(weights):
