@@ -491,3 +491,44 @@ def test_stat_diff_numbers_through_formatter():
         for i in range(len(target)):
             assert spelled[f"k{i}"]["Max diff"] == text(texts["Max diff"][i])
             assert spelled[f"k{i}"]["MaxRelativeErr"] == text(texts["MaxRelativeErr"][i])
+
+
+# ----------------------------------------------------------------- 6. compare cells given by row (Graph.cells)
+
+
+def _merged(params: dict, rows: dict | None, cells: dict) -> dict:
+    """The parameter dicts with their rows' cells assigned into them (a field of a column's name keeps its
+    place and takes the cell), as a compared node's parameters read."""
+    out = {}
+    for key, item in params.items():
+        item = dict(item)
+        if rows and key in rows:
+            for column, values in cells.items():
+                item[column] = values[rows[key]]
+        out[key] = item
+    return out
+
+
+@pytest.mark.parametrize("old,keep_md5,spaced", MODES, ids=MODE_IDS)
+def test_cells_by_row_equal_cells_in_the_dicts(old, keep_md5, spaced):
+    rng = random.Random(7)
+    dicts = _dicts(11, 300)
+    columns = list(STAT_CELLS) + ["Result", "Requires_grad Consistent"]
+    count = 500
+    cells = {column: [_random_float(rng) if column in STAT_CELLS and rng.random() < 0.7
+                      else rng.choice(["0", "N/A", "inf", "pass", "error", "12.5%", "Diff"]) for _ in range(count)]
+             for column in columns}
+    rows = []
+    for params in dicts:
+        chosen = {key: rng.randrange(count) for key in params if rng.random() < 0.6}
+        rows.append(chosen or None)
+    # a parameter that has a field of a compare column's name takes the cell in that field's place
+    dicts[0] = {"k": {"type": "torch.Tensor", "Max diff": "own", "Max": 1.5, "md5": "0"}}
+    rows[0] = {"k": 3}
+    merged = [_merged(params, found, cells) for params, found in zip(dicts, rows)]
+    expected = Formatter(old, keep_md5, spaced).many(merged)
+    formatter = Formatter(old, keep_md5, spaced)
+    assert formatter.many(dicts, rows, cells) == expected
+    assert formatter.many(dicts, rows, cells) == expected          # warm caches
+    assert [formatter.params(d, r, cells) for d, r in zip(dicts, rows)] == expected
+    assert json.loads(expected[0])["k"]["Max diff"] != "own"
