@@ -1,4 +1,4 @@
-"""The JSON `.vis` file tb-graph-ascend reads (spec §11). Written node by node (orjson, compact: the plugin does
+"""The JSON `.vis` file tb-graph-ascend reads (spec §11). Written in batches of nodes (compact: the plugin does
 not care about indentation), so the formatted parameter texts of a large graph never exist all at once."""
 
 from __future__ import annotations
