@@ -60,9 +60,16 @@ def file_name(job: Job, options: GraphOptions) -> str:
     return f"{kind}{step}{job.suffix}_{options.stamp}.vis"
 
 
-# The trees of the last job, released when the next job starts or the process ends: a CLI leaves without tearing
-# its heap down (console_main), which for a large graph saves the tenth of a second of freeing it object by object.
+# The trees of the last job in a process that ends without freeing its heap (the console script), released when
+# the next job starts: freeing a large graph object by object takes a tenth of a second that nobody needs.
 _RETIRED: list = []
+
+
+def _retire(*trees) -> None:
+    from msprobe.exiting import leaves_without_teardown
+
+    if leaves_without_teardown():
+        _RETIRED.extend(trees)
 
 
 def graph_job(job: Job, options: GraphOptions):
@@ -98,7 +105,7 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
         result.mode = col.MD5 if keep_md5 else col.STATISTICS if target.task == "statistics" else col.TENSOR
         if options.overflow_check:
             result.overflow = scoring.overflow_levels(npu)
-        _RETIRED.append(npu)
+        _retire(npu)
         return _write(result, job, options, npu, None, keep_md5)
     new = options.output_format == "db"
     # the compare core runs in a forked child (which reads the golden dump itself) while this process reads the
@@ -113,7 +120,7 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
         framework = target.framework
         npu = build_graph(target, simplify)
         bench = build_graph(golden, simplify)
-        _RETIRED.extend((npu, bench))
+        _retire(npu, bench)
         del target, golden
         result = GraphResult(job.label, "", step, rank, len(npu.nodes), warnings=list(npu.warnings))
         result.warnings += [f"golden: {w}" for w in bench.warnings]
