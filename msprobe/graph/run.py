@@ -194,8 +194,9 @@ def _compare_cells(target, golden, options: GraphOptions, label: str):
     from msprobe.dump.reader import read_dump
     from msprobe.graph.scoring import columns_used
 
-    if isinstance(golden, str):
-        golden = read_dump(golden, "golden", with_stack=True, with_construct=True)
+    if isinstance(golden, str):     # the compare core reads no golden stack, and its modules only to pair by them
+        golden = read_dump(golden, "golden", with_stack=False,
+                           with_construct=options.fuzzy or options.layer_mapping is not None)
     layer, same_framework = _layer_mapping(options.layer_mapping, target.framework, golden.framework)
     options = replace(options, layer_mapping=None if same_framework else layer)
     table, summary, entry_map = _compare(side_of(target), side_of(golden), options, label)
