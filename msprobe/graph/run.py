@@ -140,6 +140,7 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
             from msprobe.graph.vis_json import graph_part
 
             bench_part = graph_part("Bench", bench, os.path.join(options.output_dir, file_name(job, options)))
+            bench_part.start()
         return _compared(result, job, options, npu, bench, compare, layer, bench_part)
     finally:
         compare.cancel()

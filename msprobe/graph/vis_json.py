@@ -3,12 +3,10 @@ not care about indentation), so the formatted parameter texts of a large graph n
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
 import shutil
-import tempfile
 
 import orjson
 
@@ -16,7 +14,7 @@ from msprobe.graph.distributed import COMM_PREFIX
 from msprobe.graph.forked import Forked
 from msprobe.graph.params import Formatter
 from msprobe.graph.tree import Graph
-from msprobe.report.atomic import atomic_path
+from msprobe.report.atomic import atomic_path, new_temporary, remove_temporaries
 
 _BATCH = 2048        # nodes formatted at once
 
@@ -112,30 +110,33 @@ def _split(segments: list) -> int:
 
 class Part:
     """Node objects of some segments, formatted into a temporary side file beside the output by a child process
-    (in this process, at once, without fork) while this process goes on; appended to the document later."""
+    (in this process, at once, without fork) while this process goes on; appended to the document later. Nothing
+    happens until start(): a caller keeps the Part first, so that close() can always clean up after it."""
 
     def __init__(self, segments: list, path: str, fork: bool):
-        directory = os.path.dirname(os.path.abspath(path)) or "."
-        handle, self.path = tempfile.mkstemp(prefix=".tmp-", suffix="-part-" + os.path.basename(path), dir=directory)
-        os.close(handle)
-        try:
-            self.forked = Forked(_write_part, segments, self.path, inline=not fork)
-        except BaseException:
-            os.unlink(self.path)
-            raise
+        self.segments, self.target, self.fork = segments, path, fork
+        self.made: list = []
+        self.forked = None
+
+    def start(self) -> Part:
+        side = new_temporary(self.target, self.made, "part-")
+        self.forked = Forked(_write_part, self.segments, side, inline=not self.fork)
+        self.segments = None
+        return self
 
     def append_to(self, handle) -> list:
         """Copy the formatted objects to the end of handle; their communication nodes' ends, in handle's offsets."""
         base = handle.tell()
         ends = [[label, name, base + end] for label, name, end in self.forked.result()]
-        _append_file(handle, self.path)
+        _append_file(handle, self.made[0])
         self.close()
         return ends
 
     def close(self) -> None:
-        self.forked.cancel()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        """Stop the child if it runs and remove the side file (safe at any point, and twice)."""
+        if self.forked is not None:
+            self.forked.cancel()
+        remove_temporaries(self.made)
 
 
 def _append_file(handle, path: str) -> None:
@@ -162,8 +163,8 @@ def _append_file(handle, path: str) -> None:
 
 
 def graph_part(label: str, graph: Graph, path: str, fork: bool = True) -> Part:
-    """Start formatting a graph (`{"root":...,"node":{...}`, left open) for the .vis at path; pass it to
-    write_compare in the graph's place."""
+    """A Part that formats a graph (`{"root":...,"node":{...}`, left open) for the .vis at path, not started; pass
+    it to write_compare in the graph's place."""
     return Part(_segments([(label, graph)]), path, fork)
 
 
@@ -181,6 +182,7 @@ def _write_document(path: str, parts: list, fork: bool = True) -> list:
     try:
         if rest[:cut]:
             started.append(Part(rest[:cut], path, fork))
+            started[-1].start()
             pieces.append(started[-1])
         pieces += rest[cut:]
         with atomic_path(path) as temporary, open(temporary, "wb") as handle:

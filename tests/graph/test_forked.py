@@ -74,3 +74,34 @@ def test_interrupt_while_waiting_raises_keyboard_interrupt_and_reaps():
     assert time.perf_counter() - started < 5
     waiting.cancel()                      # a no-op now: nothing closed twice
     assert _children() == before
+
+
+def test_ctrl_c_during_the_fork_is_raised_and_the_child_reaped(monkeypatch):
+    """A SIGINT that arrives while the process forks (where the interpreter's at-fork hooks would swallow it) is
+    noted and raised once the child is known, also when another thread exists; the child is killed and reaped."""
+    real_fork = os.fork
+    forked = []
+
+    def fork_hit_by_ctrl_c():
+        os.kill(os.getpid(), signal.SIGINT)        # pending: SIGINT is blocked around the fork
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork_hit_by_ctrl_c)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)    # another thread, which the kernel may pick for the signal
+    other.start()
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        before = _children()
+        with pytest.raises(KeyboardInterrupt):
+            Forked(_sleep, 30)
+        assert forked and forked[0] not in _children() and _children() == before
+    finally:
+        stop.set()
+        other.join()
+    monkeypatch.undo()
+    assert signal.getsignal(signal.SIGINT) is handler     # the handler is as it was
+    assert Forked(_square, 3).result()[0] == 9

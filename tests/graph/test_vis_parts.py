@@ -35,7 +35,7 @@ def _write(path, npu, bench, fork, bench_part=None):
 def test_part_gives_the_same_file(tmp_path, graphs, fork):
     npu, bench = graphs
     plain_ends = _write(tmp_path / "plain.vis", npu, bench, fork)
-    part = vis_json.graph_part("Bench", bench, str(tmp_path / "part.vis"), fork)
+    part = vis_json.graph_part("Bench", bench, str(tmp_path / "part.vis"), fork).start()
     part_ends = _write(tmp_path / "part.vis", npu, bench, fork, part)
     assert (tmp_path / "plain.vis").read_bytes() == (tmp_path / "part.vis").read_bytes()
     assert plain_ends == part_ends
@@ -44,7 +44,7 @@ def test_part_gives_the_same_file(tmp_path, graphs, fork):
 
 def test_abandoned_part_leaves_nothing(tmp_path, graphs):
     _, bench = graphs
-    part = vis_json.graph_part("Bench", bench, str(tmp_path / "x.vis"), True)
+    part = vis_json.graph_part("Bench", bench, str(tmp_path / "x.vis"), True).start()
     assert any(name.startswith(".tmp-") for name in os.listdir(tmp_path))
     part.close()
     part.close()                          # twice is harmless
@@ -58,7 +58,15 @@ def test_failing_part_raises_and_leaves_nothing(tmp_path, graphs, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(vis_json, "_write_part", broken)
-    part = vis_json.graph_part("Bench", bench, str(tmp_path / "x.vis"), True)
+    part = vis_json.graph_part("Bench", bench, str(tmp_path / "x.vis"), True).start()
     with pytest.raises(OSError, match="No space left"):
         _write(tmp_path / "x.vis", npu, bench, True, part)
+    assert os.listdir(tmp_path) == []
+
+
+def test_unstarted_part_makes_nothing(tmp_path, graphs):
+    _, bench = graphs
+    part = vis_json.graph_part("Bench", bench, str(tmp_path / "x.vis"), True)
+    assert os.listdir(tmp_path) == []
+    part.close()
     assert os.listdir(tmp_path) == []
