@@ -8,6 +8,8 @@ import os
 import pickle
 import signal
 
+from msprobe.interrupts import HeldInterrupts
+
 
 class Forked:
     def __init__(self, func, *args, inline: bool = False):
@@ -21,10 +23,7 @@ class Forked:
                 self._error = exc
             return
         read, write = os.pipe()
-        # While forking, Ctrl-C is only noted: a KeyboardInterrupt raised inside the interpreter's at-fork hooks
-        # (logging's lock release) is reported as "ignored" and lost, and the command would run on. It is raised
-        # once the child is known here, so that the child is stopped too.
-        held = _HeldInterrupts()
+        held = HeldInterrupts()                   # a Ctrl-C while forking is raised once the child is known
         pid = os.fork()
         if pid == 0:                              # the child: compute, send, leave without cleanup
             held.restore()
@@ -80,34 +79,6 @@ class Forked:
             os.close(self._read)
             _kill(pid)
             os.waitpid(pid, 0)
-
-
-class _HeldInterrupts:
-    """SIGINT noted instead of handled, from creation to restore() (in the main thread; elsewhere no Python
-    handler runs, so nothing is held); deliver() then hands a noted one to the handler that was in place."""
-
-    def __init__(self):
-        self.noted = False
-        try:
-            self.previous = signal.signal(signal.SIGINT, self._note)
-        except ValueError:                        # not the main thread
-            self.previous = None
-
-    def _note(self, signum, frame) -> None:
-        self.noted = True
-
-    def restore(self) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
-
-    def deliver(self) -> None:
-        if not self.noted:
-            return
-        self.noted = False
-        if callable(self.previous):
-            self.previous(signal.SIGINT, None)    # Python's own handler raises KeyboardInterrupt here
-        elif self.previous == signal.SIG_DFL:
-            signal.raise_signal(signal.SIGINT)
 
 
 def _kill(pid: int) -> None:

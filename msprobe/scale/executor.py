@@ -14,11 +14,13 @@ import dataclasses
 import gc
 import multiprocessing
 import os
+import signal
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from msprobe.errors import MsprobeError
+from msprobe.interrupts import HeldInterrupts
 from msprobe.log import get_logger, progress, setup_logging
 from msprobe.scale.resume import Marker, Resume, completed, marker_for
 
@@ -247,9 +249,14 @@ class Processes:
         reader, writer = self._context.Pipe(duplex=False)
         process = self._context.Process(target=_child, args=(writer, call), daemon=True,
                                         name=f"msprobe-task-{index}")
-        process.start()
+        held = HeldInterrupts()           # a Ctrl-C while forking is raised once the process is known (cancel())
+        try:
+            process.start()
+        finally:
+            held.restore()
         writer.close()
         self._running[reader] = (index, job, process)
+        held.deliver()
 
     def wait(self) -> list:
         from multiprocessing.connection import wait
@@ -285,6 +292,7 @@ class Processes:
 
 
 def _child(writer, call: tuple) -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)     # not the parent's while it forked (interrupts.py)
     try:
         result = execute(*call)
     except KeyboardInterrupt:   # Ctrl-C reaches the whole process group; the driver reports it
