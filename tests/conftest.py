@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -80,6 +81,15 @@ def kill_acc_check_run(out, done: int, partial: bytes) -> tuple:
     missing = lines[done + 1].split(b",")[0] + b".forward.output.0"
     details_path.write_bytes(full_details[:full_details.index(missing)] + missing + partial)
     return result_path, details_path, full_result, full_details
+
+
+def without_framework(dump: Path, tmp_path: Path) -> tuple[dict, Path]:
+    """(the dump's content without its "framework" key, a copy of the dump holding it), for bad-input tests."""
+    content = json.loads(Path(dump).read_text())
+    del content["framework"]
+    path = tmp_path / "noframework.json"
+    path.write_text(json.dumps(content))
+    return content, path
 
 
 def only_file(directory, pattern: str) -> Path:

@@ -11,7 +11,7 @@ import torch
 
 from msprobe.acc_check.results import DETAILS_HEADER, RESULT_HEADER
 
-from conftest import FIXTURES, kill_acc_check_run, only_file, read_csv, run_cli
+from conftest import FIXTURES, kill_acc_check_run, only_file, read_csv, run_cli, without_framework
 
 L1 = FIXTURES / "stats_L1_step0" / "target" / "dump.json"
 L0 = FIXTURES / "stats_L0_step0" / "target" / "dump.json"
@@ -178,10 +178,7 @@ def test_resume_rejects_other_dump_and_corrupt_csv(tmp_path, capsys):
 
 
 def test_bad_dumps(tmp_path, capsys):
-    content = json.loads(L1.read_text())
-    del content["framework"]
-    no_framework = tmp_path / "noframework.json"
-    no_framework.write_text(json.dumps(content))
+    content, no_framework = without_framework(L1, tmp_path)
     assert run_cli(["acc_check", "-api_info", no_framework, "-o", tmp_path / "o1"]) == 1
     assert capsys.readouterr().err == f'msprobe acc_check: error: Key "framework" not found in {no_framework}\n'
     assert run_cli(["acc_check", "-api_info", L0, "-o", tmp_path / "o2"]) == 1

@@ -12,7 +12,16 @@ import os
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, device_rows, in_dump_order, kill_acc_check_run, only_file, read_csv, run_cli
+from conftest import (
+    FIXTURES,
+    device_rows,
+    in_dump_order,
+    kill_acc_check_run,
+    only_file,
+    read_csv,
+    run_cli,
+    without_framework,
+)
 
 ms = pytest.importorskip("mindspore", reason="mindspore is not installed (it needs numpy<2: the MindSpore acc_check "
                                              "tests run in the separate environment of .ci/run)")
@@ -356,10 +365,7 @@ def test_resume_continues_and_refuses_foreign_files(tmp_path, capsys):
 
 
 def test_bad_mindspore_dumps(tmp_path, capsys):
-    content = json.loads(L1.read_text())
-    del content["framework"]
-    path = tmp_path / "noframework.json"
-    path.write_text(json.dumps(content))
+    content, path = without_framework(L1, tmp_path)
     assert run_cli(["acc_check", "-api_info", path, "-o", tmp_path / "o1"]) == 1
     assert capsys.readouterr().err == f'msprobe acc_check: error: Key "framework" not found in {path}\n'
     l0 = _write_dump(tmp_path / "l0" / "dump.json", {"Cell.head.Linear.forward.0": {
