@@ -15,6 +15,7 @@ from msprobe.dump.reader import SENTINELS
 # cell's text (the relative errors are in percent). A float in such a field is spelled as repr(value) + suffix.
 STAT_CELLS = {"Max diff": "", "Min diff": "", "Mean diff": "", "L2norm diff": "", "MaxRelativeErr": "%",
               "MinRelativeErr": "%", "MeanRelativeErr": "%", "NormRelativeErr": "%"}
+NODE_BATCH = 2048       # nodes a writer formats at once (their texts never exist for a whole graph)
 SOURCES = (("input_args", "input"), ("input_kwargs", "input"), ("input", "input"), ("output", "output"),
            ("parameters", "parameters"))
 STATS = ("Max", "Min", "Mean", "Norm")
@@ -159,6 +160,12 @@ class Formatter:
     def params(self, params: dict, rows: dict | None = None, cells: dict | None = None) -> str:
         """JSON text of one parameter dict (input_data or output_data of a node); see many."""
         return self.many([params], [rows], cells)[0]
+
+    def nodes(self, nodes: list, cells: dict) -> list:
+        """(input_data text, output_data text) of each node, its compare rows (Node.rows) into cells filled in."""
+        texts = self.many([params for node in nodes for params in (node.input_data, node.output_data)],
+                          [node.rows for node in nodes for _ in range(2)], cells)
+        return list(zip(texts[::2], texts[1::2]))
 
     def many(self, dicts: list, rows: list | None = None, cells: dict | None = None) -> list:
         """JSON texts of parameter dicts, in order. rows: per dict, parameter key -> row of cells (compare column

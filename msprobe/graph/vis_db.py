@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from msprobe.graph.params import Formatter
+from msprobe.graph.params import NODE_BATCH, Formatter
 from msprobe.graph.tree import Graph
-
-_BATCH = 2048        # nodes formatted at once
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tb_nodes (
@@ -42,12 +40,11 @@ def graph_rows(graph: Graph, source: str, step: int, rank: int, keep_md5: bool) 
     rows = []
     formatter = Formatter(old=False, keep_md5=keep_md5, spaced=True)
     order = graph.post_order()
-    for start in range(0, len(order), _BATCH):
-        names = order[start:start + _BATCH]
+    for start in range(0, len(order), NODE_BATCH):
+        names = order[start:start + NODE_BATCH]
         nodes = [graph.nodes[name] for name in names]
-        texts = formatter.many([params for node in nodes for params in (node.input_data, node.output_data)],
-                               [node.rows for node in nodes for _ in range(2)], graph.cells)
-        for index, (name, node) in enumerate(zip(names, nodes)):
+        texts = formatter.nodes(nodes, graph.cells)
+        for index, (name, node, (input_data, output_data)) in enumerate(zip(names, nodes, texts)):
             stack_text = json.dumps(node.stack_info, ensure_ascii=False)
             stack_id = stacks.get(stack_text)
             if stack_id is None:
@@ -56,8 +53,8 @@ def graph_rows(graph: Graph, source: str, step: int, rank: int, keep_md5: bool) 
             rows.append((f"{graph_id}_{name}", graph_id, start + index, name, str(node.node_type),
                          node.upnode or "", json.dumps(node.subnodes, ensure_ascii=False) if node.subnodes else "",
                          node.data.get("precision_index"), node.data.get("overflow_level"), node.micro_step_id or 0,
-                         json.dumps(node.link, ensure_ascii=False), stack_id, "", "{}", 0, texts[2 * index],
-                         texts[2 * index + 1], source, graph.dump_data_dir, step, rank,
+                         json.dumps(node.link, ensure_ascii=False), stack_id, "", "{}", 0, input_data,
+                         output_data, source, graph.dump_data_dir, step, rank,
                          int(name.startswith("Distributed"))))
     return rows, stack_rows
 

@@ -12,11 +12,9 @@ import orjson
 
 from msprobe.graph.distributed import COMM_PREFIX
 from msprobe.graph.forked import Forked
-from msprobe.graph.params import Formatter
+from msprobe.graph.params import NODE_BATCH, Formatter
 from msprobe.graph.tree import Graph
 from msprobe.report.atomic import atomic_path, new_temporary, remove_temporaries
-
-_BATCH = 2048        # nodes formatted at once
 
 
 def node_object(node, output_data: str, input_data: str) -> dict:
@@ -60,7 +58,7 @@ def _write_segments(handle, segments) -> list:
             handle.write(segment)
         else:
             batch.append(segment)
-            if len(batch) == _BATCH:
+            if len(batch) == NODE_BATCH:
                 _write_nodes(handle, batch, formatter, ends)
     _write_nodes(handle, batch, formatter, ends)
     return ends
@@ -73,11 +71,10 @@ def _write_nodes(handle, batch: list, formatter: Formatter, ends: list) -> None:
     dumps = orjson.dumps
     graph = batch[0][0]            # a batch holds the nodes of one graph (a graph's nodes are not interrupted)
     nodes = [graph.nodes[name] for _, name, _, _ in batch]
-    texts = formatter.many([params for node in nodes for params in (node.output_data, node.input_data)],
-                           [node.rows for node in nodes for _ in range(2)], graph.cells)
-    for index, ((_, name, first, label), node) in enumerate(zip(batch, nodes)):
+    texts = formatter.nodes(nodes, graph.cells)
+    for (_, name, first, label), node, (input_data, output_data) in zip(batch, nodes, texts):
         handle.write((b"" if first else b",") + dumps(name) + b":"
-                     + dumps(node_object(node, texts[2 * index], texts[2 * index + 1])))
+                     + dumps(node_object(node, output_data, input_data)))
         if name.startswith(COMM_PREFIX):
             ends.append([label, name, handle.tell() - 1])
     batch.clear()
