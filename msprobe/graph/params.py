@@ -8,6 +8,9 @@ from itertools import chain, compress, repeat
 from json.encoder import encode_basestring
 from operator import is_, itemgetter
 
+import numpy as np
+import orjson
+
 from msprobe.dump.reader import SENTINELS
 
 # Statistics compare columns whose cells of two floats stay numbers until written (the compare core's
@@ -137,10 +140,11 @@ class Formatter:
     write. `old`: the .vis spelling (else the .vis.db one); `spaced`: json.dumps' separators (else compact).
 
     Many dicts are spelled at once, column by column: the items that have the same keys in the same order (nearly
-    all tensors) form a group, each of their fields is looked up in a cache of quoted texts as one column, the
-    texts that are missing are made in one pass, and every item is filled into the group's template. Values recur
-    across the nodes of a graph (one op's output is the next op's input); strings, non-zero floats and other
-    values are cached apart (1 == 1.0 == True and 0.0 == -0.0, but their texts differ)."""
+    all tensors) form a group, each of their fields is spelled as one column, and every item is filled into the
+    group's template. Floats are spelled a column at a time with numpy and orjson (_float_texts_old and the
+    others below). Strings, shapes and the other values recur across the nodes of a graph (one op's output is the
+    next op's input): they are looked up in caches of quoted texts, and the missing ones made once each; they are
+    cached apart (1 == True, but their texts differ)."""
 
     _LIMIT = 1_000_000      # cached texts kept at most
 
@@ -152,7 +156,6 @@ class Formatter:
         self.colon, self.comma = (": ", ", ") if spaced else (":", ",")
         self.null = "{" + _quote("value") + self.colon + _quote("null") + "}"
         self.strings: dict = {}
-        self.floats: dict = {}
         self.others: dict = {}        # (class, value) of bools, ints, None -> quoted text
         self.shapes: dict = {}        # shape tuple -> quoted text
         self.templates: dict = {}     # key sequence -> (template, kept fields, position of Max among them or -1)
@@ -170,7 +173,7 @@ class Formatter:
     def many(self, dicts: list, rows: list | None = None, cells: dict | None = None) -> list:
         """JSON texts of parameter dicts, in order. rows: per dict, parameter key -> row of cells (compare column
         -> values), whose values follow the parameter's own fields."""
-        caches = (self.strings, self.floats, self.others, self.shapes)
+        caches = (self.strings, self.others, self.shapes)
         if sum(map(len, caches)) > self._LIMIT:
             for cache in caches:
                 cache.clear()
@@ -246,9 +249,9 @@ class Formatter:
             return self._cached(values, self.strings, lambda new: [_quote(self.text(v)) for v in new])
         if kind is float:
             suffix = STAT_CELLS.get(field)
-            if suffix is not None:      # differences of two floats hardly ever recur: not cached
-                return [f'"{t}"' for t in self.cell_texts(values, suffix)]
-            return self._cached(values, self.floats, lambda new: [f'"{t}"' for t in self.float_texts(new)])
+            if suffix is not None:
+                return self.cell_texts(values, suffix, '"')
+            return self.float_texts(values, '"')
         if kind is list:
             keys = list(map(tuple, values))
             if set(map(type, chain.from_iterable(keys))) <= {int}:     # plain shapes
@@ -263,11 +266,7 @@ class Formatter:
             return out
         new = list(dict.fromkeys(compress(keys, map(is_, out, repeat(None)))))
         cache.update(zip(new, make(new)))
-        out = list(map(cache.__getitem__, keys))
-        if 0.0 in cache:             # only float keys can be zero; 0.0 == -0.0, but their texts differ
-            del cache[0.0]
-            out = [make([key])[0] if key == 0.0 else text for key, text in zip(keys, out)]
-        return out
+        return list(map(cache.__getitem__, keys))
 
     def _one(self, value) -> str:
         """Quoted text of a value that is neither a string nor a float; bools, ints and None are cached by class
@@ -287,9 +286,185 @@ class Formatter:
                                      if k not in self.drop) + "}"
 
 
-def _float_texts_old(values: list) -> list:
-    """_text_old of floats, many at once. Between 1e-4 and 1e9 (no exponent in repr, at most 15 significant
-    digits once rounded) repr(round(v, 6)) is the 6-decimal text without its trailing zeros, which is cheaper."""
+# Floats are spelled many at once (the batch functions below give quote + text + quote, the quote "" or '"'; each
+# equals its per-value function of _text_old/_text_new, which the tests check). Between 1e-4 and 1e9, where repr
+# has no exponent, numpy rounds the values to 6 decimals as "%.6f" does (_six_decimals) and orjson writes the
+# floats as repr does (_reprs, _padded_six); other values, and the few numpy cannot round surely, are spelled one
+# after another (the *_each functions).
+
+def _float_texts_old(values: list, quote: str = "") -> list:
+    """_text_old of floats: repr(round(v, 6)), which between 1e-4 and 1e9 is the 6-decimal text without its
+    trailing zeros."""
+    return _spelled(values, quote, _rounded_reprs, _float_texts_old_each)
+
+
+def _float_texts_new(values: list, quote: str = "") -> list:
+    """_text_new of floats: repr(v)."""
+    return _spelled(values, quote, _plain_reprs, _float_texts_new_each)
+
+
+def _cell_texts_old(values: list, suffix: str, quote: str = "") -> list:
+    """_text_old(repr(v) + suffix) of floats: a decimal mantissa of 7 or more fraction digits is written with 6,
+    the exponent and suffix kept."""
+    return _spelled(values, quote, lambda v, q: _six_cells(v, suffix, q, True),
+                    lambda some: _cell_texts_old_each(some, suffix))
+
+
+def _cell_texts_new(values: list, suffix: str, quote: str = "") -> list:
+    """_text_new(repr(v) + suffix) of floats: a plain decimal of 7 or more fraction digits is written with 6."""
+    return _spelled(values, quote, lambda v, q: _six_cells(v, suffix, q, False),
+                    lambda some: _cell_texts_new_each(some, suffix))
+
+
+_FEW = 32           # fewer values are spelled one after another (numpy's fixed cost is higher)
+_TENS = np.array([10.0 ** k for k in range(23)])        # the powers of ten a float holds exactly
+
+
+def _spelled(values: list, quote: str, spell, each) -> list:
+    """quote + text + quote of every float of values: spell(array, quote) gives [(rows, their texts)] of the rows
+    it can spell, each(values) the texts of the others, one after another."""
+    if len(values) < _FEW:
+        return _quoted(each(values), quote)
+    array = np.array(values, dtype=np.float64)
+    parts = [(rows, texts) for rows, texts in spell(array, quote) if texts]
+    if len(parts) == 1 and len(parts[0][1]) == len(values):
+        return parts[0][1]
+    out = np.empty(len(array), dtype=object)
+    left = np.ones(len(array), dtype=bool)
+    for rows, texts in parts:
+        out[rows] = np.array(texts, dtype=object)
+        left[rows] = False
+    rest = np.flatnonzero(left).tolist()
+    if rest:
+        out[rest] = np.array(_quoted(each([values[i] for i in rest]), quote), dtype=object)
+    return out.tolist()
+
+
+def _six_decimals(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(|v| * 10^6 rounded to an integer as "%.6f" rounds the exact value, rows where that is sure): rows between
+    1e-4 and 1e9 (the product is below 2^53, its error below half its spacing) whose product is not within two
+    spacings of a half (the exact product could lie on the other side; exact ties round to even in "%.6f")."""
+    size = np.abs(v)
+    with np.errstate(invalid="ignore", over="ignore"):
+        sure = (size >= 1e-4) & (size < 1e9)
+        product = size * 1e6
+        whole = np.floor(product)
+        part = product - whole          # exact (whole and product are within a factor 2)
+        sure &= np.abs(part - 0.5) > 2 * np.spacing(product)
+    return whole + (part > 0.5), sure
+
+
+def _seven_digits(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(M, e, exact, sure): |v| rounded to 7 significant digits as "%.6e" rounds the exact value, M * 10^(e - 6)
+    with 10^6 <= M < 10^7; whether that decimal reads back as v; the rows where all this is sure. Those are rows
+    between 1e-15 and 1e-4 or 1e16 and 1e27 (one multiplication or division by an exact power of ten takes them
+    to the 7 digits, correctly rounded) whose scaled value is not within eight spacings of a half."""
+    size = np.abs(v)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        sure = ((size >= 1e-15) & (size < 1e-4)) | ((size >= 1e16) & (size < 1e27))
+        size = np.where(sure, size, 1e-10)
+        exponent = np.floor(np.log10(size)).astype(np.int64)
+        for _ in range(2):              # log10 may be one off next to a power of ten
+            scaled = _scale(size, 6 - exponent)
+            exponent += (scaled >= 1e7).astype(np.int64) - (scaled < 1e6)
+        scaled = _scale(size, 6 - exponent)
+        whole = np.floor(scaled)
+        part = scaled - whole
+        sure &= (scaled >= 1e6) & (scaled < 1e7) & (np.abs(part - 0.5) > 8 * np.spacing(scaled))
+        digits = whole + (part > 0.5)
+        carry = digits >= 1e7           # 9999999.5 and up: 1.000000 of the next power
+        digits[carry] = 1e6
+        exponent += carry
+        exact = _scale(digits, exponent - 6) == size
+    return digits, exponent, exact, sure
+
+
+def _scale(values: np.ndarray, powers: np.ndarray) -> np.ndarray:
+    """values * 10^powers, each one correctly rounded operation (|powers| <= 22)."""
+    ten = _TENS[np.minimum(np.abs(powers), 22)]
+    return np.where(powers >= 0, values * ten, values / ten)
+
+
+def _rounded_reprs(v: np.ndarray, quote: str) -> list:
+    """_float_texts_old: repr(round(v, 6)) between 1e-4 and 1e9 (the float nearest to the 6-decimal text is the
+    exact quotient, correctly rounded), "%.6e" where repr has an exponent."""
+    scaled, sure = _six_decimals(v)
+    parts = [(sure, _joined(np.copysign(scaled[sure] / 1e6, v[sure]), "", quote))]
+    digits, exponent, _, sure = _seven_digits(v)
+    return parts + _by_exponent(sure, digits, exponent, v, "", quote, padded=True)
+
+
+def _plain_reprs(v: np.ndarray, quote: str) -> list:
+    """_float_texts_new: repr(v) between 1e-4 and 1e9."""
+    size = np.abs(v)
+    with np.errstate(invalid="ignore"):
+        rows = (size >= 1e-4) & (size < 1e9)
+    return [(rows, _joined(v[rows], "", quote))]
+
+
+def _six_cells(v: np.ndarray, suffix: str, quote: str, old: bool) -> list:
+    """_cell_texts_*: between 1e-4 and 1e8, repr(v) + suffix where "%.6f" reads back as v (repr is that text
+    without its trailing zeros), else the 6-decimal text + suffix (repr has 7 or more fraction digits). Where repr
+    has an exponent: repr(v) where "%.6e" reads back as v (at most 7 digits); else, in the old spelling, the 7
+    digits with the exponent of repr, which is the exponent of v but where the digits are 1.000000 (repr may have
+    9.99999999... and the power below; those rows, few, are left to the per-value spelling)."""
+    scaled, sure = _six_decimals(v)
+    with np.errstate(invalid="ignore"):
+        exact = sure & (np.copysign(scaled / 1e6, v) == v)
+        rounded = sure & ~exact & (np.abs(v) < 1e8)
+    parts = [(exact, _joined(v[exact], suffix, quote)),
+             (rounded, _joined(np.copysign((scaled[rounded] * 10 + 1) / 1e7, v[rounded]), suffix, quote, True))]
+    digits, exponent, exact, sure = _seven_digits(v)
+    parts += _by_exponent(sure & exact, digits, exponent, v, suffix, quote, padded=False)
+    if old:
+        parts += _by_exponent(sure & ~exact & (digits > 1e6), digits, exponent, v, suffix, quote, padded=True)
+    return parts
+
+
+def _by_exponent(rows: np.ndarray, digits: np.ndarray, exponent: np.ndarray, v: np.ndarray, suffix: str,
+                 quote: str, padded: bool) -> list:
+    """[(rows, texts)] of the rows of _seven_digits, one part per exponent: the mantissa with 6 decimals (padded) or
+    as repr writes it (without trailing zeros, no point when whole), then e, the sign and two or more digits."""
+    parts = []
+    for power in np.unique(exponent[rows]).tolist():
+        tail = "e%+03d%s" % (power, suffix)
+        group = rows & (exponent == power)
+        mantissa = np.copysign(digits[group], v[group])
+        if padded:
+            parts.append((group, _joined((mantissa * 10 + np.sign(mantissa)) / 1e7, tail, quote, True)))
+            continue
+        whole = group & (digits % 1e6 == 0)
+        mantissa = np.copysign(digits[whole], v[whole])
+        parts.append((whole, _joined((mantissa // 1e6 if mantissa.size else mantissa).astype(np.int64), tail,
+                                     quote)))
+        fraction = group & ~whole
+        parts.append((fraction, _joined(np.copysign(digits[fraction], v[fraction]) / 1e6, tail, quote)))
+    return parts
+
+
+def _joined(numbers: np.ndarray, tail: str, quote: str, cut_one: bool = False) -> list:
+    """quote + text + tail + quote of numbers as orjson writes them (floats between 1e-4 and 1e9 as repr does),
+    each text without its last character, a 1, when cut_one; [] if orjson wrote something else (never seen: the
+    rows are spelled one by one then). A float nearest to a decimal of at most 15 digits has that decimal as its
+    shortest text: the decimal of 6 decimals and a 1 is written with all its zeros, and the 1 is cut off."""
+    count = len(numbers)
+    if not count:
+        return []
+    body = orjson.dumps(numbers, option=orjson.OPT_SERIALIZE_NUMPY).decode()[1:-1]
+    comma = "1," if cut_one else ","
+    if "e" in body or body.count(",") != count - 1 or body.count(comma) != count - 1 \
+            or (cut_one and body[-1] != "1"):
+        return []
+    if cut_one:
+        body = body[:-1]
+    return (quote + body.replace(comma, tail + quote + "\x00" + quote) + tail + quote).split("\x00")
+
+
+def _quoted(texts: list, quote: str) -> list:
+    return [quote + text + quote for text in texts] if quote else texts
+
+
+def _float_texts_old_each(values: list) -> list:
     out = []
     append = out.append
     for value in values:
@@ -304,14 +479,13 @@ def _float_texts_old(values: list) -> list:
     return out
 
 
-def _float_texts_new(values: list) -> list:
+def _float_texts_new_each(values: list) -> list:
     return [str(v) for v in values]
 
 
-def _cell_texts_old(values: list, suffix: str) -> list:
-    """_text_old(repr(v) + suffix) of floats, many at once: a decimal mantissa of 7 or more fraction digits is
-    written with 6, the exponent and suffix kept. Between 1e-4 and 1e9 repr has 7 or more fraction digits exactly
-    when the 6-decimal text does not read back as the value; otherwise repr is that text without trailing zeros."""
+def _cell_texts_old_each(values: list, suffix: str) -> list:
+    """Between 1e-4 and 1e9 repr has 7 or more fraction digits exactly when the 6-decimal text does not read back
+    as the value; otherwise repr is that text without trailing zeros."""
     out = []
     append = out.append
     for value in values:
@@ -337,8 +511,7 @@ def _cell_texts_old(values: list, suffix: str) -> list:
     return out
 
 
-def _cell_texts_new(values: list, suffix: str) -> list:
-    """_text_new(repr(v) + suffix) of floats: a plain decimal of 7 or more fraction digits is written with 6."""
+def _cell_texts_new_each(values: list, suffix: str) -> list:
     out = []
     for value in values:
         text = repr(value)

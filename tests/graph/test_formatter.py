@@ -200,7 +200,7 @@ def test_limit_clears_caches():
     dicts = _dicts(seed=5, count=40)
     for params in dicts:
         check([params], True, True, False, formatter)
-    assert sum(map(len, (formatter.strings, formatter.floats, formatter.others, formatter.shapes))) < 200
+    assert sum(map(len, (formatter.strings, formatter.others, formatter.shapes))) < 200
 
 
 def test_realistic_tensor_hand_spelled():
@@ -400,6 +400,68 @@ def test_batch_helpers_equal_per_value_functions():
     texts = [repr(v) + "%" for v in some]
     assert P._cell_texts_old(some, "%") == list(map(P._text_old, texts))
     assert P._cell_texts_new(some, "%") == list(map(P._text_new, texts))
+
+
+def _hard_floats(seed: int, count: int) -> list:
+    """Floats where the column spelling (numpy rounding, orjson writing) could go wrong: values of 1 to 9
+    significant digits over 50 decades (repr with and without exponent), exact ties of the 6-decimal and the
+    7-digit rounding, neighbours of powers of ten, 9.99999... mantissas that round up to the next power."""
+    rng = np.random.default_rng(seed)
+    sizes = 10 ** rng.uniform(-20, 30, count) * rng.choice([-1, 1], count)
+    digits = rng.integers(1, 10, count)
+    short = [float("%.*e" % (d - 1, v)) for v, d in zip(sizes.tolist(), digits.tolist())]
+    powers = 10.0 ** rng.integers(-17, 29, count)
+    neighbours = np.concatenate([np.nextafter(powers, 0), powers, np.nextafter(powers, np.inf)]).tolist()
+    ties = [float(f"{m}5e{e}") for m, e in zip(rng.integers(10 ** 6, 10 ** 7, count).tolist(),
+                                                 rng.integers(-25, 25, count).tolist())]
+    ties += ((rng.integers(1, 10 ** 9, count) * 2 + 1) / 128).tolist()           # exact ties of "%.6f"
+    nines = [float(f"9.99999{d}e{e}") for d, e in zip(rng.integers(0, 10 ** 6, count).tolist(),
+                                                       rng.integers(-20, 28, count).tolist())]
+    values = sizes.tolist() + short + neighbours + ties + nines + [-v for v in nines] + _many_floats(count)
+    random.Random(seed).shuffle(values)
+    return values
+
+
+@pytest.mark.parametrize("quote", ["", '"'])
+def test_column_spelling_of_hard_floats(quote):
+    values = _hard_floats(seed=3, count=4000)
+    assert P._float_texts_old(values, quote) == [quote + P._text_old(v) + quote for v in values]
+    assert P._float_texts_new(values, quote) == [quote + P._text_new(v) + quote for v in values]
+    for suffix in ("", "%"):
+        texts = [repr(v) + suffix for v in values]
+        assert P._cell_texts_old(values, suffix, quote) == [quote + P._text_old(t) + quote for t in texts]
+        assert P._cell_texts_new(values, suffix, quote) == [quote + P._text_new(t) + quote for t in texts]
+
+
+def test_column_spelling_takes_numpy_for_most_floats(monkeypatch):
+    """Nearly all floats of a column are spelled without the per-value functions (which are the slow path)."""
+    counted = []
+    each = P._cell_texts_old_each
+    monkeypatch.setattr(P, "_cell_texts_old_each", lambda values, suffix: counted.extend(values) or each(values, suffix))
+    monkeypatch.setattr(P, "_float_texts_old_each", lambda values: counted.extend(values) or [])
+    values = (10 ** np.random.default_rng(1).uniform(-12, 7, 10_000)).tolist()
+    P._cell_texts_old(values, "%", '"')
+    assert len(counted) < 100
+    rng = np.random.default_rng(2)        # (from 1e7 up to 1e16 more or all of them are spelled one by one)
+    values = (10 ** np.concatenate([rng.uniform(-12, 7, 8_000), rng.uniform(16, 20, 2_000)])).tolist()
+    counted.clear()
+    monkeypatch.setattr(P, "_float_texts_old_each", lambda values: counted.extend(values) or ["x"] * len(values))
+    P._float_texts_old(values, '"')
+    assert len(counted) < 100
+
+
+def test_column_spelling_falls_back_when_orjson_writes_otherwise(monkeypatch):
+    """Were orjson ever to write a float otherwise (an exponent, fewer digits), the rows are spelled one by one."""
+    import orjson
+
+    def scientific(numbers, option=None):
+        return ("[" + ",".join("%.17e" % n for n in numbers.tolist()) + "]").encode()
+
+    monkeypatch.setattr(P, "orjson", type("O", (), {"dumps": staticmethod(scientific),
+                                                    "OPT_SERIALIZE_NUMPY": orjson.OPT_SERIALIZE_NUMPY}))
+    values = _hard_floats(seed=4, count=300)
+    assert P._float_texts_old(values, '"') == ['"' + P._text_old(v) + '"' for v in values]
+    assert P._cell_texts_old(values, "%") == [P._text_old(repr(v) + "%") for v in values]
 
 
 # ---------------------------------------------------------------------------------------- 5. mixed columns
