@@ -22,6 +22,7 @@ NODE_BATCH = 2048       # nodes a writer formats at once (their texts never exis
 SOURCES = (("input_args", "input"), ("input_kwargs", "input"), ("input", "input"), ("output", "output"),
            ("parameters", "parameters"))
 STATS = ("Max", "Min", "Mean", "Norm")
+_ALL_STATS = frozenset(STATS)
 _LONG_DECIMAL = re.compile(r"-?\d+\.\d{7,}%?")
 _WHOLE_LONG_DECIMAL = re.compile(r"^-?\d+\.\d{7,}%?$")
 _NUMBER = re.compile(r"(-?\d+\.(\d+))((?:e[-+]?\d+)?%?)")
@@ -53,7 +54,10 @@ def _leaves(name: str, record: dict):
 def _item(path: str, leaf: dict | None) -> tuple[str, dict]:
     if leaf is None:
         return path, {"type": None, "Max": None}
-    item = {k: SENTINELS.get(v, v) if type(v) is str else v for k, v in leaf.items()}
+    item = leaf.copy()
+    for field, value in leaf.items():
+        if value.__class__ is str and value in SENTINELS:
+            item[field] = SENTINELS[value]
     data_name = item.get("data_name") or "-1"
     item["data_name"] = data_name
     key = data_name.rsplit(".", 1)[0] if data_name != "-1" and "." in data_name else (
@@ -71,8 +75,9 @@ def _item(path: str, leaf: dict | None) -> tuple[str, dict]:
         for stat in STATS:
             item.setdefault(stat, value)
         item.setdefault("requires_grad", None)
-    for stat in STATS:
-        item.setdefault(stat, None)
+    if not _ALL_STATS <= item.keys():
+        for stat in STATS:
+            item.setdefault(stat, None)
     if "md5" not in item:
         item["md5"] = f"{zlib.crc32(str(item.get('value')).encode()) & 0xFFFFFFFF:08x}" \
             if "value" in item else "00000000"

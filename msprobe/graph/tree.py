@@ -114,8 +114,9 @@ def _backward_module(forward: str, known) -> str | None:
     return backward if backward in known else None
 
 
-def simplify_stack(name: str, lines: list) -> list:
-    """The short stack of the 1.x graphs (spec §4.6)."""
+def simplify_stack(name: str, lines: list, found: dict | None = None) -> list:
+    """The short stack of the 1.x graphs (spec §4.6). found: where the API line of a stack is, by id of the stack
+    (entries of a stack.json group share one list of lines), kept by the caller while the stacks live."""
     if name.startswith(("Module.", "Cell.")):
         fields = name.split(".")
         if len(fields) >= 4:
@@ -124,13 +125,15 @@ def simplify_stack(name: str, lines: list) -> list:
                 if needle in line:
                     return [line]
         return lines
-    for index, line in enumerate(lines):
-        if _TEMPLATE_LINE.search(line):
-            return lines[index + 1:index + 2]
-    return lines
+    index = found.get(id(lines)) if found is not None else None
+    if index is None:
+        index = next((at + 1 for at, line in enumerate(lines) if _TEMPLATE_LINE.search(line)), -1)
+        if found is not None:
+            found[id(lines)] = index
+    return lines if index < 0 else lines[index:index + 1]
 
 
-def _stack_for(name: str, stacks: dict, nodes: dict, simplify: bool) -> list:
+def _stack_for(name: str, stacks: dict, nodes: dict, simplify: bool, found: dict) -> list:
     lines = stacks.get(name)
     if lines is None:
         twin = None
@@ -144,7 +147,7 @@ def _stack_for(name: str, stacks: dict, nodes: dict, simplify: bool) -> list:
         if lines is None:
             return [f"The forward node {twin} of this backward node could not be found."] \
                 if twin not in nodes else []
-    return simplify_stack(name, lines) if simplify else list(lines)
+    return simplify_stack(name, lines, found) if simplify else list(lines)
 
 
 def build_graph(dump: Dump, simplify_stacks: bool = True) -> Graph:
@@ -206,9 +209,10 @@ def build_graph(dump: Dump, simplify_stacks: bool = True) -> Graph:
     _recompute(graph, stacks)
     _group_apis(graph)
     _micro_steps(graph)
+    found: dict = {}
     for name, node in nodes.items():
         if node.node_type != COLLECTION and name != ROOT:
-            node.stack_info = _stack_for(name, stacks, nodes, simplify_stacks)
+            node.stack_info = _stack_for(name, stacks, nodes, simplify_stacks, found)
     return graph
 
 
