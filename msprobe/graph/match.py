@@ -11,14 +11,15 @@ _CALL_INDEX = re.compile(r"\.\d+\.")
 _RANK = re.compile(r"_rank\d+")
 
 
-def _structure(params: dict) -> list:
-    return [(item.get("type"), item.get("shape")) for item in params.values()]
-
-
 def _same_structure(a, b) -> bool:
-    return (len(a.input_data) == len(b.input_data) and len(a.output_data) == len(b.output_data)
-            and _structure(a.input_data) == _structure(b.input_data)
-            and _structure(a.output_data) == _structure(b.output_data))
+    """The same number of inputs and outputs, of the same types and shapes, in order."""
+    if len(a.input_data) != len(b.input_data) or len(a.output_data) != len(b.output_data):
+        return False
+    for mine, theirs in ((a.input_data, b.input_data), (a.output_data, b.output_data)):
+        for x, y in zip(mine.values(), theirs.values()):
+            if x.get("type") != y.get("type") or x.get("shape") != y.get("shape"):
+                return False
+    return True
 
 
 def _link(npu_node, bench_node, npu_anc: list, bench_anc: list, same_chain: bool) -> None:
