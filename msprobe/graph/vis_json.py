@@ -17,6 +17,9 @@ from msprobe.graph.tree import Graph
 from msprobe.report.atomic import atomic_path, new_temporary, remove_temporaries
 
 
+_BUFFER = 1 << 20       # bytes gathered before a write to the file (a node object is a few kB)
+
+
 def node_object(node, output_data: str, input_data: str) -> dict:
     """The node's object in the .vis, given the JSON texts of its parameter dicts (Formatter)."""
     body = {"id": node.id, "node_type": node.node_type, "output_data": orjson.Fragment(output_data),
@@ -182,7 +185,7 @@ def _write_document(path: str, parts: list, fork: bool = True) -> list:
             started[-1].start()
             pieces.append(started[-1])
         pieces += rest[cut:]
-        with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+        with atomic_path(path) as temporary, open(temporary, "wb", buffering=_BUFFER) as handle:
             ends: list = []
             run: list = []
             for piece in pieces + [None]:
@@ -200,7 +203,7 @@ def _write_document(path: str, parts: list, fork: bool = True) -> list:
 
 
 def _write_part(segments: list, path: str) -> list:
-    with open(path, "wb") as part:
+    with open(path, "wb", buffering=_BUFFER) as part:
         return _write_segments(part, segments)
 
 
