@@ -16,7 +16,6 @@ from msprobe.graph.params import NODE_BATCH, Formatter
 from msprobe.graph.tree import Graph
 from msprobe.report.atomic import atomic_path, new_temporary, remove_temporaries
 
-
 _BUFFER = 1 << 20       # bytes gathered before a write to the file (a node object is a few kB)
 
 
