@@ -292,10 +292,11 @@ class Formatter:
 
 
 # Floats are spelled many at once (the batch functions below give quote + text + quote, the quote "" or '"'; each
-# equals its per-value function of _text_old/_text_new, which the tests check). Between 1e-4 and 1e9, where repr
-# has no exponent, numpy rounds the values to 6 decimals as "%.6f" does (_six_decimals) and orjson writes the
-# floats as repr does (_reprs, _padded_six); other values, and the few numpy cannot round surely, are spelled one
-# after another (the *_each functions).
+# equals its per-value function of _text_old/_text_new, which the tests check). numpy rounds the values to 6
+# decimals as "%.6f" does (_six_decimals, between 1e-4 and 1e9, where repr has no exponent) or to 7 significant
+# digits as "%.6e" does (_seven_digits, most values where repr has one), and orjson writes the rounded numbers
+# (_joined); other values, and the few numpy cannot round surely, are spelled one after another (the *_each
+# functions).
 
 def _float_texts_old(values: list, quote: str = "") -> list:
     """_text_old of floats: repr(round(v, 6)), which between 1e-4 and 1e9 is the 6-decimal text without its
@@ -408,8 +409,9 @@ def _plain_reprs(v: np.ndarray, quote: str) -> list:
 
 
 def _six_cells(v: np.ndarray, suffix: str, quote: str, old: bool) -> list:
-    """_cell_texts_*: between 1e-4 and 1e8, repr(v) + suffix where "%.6f" reads back as v (repr is that text
-    without its trailing zeros), else the 6-decimal text + suffix (repr has 7 or more fraction digits). Where repr
+    """_cell_texts_*: between 1e-4 and 1e9, repr(v) + suffix where "%.6f" reads back as v (repr is that text
+    without its trailing zeros), else (below 1e8) the 6-decimal text + suffix (repr has 7 or more fraction
+    digits). Where repr
     has an exponent: repr(v) where "%.6e" reads back as v (at most 7 digits); else, in the old spelling, the 7
     digits with the exponent of repr, which is the exponent of v but where the digits are 1.000000 (repr may have
     9.99999999... and the power below; those rows, few, are left to the per-value spelling)."""
@@ -431,19 +433,17 @@ def _by_exponent(rows: np.ndarray, digits: np.ndarray, exponent: np.ndarray, v: 
     """[(rows, texts)] of the rows of _seven_digits, one part per exponent: the mantissa with 6 decimals (padded) or
     as repr writes it (without trailing zeros, no point when whole), then e, the sign and two or more digits."""
     parts = []
+    signed = np.copysign(digits, v)
     for power in np.unique(exponent[rows]).tolist():
         tail = "e%+03d%s" % (power, suffix)
         group = rows & (exponent == power)
-        mantissa = np.copysign(digits[group], v[group])
-        if padded:
-            parts.append((group, _joined((mantissa * 10 + np.sign(mantissa)) / 1e7, tail, quote, True)))
+        if padded:          # the 6 decimals followed by a 1, cut off by _joined
+            parts.append((group, _joined((signed[group] * 10 + np.sign(signed[group])) / 1e7, tail, quote, True)))
             continue
         whole = group & (digits % 1e6 == 0)
-        mantissa = np.copysign(digits[whole], v[whole])
-        parts.append((whole, _joined((mantissa // 1e6 if mantissa.size else mantissa).astype(np.int64), tail,
-                                     quote)))
         fraction = group & ~whole
-        parts.append((fraction, _joined(np.copysign(digits[fraction], v[fraction]) / 1e6, tail, quote)))
+        parts.append((whole, _joined((signed[whole] // 1e6).astype(np.int64), tail, quote)))
+        parts.append((fraction, _joined(signed[fraction] / 1e6, tail, quote)))
     return parts
 
 

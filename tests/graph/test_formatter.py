@@ -423,8 +423,9 @@ def _hard_floats(seed: int, count: int) -> list:
 
 
 @pytest.mark.parametrize("quote", ["", '"'])
+@pytest.mark.filterwarnings("error")            # NaN, infinities, subnormals: no numpy warning either
 def test_column_spelling_of_hard_floats(quote):
-    values = _hard_floats(seed=3, count=4000)
+    values = _hard_floats(seed=3, count=4000) + [math.nan, math.inf, -math.inf, 5e-324, 1e-320, 1.7976931348623157e308]
     assert P._float_texts_old(values, quote) == [quote + P._text_old(v) + quote for v in values]
     assert P._float_texts_new(values, quote) == [quote + P._text_new(v) + quote for v in values]
     for suffix in ("", "%"):
