@@ -47,11 +47,27 @@ def encode_dump_json(content) -> bytes:
 
 
 def _without_non_finite_tokens(raw: bytes) -> bytes | None:
-    if b"NaN" not in raw and b"Infinity" not in raw:
+    """raw with every NaN, Infinity and -Infinity token replaced by its sentinel string (what the replacements of
+    _REWRITES, one after another, would give), made in one copy; None when there is none."""
+    spots = []
+    for token, sentinel in ((b"Infinity", _REWRITES[1][1]), (b"NaN", _REWRITES[2][1])):
+        at = raw.find(token)
+        while at >= 0:
+            spots.append((at, at + len(token), sentinel))
+            at = raw.find(token, at + len(token))
+    if not spots:
         return None
-    for token, sentinel in _REWRITES:
-        raw = raw.replace(token, sentinel)
-    return raw
+    spots.sort()
+    view = memoryview(raw)
+    pieces = []
+    done = 0
+    for start, end, sentinel in spots:
+        if sentinel is _REWRITES[1][1] and start > done and raw[start - 1] == 0x2D:     # -Infinity
+            start, sentinel = start - 1, _REWRITES[0][1]
+        pieces += (view[done:start], sentinel)
+        done = end
+    pieces.append(view[done:])
+    return b"".join(pieces)
 
 
 def load_json(path: str, what: str = "json file"):
