@@ -12,6 +12,7 @@ import numpy as np
 import orjson
 
 from msprobe.dump.reader import SENTINELS
+from msprobe.errors import DumpFormatError
 
 # Statistics compare columns whose cells of two floats stay numbers until written (the compare core's
 # stat_numbers; scoring.attach_and_score keeps them in Graph.cells): column -> what follows the number in the
@@ -46,7 +47,12 @@ def _leaves(name: str, record: dict):
             else:
                 stack.extend(reversed([(f"{path}.{k}", v) for k, v in value.items()]))
         elif isinstance(value, list):
-            stack.extend(reversed([(f"{path}.{i}", v) for i, v in enumerate(value)]))
+            for index, child in enumerate(value):
+                if child.__class__ is dict and child.get("type").__class__ is str:     # a leaf: at once
+                    yield f"{path}.{index}", child
+                    continue
+                stack.extend(reversed([(f"{path}.{i}", v) for i, v in enumerate(value[index:], index)]))
+                break
         else:
             yield path, {"type": type(value).__name__, "value": value}
 
@@ -54,12 +60,13 @@ def _leaves(name: str, record: dict):
 def _item(path: str, leaf: dict | None) -> tuple[str, dict]:
     if leaf is None:
         return path, {"type": None, "Max": None}
-    item = leaf.copy()
+    data_name = leaf.get("data_name") or "-1"
+    if data_name.__class__ is not str or data_name in SENTINELS:
+        raise DumpFormatError(f"data_name of {path} must be a string.")
+    item = {**leaf, "data_name": data_name}
     for field, value in leaf.items():
         if value.__class__ is str and value in SENTINELS:
             item[field] = SENTINELS[value]
-    data_name = item.get("data_name") or "-1"
-    item["data_name"] = data_name
     key = data_name.rsplit(".", 1)[0] if data_name != "-1" and "." in data_name else (
         data_name if data_name != "-1" else path)
     if item.get("type") not in ("torch.Tensor", "mindspore.Tensor", "numpy.ndarray") and "value" in item \

@@ -173,7 +173,10 @@ def build_graph(dump: Dump, simplify_stacks: bool = True) -> Graph:
             node = nodes[name] = Node(name, node_type_of(name))
             record = data.get(name)
             if isinstance(record, dict):
-                node.input_data, node.output_data = node_params(name, record)
+                try:
+                    node.input_data, node.output_data = node_params(name, record)
+                except DumpFormatError as exc:
+                    raise DumpFormatError(f"{dump.path}: {exc}") from None
                 node.in_dump = True
         return node
 

@@ -228,6 +228,16 @@ def test_bad_input(tmp_path, capsys, multirank_step0):
     assert run_cli(["graph", "-tp", unknown, "-o", tmp_path / "u"]) == 0
     nodes = _vis(tmp_path / "u")["node"]
     assert nodes["Module.ghost.Ghost.forward.0"]["upnode"] == "DefaultModel"
+    # a data_name that is not a string: the file and the parameter named, no internal error
+    odd = tmp_path / "odd"
+    shutil.copytree(STATS / "target", odd)
+    dump = json.loads((odd / "dump.json").read_text())
+    dump["data"]["Functional.embedding.0.forward"]["input_args"][0]["data_name"] = 5
+    (odd / "dump.json").write_text(json.dumps(dump))
+    assert run_cli(["graph", "-tp", odd, "-o", tmp_path / "d", "--retries", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "dump.json: data_name of Functional.embedding.0.forward.input.0 must be a string" in err
+    assert "internal error" not in err
     # mismatched rank sets: nothing written
     target, golden = multirank_step0
     partial = tmp_path / "partial"
