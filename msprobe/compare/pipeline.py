@@ -6,6 +6,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 
 import numpy as np
 
@@ -124,11 +125,21 @@ def _has_md5(dump: Dump) -> bool:
 
 
 def _take(values: list, index: np.ndarray) -> list:
-    return [values[i] for i in index.tolist()]
+    """values[i] for every i of index (row indices, all >= 0): a copy when index is every row in order (pairs of
+    exact names usually are), else gathered in C."""
+    count = len(index)
+    if count == len(values) and (not count or (index[0] == 0 and bool((np.diff(index) == 1).all()))):
+        return list(values)
+    if count < 2:
+        return [values[i] for i in index.tolist()]
+    return list(itemgetter(*index.tolist())(values))
 
 
 def _take_or(values: list, index: np.ndarray, missing, none_as=None) -> list:
+    """_take, with missing for every index below 0 (and none_as in place of None, if given)."""
     if none_as is None:
+        if not len(index) or index.min() >= 0:
+            return _take(values, index)
         return [values[i] if i >= 0 else missing for i in index.tolist()]
     out = []
     for i in index.tolist():
