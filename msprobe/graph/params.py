@@ -342,14 +342,17 @@ def _spelled(values: list, quote: str, spell, each) -> list:
     parts = [(rows, texts) for rows, texts in spell(array, quote) if texts]
     if len(parts) == 1 and len(parts[0][1]) == len(values):
         return parts[0][1]
-    out = np.empty(len(array), dtype=object)
     left = np.ones(len(array), dtype=bool)
-    for rows, texts in parts:
-        out[rows] = np.array(texts, dtype=object)
+    where = []
+    for rows, _ in parts:
+        where.append(np.flatnonzero(rows))
         left[rows] = False
-    rest = np.flatnonzero(left).tolist()
-    if rest:
-        out[rest] = np.array(_quoted(each([values[i] for i in rest]), quote), dtype=object)
+    rest = np.flatnonzero(left)
+    texts = list(chain.from_iterable(texts for _, texts in parts))
+    if len(rest):
+        texts += _quoted(each([values[i] for i in rest.tolist()]), quote)
+    out = np.empty(len(array), dtype=object)
+    out[np.concatenate(where + [rest])] = np.array(texts, dtype=object)       # one scatter of every text
     return out.tolist()
 
 
