@@ -89,10 +89,13 @@ def attach_and_score(npu: Graph, cells: dict, mode: str, new: bool) -> None:
     npu.cells) and set data.precision_index."""
     names, bench = cells["NPU Name"], cells["Bench Name"]
     results = cells["Result"]
-    row_of: dict = {}
-    for index, (name, partner) in enumerate(zip(names, bench)):
-        if partner != "N/A":
-            row_of.setdefault(name, index)
+    if "N/A" in bench:
+        row_of: dict = {}
+        for index, (name, partner) in enumerate(zip(names, bench)):
+            if partner != "N/A":
+                row_of.setdefault(name, index)
+    else:               # every row paired: the first row of each name (later duplicates give way)
+        row_of = dict(zip(reversed(names), range(len(names) - 1, -1, -1)))
     scored = _scored_columns(cells, mode)
     for node in npu.nodes.values():
         if not node.link or node.node_type == COLLECTION or node.id == ROOT:
@@ -143,8 +146,8 @@ def _old_index(node, mode: str, columns: list, row_of: dict) -> None:
             for values in columns:
                 value = values[row]
                 value = value / 100 if type(value) is float else _fraction(value)   # numbers are in percent
-                if value is not None:
-                    worst = max(worst, abs(value))
+                if value is not None and abs(value) > worst:        # (NaN never is)
+                    worst = abs(value)
         node.data["precision_index"] = min(worst, 1.0)
     else:
         ratios = columns[0] if columns else None
