@@ -90,15 +90,6 @@ def split_suffix(device_id: int, index: int) -> str:
     return f"{suffix_of(device_id)}_split{index}"
 
 
-def result_path_of(output_dir: str, stamp: str, suffix: str) -> str:
-    return os.path.join(output_dir, f"accuracy_checking_result_{stamp}{suffix}.csv")
-
-
-def details_of(result_path: str) -> str:
-    directory, name = os.path.split(result_path)
-    return os.path.join(directory, name.replace("_result_", "_details_", 1))
-
-
 def check_devices(devices: list) -> list:
     if not devices:
         raise DeviceError("-d needs at least one device id.")
@@ -139,7 +130,7 @@ def resume_state(csv_path: str, devices: list, splits_plan: list, backend, setti
     """(timestamp, directory, ids of devices whose pair is complete) of the interrupted run that `csv_path` (any
     result file of it: a device's or a split's) belongs to. Every result file of that run must fit this run's
     splits (`settings`: the -d, -n and -f that make them), else the resume is refused before anything runs."""
-    from msprobe.acc_check.results import recorded_rows
+    from msprobe.acc_check.results import details_of, recorded_rows
     from msprobe.dump.paths import check_input_file
 
     csv_path = check_input_file(csv_path, "result csv to resume")
@@ -178,6 +169,7 @@ def check_split(job: SplitJob, options: SplitOptions) -> DeviceSummary:
     earlier attempt of this task, or the interrupted run given with -csv_path) is continued: a retry checks no API
     twice."""
     from msprobe.acc_check.check import run_acc_check
+    from msprobe.acc_check.results import result_path_of
     from msprobe.acc_check.select import CheckOptions
 
     existing = result_path_of(options.output_dir, options.stamp, job.suffix)
@@ -299,7 +291,7 @@ def _finish_device(device_id: int, mine: list, done: dict, complete: bool, outpu
     results by (device, index)). When none failed, its splits' pairs are joined in order into the device's pair and
     removed; a failed device keeps its split files for -csv_path and is counted from them."""
     from msprobe.acc_check.check import info_path_of, merge_info
-    from msprobe.acc_check.results import concatenate, recorded_rows
+    from msprobe.acc_check.results import concatenate, details_of, recorded_rows, result_path_of
     from msprobe.scale.executor import JobFailure
 
     parts = [result_path_of(output_dir, stamp, split_suffix(device_id, i)) for i, apis in mine if apis]

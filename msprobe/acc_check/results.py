@@ -63,10 +63,22 @@ class ResultFiles:
         self._details.close()
 
 
+def result_path_of(output_dir: str, stamp: str, suffix: str = "") -> str:
+    """accuracy_checking_result_<stamp><suffix>.csv in output_dir (suffix `_device<id>[_split<i>]` for
+    multi_acc_check)."""
+    return os.path.join(output_dir, f"accuracy_checking_result_{stamp}{suffix}.csv")
+
+
+def details_of(result_path: str) -> str:
+    """The details CSV that pairs with a result CSV."""
+    directory, name = os.path.split(result_path)
+    return os.path.join(directory, name.replace("_result_", "_details_", 1))
+
+
 def new_files(output_dir: str, stamp: str, suffix: str = "", backend=TORCH) -> ResultFiles:
     """The pair accuracy_checking_result|details_<stamp><suffix>.csv (suffix `_device<id>` for multi_acc_check)."""
-    result = os.path.join(output_dir, f"accuracy_checking_result_{stamp}{suffix}.csv")
-    details = os.path.join(output_dir, f"accuracy_checking_details_{stamp}{suffix}.csv")
+    result = result_path_of(output_dir, stamp, suffix)
+    details = details_of(result)
     for path in (result, details):
         if os.path.lexists(path):
             raise MsprobeError(f"{path} already exists; not overwriting it.")
@@ -139,8 +151,7 @@ def resume_files(csv_path: str, api_names: list, suffix: str = "", backend=TORCH
     if not match:
         raise ResumeError(f"{csv_path}: please do not modify the result csv name "
                           f"(expected accuracy_checking_result_<YYYYmmddHHMMSS>{suffix}.csv).")
-    details_path = os.path.join(os.path.dirname(csv_path),
-                                os.path.basename(csv_path).replace("result", "details", 1))
+    details_path = details_of(csv_path)
     if not os.path.isfile(details_path) or not os.access(details_path, os.R_OK | os.W_OK):
         raise ResumeError(f"the details file {details_path} of {csv_path} is missing or not read/writable.")
     rows, result_end = _read_rows(csv_path, backend.result_header, "result csv", backend)
