@@ -24,6 +24,7 @@ TENSOR_DIR_NAME = "dump_tensor_data"
 SENTINELS = {"\x00msprobe:nan": float("nan"), "\x00msprobe:inf": float("inf"), "\x00msprobe:ninf": float("-inf")}
 _REWRITES = ((b"-Infinity", b'"\\u0000msprobe:ninf"'), (b"Infinity", b'"\\u0000msprobe:inf"'),
              (b"NaN", b'"\\u0000msprobe:nan"'))
+(_, _NINF_TEXT), (_, _INF_TEXT), (_, _NAN_TEXT) = _REWRITES
 
 
 def json_number(value: float):
@@ -50,7 +51,7 @@ def _without_non_finite_tokens(raw: bytes) -> bytes | None:
     """raw with every NaN, Infinity and -Infinity token replaced by its sentinel string (what the replacements of
     _REWRITES, one after another, would give), made in one copy; None when there is none."""
     spots = []
-    for token, sentinel in ((b"Infinity", _REWRITES[1][1]), (b"NaN", _REWRITES[2][1])):
+    for token, sentinel in ((b"Infinity", _INF_TEXT), (b"NaN", _NAN_TEXT)):
         at = raw.find(token)
         while at >= 0:
             spots.append((at, at + len(token), sentinel))
@@ -62,8 +63,8 @@ def _without_non_finite_tokens(raw: bytes) -> bytes | None:
     pieces = []
     done = 0
     for start, end, sentinel in spots:
-        if sentinel is _REWRITES[1][1] and start > done and raw[start - 1] == 0x2D:     # -Infinity
-            start, sentinel = start - 1, _REWRITES[0][1]
+        if sentinel is _INF_TEXT and start > done and raw[start - 1] == 0x2D:     # -Infinity
+            start, sentinel = start - 1, _NINF_TEXT
         pieces += (view[done:start], sentinel)
         done = end
     pieces.append(view[done:])

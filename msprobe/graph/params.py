@@ -421,10 +421,9 @@ def _plain_reprs(v: np.ndarray, quote: str) -> list:
 def _six_cells(v: np.ndarray, suffix: str, quote: str, old: bool) -> list:
     """_cell_texts_*: between 1e-4 and 1e9, repr(v) + suffix where "%.6f" reads back as v (repr is that text
     without its trailing zeros), else (below 1e8) the 6-decimal text + suffix (repr has 7 or more fraction
-    digits). Where repr
-    has an exponent: repr(v) where "%.6e" reads back as v (at most 7 digits); else, in the old spelling, the 7
-    digits with the exponent of repr, which is the exponent of v but where the digits are 1.000000 (repr may have
-    9.99999999... and the power below; those rows, few, are left to the per-value spelling)."""
+    digits). Where repr has an exponent: repr(v) where "%.6e" reads back as v (at most 7 digits); else, in the old
+    spelling, the 7 digits with the exponent of repr, which is the exponent of v but where the digits are 1.000000
+    (repr may have 9.99999999... and the power below; those rows, few, are left to the per-value spelling)."""
     scaled, sure = _six_decimals(v)
     with np.errstate(invalid="ignore"):
         exact = sure & (np.copysign(scaled / 1e6, v) == v)
