@@ -39,7 +39,14 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.compare.pipeline import timestamp
     from msprobe.dump.paths import check_input_dir, prepare_output_dir
     from msprobe.log import get_logger
-    from msprobe.merge.merge_result import CONSISTENCY_SHEET, find_results, load_config, merge, read_ranks
+    from msprobe.merge.merge_result import (
+        CONSISTENCY_SHEET,
+        ApiSelection,
+        find_results,
+        load_config,
+        merge,
+        read_ranks,
+    )
     from msprobe.report.xlsx_writer import RED, Sheet, write_workbook
 
     logger = get_logger()
@@ -47,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     input_dir = check_input_dir(args.input_dir, "input directory")
     found = find_results(input_dir)
     logger.info("Merging %d compare results (ranks %s).", len(found), ", ".join(str(r) for r, _ in found))
-    results = read_ranks(found, config.apis, max(1, args.jobs))
+    results = read_ranks(found, ApiSelection(config.apis), max(1, args.jobs))
     sheets, problems = merge(results, config)
     for problem in problems:
         logger.warning("%s", problem)
