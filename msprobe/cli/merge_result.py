@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         merge,
         read_ranks,
     )
-    from msprobe.report.xlsx_writer import RED, Sheet, write_workbook
+    from msprobe.report.xlsx_writer import CONSISTENCY_FILLS, Sheet, write_workbook
 
     logger = get_logger()
     config = load_config(args.config)
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     output_dir = prepare_output_dir(args.output_dir)
     path = os.path.join(output_dir, f"multi_ranks_compare_merge_{timestamp()}.xlsx")
     write_workbook([Sheet(name, table, "Consistent" if name == CONSISTENCY_SHEET else None,
-                          {False: RED} if name == CONSISTENCY_SHEET else None) for name, table in sheets], path)
+                          CONSISTENCY_FILLS if name == CONSISTENCY_SHEET else None) for name, table in sheets], path)
     consistency = sheets[-1][1]
     broken = [n for n, ok in zip(consistency.cells["NPU Name"], consistency.cells["Consistent"]) if not ok]
     rows = len(sheets[0][1])

@@ -20,7 +20,7 @@ from msprobe.report.csv_writer import write_csv
 from msprobe.report.table import ResultTable
 from msprobe.report.xlsx_writer import write_xlsx
 
-from conftest import read_csv
+from conftest import FIXTURES, fixture_pair, only_file, read_csv, run_cli
 
 
 def table(rows=3):
@@ -225,3 +225,48 @@ def test_reader_leaves_phonetic_runs_out_of_shared_strings():
             '<si><r><rPr><color rgb="FFFF0000"/></rPr><t>ri</t></r><r><t xml:space="preserve">ch </t></r>'
             '<rPh sb="0" eb="1"><t>PHONETIC</t></rPh><phoneticPr fontId="1"/></si><si><t>a &amp;lt; b</t></si></sst>')
     assert readers._shared_strings(data.encode(), "x.xlsx") == ["plain", "", "rich ", "a &lt; b"]
+
+
+# -- every workbook the project writes ----------------------------------------------------------------------------
+def _fills(path) -> set:
+    """(sheet, colour) of the filled rows of a workbook, as openpyxl reads it."""
+    book = openpyxl.load_workbook(path)
+    return {(sheet.title, row[0].fill.fgColor.rgb) for sheet in book for row in sheet.iter_rows(min_row=2)
+            if row[0].fill.fill_type == "solid"}
+
+
+def test_every_workbook_the_project_writes_opens_in_openpyxl(tmp_path, multirank_step0):
+    """compare, kernel compare (--rank/--step: its fills were '#FF0000', which openpyxl refuses) and merge_result
+    write workbooks that openpyxl opens, with their aRGB fills."""
+    import tarfile
+
+    import numpy as np
+
+    target, golden = fixture_pair("stats_L1_step0")
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "compare", "-c"]) == 0
+    assert ("Sheet1", "FFFF0000") in _fills(only_file(tmp_path / "compare", "compare_result_*.xlsx"))
+
+    with tarfile.open(FIXTURES / "kernel_l2.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    kernel = tmp_path / "kernel_l2"
+    data = kernel / "golden" / "rank_0" / "Net" / "0" / "0"
+    noisy = sorted(p for p in data.glob("*.npy") if np.load(p).ndim >= 2)[0]
+    np.save(noisy, -np.load(noisy))                       # a "No" row
+    assert run_cli(["compare", "-tp", kernel / "target", "-gp", kernel / "golden", "-o", tmp_path / "kernel",
+                    "--rank", "0", "--step", "0"]) == 0
+    assert _fills(only_file(tmp_path / "kernel", "compare_result_0_0_*.xlsx")) == {("Sheet1", "FFFF0000")}
+
+    ranks_target, ranks_golden = multirank_step0
+    assert run_cli(["compare", "-tp", ranks_target, "-gp", ranks_golden, "-o", tmp_path / "ranks", "-c"]) == 0
+    for path in (tmp_path / "ranks").glob("compare_result_rank*.xlsx"):
+        openpyxl.load_workbook(path)
+    assert run_cli(["merge_result", "-i", tmp_path / "ranks", "-o", tmp_path / "merged", "-config",
+                    FIXTURES / "merge" / "merge_config.yaml"]) == 0
+    book = openpyxl.load_workbook(only_file(tmp_path / "merged", "*.xlsx"))
+    assert book.sheetnames == ["Max diff", "L2norm diff", "MeanRelativeErr", "Consistency"]
+
+
+def test_fills_that_are_not_argb_are_refused_before_writing(tmp_path):
+    with pytest.raises(ValueError, match="aRGB"):
+        write_xlsx(table(), str(tmp_path / "r.xlsx"), "Result", {"error": "#FF0000"})
+    assert list(tmp_path.iterdir()) == []
