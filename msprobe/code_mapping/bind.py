@@ -172,14 +172,22 @@ def statistic_output_path(source: str, base: str, output_dir: str) -> str:
     return target
 
 
-def write_rows(path: str, header: list, rows) -> None:
-    """A CSV as the reference's pandas writes it: UTF-8, '\\n' line ends, minimal quoting; atomically, 0640."""
+def write_outputs(outputs: list) -> None:
+    """Every (path, header, rows) as a CSV as the reference's pandas writes it: UTF-8, '\\n' line ends, minimal
+    quoting; atomically, 0640. Code Stack and Scope Name come from the IR: a formula-like cell is refused, as
+    compare refuses one, before any file is written."""
     from msprobe.report.atomic import atomic_path
+    from msprobe.report.safety import check_cells
+    from msprobe.report.table import ResultTable
 
-    with atomic_path(path) as temporary, open(temporary, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
+    for path, header, rows in outputs:
+        checked = {name: [row[i] for row in rows] for i, name in enumerate(header) if name in COLUMNS[1:]}
+        check_cells(ResultTable(columns=list(checked), cells=checked), checked, path)
+    for path, header, rows in outputs:
+        with atomic_path(path) as temporary, open(temporary, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle, lineterminator="\n")
+            writer.writerow(header)
+            writer.writerows(rows)
 
 
 # -- statistics mode ------------------------------------------------------------------------------------------
