@@ -65,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
     logger.info("IR %s: %d nodes in %d subgraph(s), %d with a scope, %d of them without source lines%s.",
                 ir_path, len(graph.nodes), len(graph.subgraphs), len(scoped), len(without_source),
                 f" (e.g. {', '.join(node.scope for node in without_source[:3])})" if without_source else "")
+    if graph.declared_subgraphs is not None and len(graph.subgraphs) < graph.declared_subgraphs:
+        logger.warning("IR %s declares %d subgraphs in its header but holds %d; it may be incomplete.", ir_path,
+                       graph.declared_subgraphs, len(graph.subgraphs))
     index = ScopeIndex(graph.nodes)
     output_dir = prepare_output_dir(args.output)
     if mode == "tensor":
