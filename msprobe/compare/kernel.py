@@ -100,6 +100,22 @@ def scan(root: str) -> dict:
     return found
 
 
+def is_kernel_dump(root: str) -> bool:
+    """True for a directory laid out as a kernel dump: a data directory of .npy files or a statistic.csv at a
+    rank/step place (rank_0/Net/0/0)."""
+    if not os.path.isdir(root):
+        return False
+    for directories in scan(root).values():
+        for directory in directories:
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                continue
+            if "statistic.csv" in names or any(name.endswith(".npy") for name in names):
+                return True
+    return False
+
+
 def read_data_dir(directory: str) -> DataDir | None:
     names = os.listdir(directory)
     mapping = {}

@@ -152,8 +152,10 @@ class Dump:
         return os.path.join(self.directory, TENSOR_DIR_NAME)
 
 
-def read_dump(path: str, side: str, with_stack: bool = True, with_construct: bool = False) -> Dump:
-    """Read a dump.json or debug.json and, when present beside it, stack.json (and construct.json)."""
+def read_dump(path: str, side: str, with_stack: bool = True, with_construct: bool = False,
+              stack_path: str | None = None) -> Dump:
+    """Read a dump.json or debug.json and, when present beside it, stack.json (and construct.json); with
+    stack_path, that stack file instead of the one beside the dump (the 1.x compare.json's stack_path)."""
     what = f"{side} dump file"
     content = load_json(path, what)
     if not isinstance(content, dict):
@@ -177,9 +179,8 @@ def read_dump(path: str, side: str, with_stack: bool = True, with_construct: boo
     directory = os.path.dirname(os.path.abspath(path))
     stack = None
     construct = None
-    stack_path = os.path.join(directory, "stack.json")
-    if with_stack and os.path.lexists(stack_path):
-        stack = read_stack(stack_path)
+    if with_stack and (stack_path or os.path.lexists(os.path.join(directory, "stack.json"))):
+        stack = read_stack(stack_path or os.path.join(directory, "stack.json"))
     construct_path = os.path.join(directory, "construct.json")
     if with_construct and os.path.lexists(construct_path):
         construct = read_construct(construct_path)
