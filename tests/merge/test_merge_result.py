@@ -303,3 +303,16 @@ def test_api_selection_agrees_with_plain_substring_search():
     for name in names:
         expected = {f"{api}." for api in apis if f"{api}." in name}
         assert indexed.matched(name) == expected and indexed(name) == bool(expected), name
+
+
+def test_a_csv_cell_longer_than_the_csv_field_limit_is_read(tmp_path):
+    """Issue 18 §4: compare's csv with a 3000-frame stack failed with `_csv.Error: field larger than field limit
+    (131072)`."""
+    row = stat_row("Distributed.all_reduce.0.forward.output.0", "0.5")
+    row[STAT_HEADER.index("Err_message")] = "['File x.py, line 1, in f, \\n y = g(x)', " * 6000 + "]"
+    assert len(row[STAT_HEADER.index("Err_message")]) > 131072
+    folder = write_ranks(tmp_path / "in", [row])
+    (tmp_path / "cfg.yaml").write_text("api: [Distributed]\ncompare_index: [Max diff]\n")
+    assert run_cli(["merge_result", "-i", folder, "-o", tmp_path / "out", "-config", tmp_path / "cfg.yaml"]) == 0
+    sheet = openpyxl.load_workbook(only_file(tmp_path / "out", "*.xlsx"))["Max diff"]
+    assert [c.value for c in sheet[2]] == ["Distributed.all_reduce.0.forward.output.0", 0.5, 0.5]
