@@ -82,16 +82,17 @@ def test_a_worker_that_always_dies_is_reported_after_its_retries(ranks, tmp_path
     assert batch.results[0].label == jobs[0].label
 
 
-def test_bad_rank_fails_every_attempt_and_the_others_complete(ranks, tmp_path, capsys):
+def test_bad_rank_is_reported_at_once_and_the_others_complete(ranks, tmp_path, capsys):
+    """Invalid JSON cannot pass on a second attempt: no retry, whatever --retries says."""
     target, golden = ranks
     broken = tmp_path / "target"
     shutil.copytree(target, broken)
     (broken / "rank2" / "dump.json").write_text("{not json")
-    assert _compare(broken, golden, tmp_path / "out", "--retries", "1") == 0
+    assert _compare(broken, golden, tmp_path / "out", "--retries", "2") == 0
     captured = capsys.readouterr()
-    assert captured.out.count("[rank2] attempt 1 of 2 failed, retrying: ") == 1
+    assert "retrying" not in captured.out and "attempts)" not in captured.out
     assert "Ranks: 5 of 6 complete (0 from an earlier run, 0 after a retry); 1 failed: rank2: " in captured.out
-    assert "(2 attempts)." in captured.out
+    assert "is not valid JSON" in captured.out
     assert len(list((tmp_path / "out").glob("compare_result_rank*.csv"))) == 5
     # the failed rank has no marker: a re-run tries it again and skips the other five
     assert _compare(broken, golden, tmp_path / "out", "--retries", "0") == 0
