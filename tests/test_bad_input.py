@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,8 +28,10 @@ from helpers_bad_input import (
     assert_outputs,
     assert_success,
     copy_fixture_dump,
+    dead_pid,
     default_arrays,
     extract_tensor_fixture,
+    file_hashes,
     listing,
     npy_name,
     read_csv_rows,
@@ -38,6 +41,7 @@ from helpers_bad_input import (
     snapshot,
     stats_dump,
     tensor_record,
+    two_step_dumps,
     write_json,
     write_tensor_side,
 )
@@ -649,3 +653,185 @@ def test_help_and_version_in_a_subprocess(tmp_path):
                               text=True, timeout=60)
         assert proc.returncode == 0 and proc.stderr == "", (argv, proc.stderr)
         assert proc.stdout.strip()
+
+
+# ------------------------------------------------------------------------------------------ 13. runs into one -o
+def _tables(out) -> list:
+    return sorted(n for n in listing(out) if n.startswith("compare_result_"))
+
+
+@VIA
+def test_another_steps_run_never_takes_or_replaces_the_earlier_results(tmp_path, capsys, monkeypatch, via):
+    """issue 18 §3: step0 then step1 into one -o used to replace step0's tables under step0's timestamp."""
+    monkeypatch.chdir(tmp_path)
+    root = two_step_dumps(tmp_path / "mr")
+    out = tmp_path / "seq"
+
+    def compare(step):
+        return run_cli(via, ["compare", "-tp", root / "target" / step, "-gp", root / "golden" / step, "-o", out,
+                             "--csv", "-j", "2"], capsys, tmp_path)
+
+    assert_success(compare("step0"))
+    step0 = file_hashes(out)
+    assert len(_tables(out)) == 2
+    run = compare("step1")
+    assert_success(run)
+    assert "(0 from an earlier run" in run.out      # nothing of step0 is taken for step1
+    after = file_hashes(out)
+    assert {n: after.get(n) for n in step0} == step0     # step0's files are all there, unchanged
+    step1 = sorted(set(after) - set(step0))
+    assert len([n for n in step1 if n.startswith("compare_result_rank")]) == 2
+    stamps = {n.rsplit("_", 1)[1].split(".")[0] for n in after}
+    assert len(stamps) == 2                         # each run has its own timestamp
+    rows = {n: read_csv_rows(out / n) for n in _tables(out) if "rank0" in n}
+    first, second = (rows[n] for n in sorted(rows))
+    assert [r["Bench max"] for r in first] != [r["Bench max"] for r in second]   # step1's own data
+    # each run keeps its own resume state: step0 again is complete, nothing rewritten
+    run = compare("step0")
+    assert_success(run)
+    assert "2 of 2 tasks were completed by an earlier run" in run.out
+    assert file_hashes(out) == after
+
+
+@VIA
+def test_graph_of_another_dump_never_replaces_the_earlier_graphs(tmp_path, capsys, monkeypatch, via):
+    monkeypatch.chdir(tmp_path)
+    root = two_step_dumps(tmp_path / "mr")
+    out = tmp_path / "vis"
+    args = ["graph", "-o", out, "-j", "1", "-tp"]
+    assert_success(run_cli(via, [*args, root / "target" / "step0"], capsys, tmp_path))
+    first = file_hashes(out)
+    assert len(first) == 2
+    assert_success(run_cli(via, [*args, root / "golden" / "step1"], capsys, tmp_path))
+    after = file_hashes(out)
+    assert {n: after.get(n) for n in first} == first and len(after) == 4
+
+
+@VIA
+def test_compares_into_one_directory_in_one_second_keep_their_results(tmp_path, capsys, monkeypatch, via, good_pair):
+    """Two (sequential, in-process) or four (concurrent processes) compares in the same second: one table each,
+    named compare_result_<14 digits>.csv."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    argv = ["compare", "-tp", good_pair[0], "-gp", good_pair[1], "-o", out, "--csv", "-c"]
+    if via == "inproc":
+        for _ in range(2):
+            assert_success(run_inproc(argv, capsys))
+        expected = 2
+    else:
+        env = {k: v for k, v in os.environ.items() if k != "MSPROBE_DEBUG"}
+        runs = [subprocess.Popen([sys.executable, "-m", "msprobe", *map(str, argv)], cwd=tmp_path, env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        assert all(r.wait(timeout=120) == 0 for r in runs), [r.stderr.read() for r in runs]
+        expected = 4
+    names = listing(out)
+    assert len(names) == expected and all(re.fullmatch(r"compare_result_\d{14}\.csv", n) for n in names), names
+    assert all(len(read_csv_rows(out / n)) == len(read_csv_rows(out / names[0])) > 0 for n in names)
+
+
+def test_a_stamp_that_a_file_or_a_live_run_holds_is_not_taken(tmp_path):
+    import time
+
+    from msprobe.report.atomic import host_tag
+    from msprobe.scale import stamp as stamps
+
+    clock = iter(range(1_800_000_000, 1_800_000_100))
+    seconds = [time.strftime("%Y%m%d%H%M%S", time.localtime(1_800_000_000 + i)) for i in range(4)]
+    (tmp_path / f"compare_result_{seconds[0]}.csv").write_text("earlier result")
+    (tmp_path / stamps.lock_name(seconds[1])).write_text(f"{os.getppid()}@{host_tag()}\n")    # a live run
+    (tmp_path / stamps.lock_name(seconds[2])).write_text(f"{dead_pid()}@{host_tag()}\n")      # a killed one
+    try:
+        assert stamps.claim_stamp([str(tmp_path)], now=lambda: float(next(clock))) == seconds[2]
+        assert os.path.exists(tmp_path / stamps.lock_name(seconds[2]))
+    finally:
+        stamps.release_claims()
+    assert sorted(listing(tmp_path)) == sorted([f"compare_result_{seconds[0]}.csv", stamps.lock_name(seconds[1])])
+
+
+# ------------------------------------------------------------------------------------------ 14. killed runs
+def _fake_temporaries(directory: Path) -> dict:
+    from msprobe.report.atomic import host_tag
+
+    directory.mkdir(parents=True, exist_ok=True)
+    names = {"dead": f".tmp-0123456789ab-{dead_pid()}@{host_tag()}-compare_result_20260101000000.csv",
+             "alive": f".tmp-0123456789ac-{os.getpid()}@{host_tag()}-compare_result_20260101000000.csv",
+             "foreign": ".tmp-mine.txt"}
+    for name in names.values():
+        (directory / name).write_bytes(b"x" * 1000)
+        os.utime(directory / name, (1_000_000, 1_000_000))
+    return names
+
+
+@VIA
+def test_temporaries_of_a_killed_run_are_removed_by_the_next_run(tmp_path, capsys, monkeypatch, via, good_pair):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    names = _fake_temporaries(out)
+    assert_success(run_cli(via, ["compare", "-tp", good_pair[0], "-gp", good_pair[1], "-o", out, "--csv"], capsys,
+                           tmp_path))
+    left = listing(out)
+    assert names["dead"] not in left and names["alive"] in left and names["foreign"] in left
+    # directories: the output and its step folders
+    root = two_step_dumps(tmp_path / "mr", ranks=1)
+    out2 = tmp_path / "out2"
+    names = _fake_temporaries(out2 / "step0")
+    assert_success(run_cli(via, ["compare", "-tp", root / "target", "-gp", root / "golden", "-o", out2, "--csv",
+                                 "-j", "1"], capsys, tmp_path))
+    left = listing(out2 / "step0")
+    assert names["dead"] not in left and names["alive"] in left and names["foreign"] in left
+
+
+def _children(pid: int) -> set:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.add(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers die with their driver on Linux")
+def test_workers_die_with_a_driver_killed_by_sigkill(tmp_path):
+    import time
+
+    from helpers_bad_input import SUBPROCESS_TIMEOUT
+
+    root = two_step_dumps(tmp_path / "mr", ranks=6)
+    # a task that never ends: the driver's workers would run forever once it is gone
+    script = ("import sys, time\nimport msprobe.compare.batch as b\n"
+              "b.compare_files = lambda *a, **k: time.sleep(600)\n"
+              "from msprobe.cli.main import main\nsys.exit(main(sys.argv[1:]))\n")
+    driver = subprocess.Popen([sys.executable, "-c", script, "compare", "-tp", str(root / "target" / "step0"),
+                               "-gp", str(root / "golden" / "step0"), "-o", str(tmp_path / "out"), "-j", "2"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: set = set()
+    try:
+        deadline = time.monotonic() + SUBPROCESS_TIMEOUT
+        while len(workers := _children(driver.pid)) < 2:
+            assert driver.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        deadline = time.monotonic() + 20
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in workers if _running(pid)], "workers outlived their driver"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        for pid in workers:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
