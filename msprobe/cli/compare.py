@@ -164,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
 
         write_index(summaries, output_dir, options.stamp or timestamp())
     if not summaries:
+        if len(failures) == 1:
+            raise MsprobeError(f"{failures[0].label}{failures[0].message}")
         raise MsprobeError(f"no dump pair could be compared ({len(failures)} failed).")
     banner(logger, "msprobe compare ends successfully.")
     return 0

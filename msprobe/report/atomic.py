@@ -33,8 +33,10 @@ def atomic_path(path: str):
         yield temporary
         os.chmod(temporary, 0o640)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as exc:
         remove_temporaries(made)
+        if isinstance(exc, OSError) and not exc.filename:   # a failed write (disk full) names no file
+            exc.filename = path
         raise
 
 
