@@ -760,6 +760,8 @@ def _fake_temporaries(directory: Path) -> dict:
     for name in names.values():
         (directory / name).write_bytes(b"x" * 1000)
         os.utime(directory / name, (1_000_000, 1_000_000))
+    names["dead-claim"] = ".msprobe_run_20260101000000.lock"       # a killed run's claim on its timestamp
+    (directory / names["dead-claim"]).write_text(f"{dead_pid()}@{host_tag()}\n")
     return names
 
 
@@ -772,6 +774,7 @@ def test_temporaries_of_a_killed_run_are_removed_by_the_next_run(tmp_path, capsy
                            tmp_path))
     left = listing(out)
     assert names["dead"] not in left and names["alive"] in left and names["foreign"] in left
+    assert names["dead-claim"] not in left
     # directories: the output and its step folders
     root = two_step_dumps(tmp_path / "mr", ranks=1)
     out2 = tmp_path / "out2"

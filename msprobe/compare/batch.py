@@ -13,7 +13,7 @@ from msprobe.dump.locate import Job
 from msprobe.report.atomic import remove_stale_temporaries
 from msprobe.scale.executor import Backend, JobFailure, run_tasks
 from msprobe.scale.resume import resume_in, run_stamp
-from msprobe.scale.stamp import claim_stamp
+from msprobe.scale.stamp import claim_stamp, remove_stale_locks
 
 __all__ = ["JobFailure", "run_job", "run_batch", "summary_files", "succeeded"]
 
@@ -58,10 +58,12 @@ def output_directories(output_dir: str, jobs: list) -> list:
 
 
 def clean_directories(directories: list) -> None:
-    """Remove the temporaries that runs of msprobe killed before this one left in the directories."""
+    """Remove the temporaries and timestamp claims that runs of msprobe killed before this one left in the
+    directories (directories[0]: the output directory)."""
     started = time.time()
     for directory in directories:
         remove_stale_temporaries(directory, started)
+    remove_stale_locks(directories[0])
 
 
 def succeeded(results: list) -> list:
