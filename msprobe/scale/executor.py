@@ -290,7 +290,7 @@ class Processes:
             except (EOFError, OSError):
                 result = None
             except Exception as exc:   # a result that cannot be unpickled
-                result = JobFailure(_label(job), f"the result could not be read: {failure_message(exc)}", True)
+                result = JobFailure(_label(job), f"the result could not be read: {failure_message(exc)}")
             reader.close()
             process.join()
             if result is None:

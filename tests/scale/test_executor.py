@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from dying_workers import always_die, compare_or_die_once
+from dying_workers import always_die, compare_or_die_once, refuse, storage_hiccup_once
 from scale_data import make_ranks, result_files
 
 from msprobe.compare.batch import run_batch
@@ -80,6 +80,21 @@ def test_a_worker_that_always_dies_is_reported_after_its_retries(ranks, tmp_path
     assert [type(r) for r in batch.results] == [JobFailure, JobFailure]
     assert batch.results[0].message == "worker process lost (killed by SIGKILL) (2 attempts)."
     assert batch.results[0].label == jobs[0].label
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_transient_errors_are_retried_and_input_errors_are_not(ranks, tmp_path, workers):
+    target, golden = ranks
+    jobs = locate(str(target), str(golden)).jobs[:2]
+    options = CompareOptions(output_dir=str(tmp_path / "a"), output_format="csv", compare_only=True)
+    os.makedirs(options.output_dir)
+    batch, _ = run_batch(jobs, options, Backend("local", workers=workers, retries=2), storage_hiccup_once)
+    assert all(isinstance(r, CompareSummary) for r in batch.results) and batch.retried == {0, 1}
+    options = replace(options, output_dir=str(tmp_path / "b"))
+    os.makedirs(options.output_dir)
+    batch, _ = run_batch(jobs, options, Backend("local", workers=workers, retries=2), refuse)
+    assert [r.message for r in batch.results] == [f"{job.target} is not a dump" for job in jobs]
+    assert not batch.retried and (tmp_path / "b" / f".refused{jobs[0].suffix}").read_text() == "1"
 
 
 def test_bad_rank_is_reported_at_once_and_the_others_complete(ranks, tmp_path, capsys):
