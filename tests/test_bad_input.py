@@ -785,6 +785,21 @@ def test_temporaries_of_a_killed_run_are_removed_by_the_next_run(tmp_path, capsy
     assert names["dead"] not in left and names["alive"] in left and names["foreign"] in left
 
 
+@VIA
+def test_every_command_removes_the_temporaries_of_killed_runs(tmp_path, capsys, monkeypatch, via):
+    """merge_result (any command that prepares an output directory) cleans up as compare does."""
+    from helpers_bad_input import FIXTURES
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "merged"
+    names = _fake_temporaries(out)
+    run = run_cli(via, ["merge_result", "-i", FIXTURES / "merge" / "results", "-o", out, "-config",
+                        FIXTURES / "merge" / "merge_config.yaml"], capsys, tmp_path)
+    assert run.code == 0, run.err
+    left = listing(out)
+    assert names["dead"] not in left and names["alive"] in left and names["foreign"] in left
+
+
 def _children(pid: int) -> set:
     found = set()
     for entry in os.listdir("/proc"):
