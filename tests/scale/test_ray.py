@@ -99,7 +99,8 @@ def test_killed_worker_is_retried_and_its_rank_completed(cluster, dataset, tmp_p
     assert result_files(tmp_path) == result_files(local)
 
 
-def test_bad_rank_is_reported_after_its_retries_while_the_others_complete(cluster, dataset, tmp_path, capsys):
+def test_bad_rank_is_reported_at_once_while_the_others_complete(cluster, dataset, tmp_path, capsys):
+    """A dump that is not valid fails every attempt the same way: reported without retries."""
     target, golden, local = dataset
     broken = tmp_path / "target"
     shutil.copytree(target, broken, copy_function=os.link)
@@ -108,9 +109,8 @@ def test_bad_rank_is_reported_after_its_retries_while_the_others_complete(cluste
     code = run_cli(["compare", "-tp", broken, "-gp", golden, "-o", tmp_path / "out", "--csv", "--backend", "ray"])
     out = capsys.readouterr().out
     assert code == 0
-    assert out.count("[rank5] attempt") == 2
+    assert "[rank5] attempt" not in out and "attempts)" not in out
     assert "15 of 16 complete (0 from an earlier run, 0 after a retry); 1 failed: rank5: " in out
-    assert "(3 attempts)." in out
     reference = {name: data for name, data in result_files(local).items() if "rank5" not in name}
     assert result_files(tmp_path / "out") == reference
 
