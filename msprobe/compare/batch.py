@@ -44,7 +44,7 @@ def run_batch(jobs: list, options, backend: Backend, worker: Callable = run_job,
     if options.stamp:
         stamp = options.stamp
     elif resume is not None:
-        stamp, _ = run_stamp(resume, lambda: claim_stamp(directories))
+        stamp = run_stamp(resume, lambda: claim_stamp(directories))
     else:
         stamp = claim_stamp(directories)
     options = replace(options, stamp=stamp)

@@ -67,22 +67,21 @@ def resume_in(output_dir: str, kind: str, settings, outputs: Callable, jobs: lis
     return Resume(os.path.join(output_dir, MARKER_DIR, kind), settings, outputs, run)
 
 
-def run_stamp(resume: Resume, fresh: Callable[[], str]) -> tuple[str, bool]:
-    """(timestamp, resumed): the timestamp of the earlier run of the same jobs and settings into this output
-    directory (so that the files of recomputed tasks replace their partial predecessors), else fresh() -
-    recorded for the next run."""
+def run_stamp(resume: Resume, fresh: Callable[[], str]) -> str:
+    """The timestamp of the earlier run of the same jobs and settings into this output directory (so that the
+    files of recomputed tasks replace their partial predecessors), else fresh(), recorded for the next run."""
     path = os.path.join(resume.directory, "runs", resume.run + ".json")
     try:
         with open(path, encoding="utf-8") as handle:
             record = json.load(handle)
         if record.get("run") == resume.run and _STAMP.match(str(record.get("stamp"))):
-            return record["stamp"], True
+            return record["stamp"]
     except (OSError, ValueError, AttributeError):
         pass
     stamp = fresh()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_text(path, json.dumps({"format": FORMAT, "run": resume.run, "stamp": stamp}))
-    return stamp, False
+    return stamp
 
 
 def marker_for(resume: Resume, worker: Callable, job, task: str) -> Marker:
