@@ -128,14 +128,19 @@ def _import_pandas():
 
 
 def _as_float(value: Any) -> float:
-    """A cell of a metric column as a float: numbers as they are (bools as 1/0), `12.5%` as 0.125, `inf`/`-inf` as
-    infinities, anything else (N/A, None, Nan, texts such as `Diff` or `unsupported`) as NaN."""
+    """A cell of a metric column as a float: numbers as they are, the statistics of bool tensors (True/False) as 1/0,
+    `12.5%` as 0.125, `inf`/`-inf` as infinities, anything else (N/A, None, Nan, texts such as `Diff`) as NaN."""
     from msprobe.report.cells import number_or_none
 
     if type(value) is bool:
         return float(value)
+    if value in _BOOL_TEXTS:
+        return _BOOL_TEXTS[value]
     number = number_or_none(value)
     return math.nan if number is None else number
+
+
+_BOOL_TEXTS = {"True": 1.0, "False": 0.0}
 
 
 def _text_or_nan(value: Any) -> Any:
