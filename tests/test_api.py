@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 import msprobe
-from conftest import FIXTURES, fixture_pair, only_file, read_csv, run_cli
 from msprobe.errors import DumpFormatError, MsprobeError, PathError, UsageError
+
+from conftest import FIXTURES, fixture_pair, only_file, read_csv, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 MAPS = FIXTURES / "cross" / "mappings"
