@@ -635,12 +635,15 @@ _ENTRY_FLOATS = ("max", "min", "mean", "norm")
 class DumpEntries(Sequence[DumpEntry]):
     """The items of one dump in dump order; `to_pandas()` gives them as a DataFrame."""
 
-    def __init__(self, dump, items):
+    def __init__(self, side):
+        dump = side.dump
         self.path: str = dump.path
         self.task: str = dump.task
         self.level: str = dump.level
         self.framework: str = dump.framework
-        self._items = items
+        self.has_md5: bool = side.has_md5
+        """Whether the dump records md5 (CRC-32) values; `md5` is None in every entry otherwise."""
+        self._items = side.items
 
     def __len__(self) -> int:
         return len(self._items)
@@ -661,7 +664,8 @@ class DumpEntries(Sequence[DumpEntry]):
         items = self._items
         return DumpEntry(items.name[i], items.entry_names[items.entry[i]], items.state[i], items.dtype[i],
                          _shape(items.shape[i]), _grad(items.requires_grad[i]), items.stat_max[i],
-                         items.stat_min[i], items.stat_mean[i], items.stat_norm[i], items.md5[i],
+                         items.stat_min[i], items.stat_mean[i], items.stat_norm[i],
+                         items.md5[i] if self.has_md5 else None,
                          None if items.data_name[i] in (None, "-1") else items.data_name[i])
 
     def to_pandas(self) -> pandas.DataFrame:
@@ -697,7 +701,7 @@ def _grad(text) -> bool | None:
 def read_dump(path: str | os.PathLike[str]) -> DumpEntries:
     """The entries of a dump.json or debug.json (or of the rank folder that holds one): name, call, dtype,
     shape, requires_grad, statistics, md5 and tensor file of every tensor or scalar argument, in dump order."""
-    from msprobe.dump.flatten import flatten
+    from msprobe.compare.pipeline import side_of
     from msprobe.dump.locate import dump_file_in
     from msprobe.dump.paths import check_input_file
     from msprobe.dump.reader import read_dump as read
@@ -713,5 +717,4 @@ def read_dump(path: str | os.PathLike[str]) -> DumpEntries:
                 raise PathError(f"{path} holds no dump.json or debug.json.")
             path = found
         path = check_input_file(path, "dump file")
-        dump = read(path, "dump", with_stack=False)
-        return DumpEntries(dump, flatten(dump.data, dump.path, dump.is_debug))
+        return DumpEntries(side_of(read(path, "dump", with_stack=False)))

@@ -233,6 +233,11 @@ def test_read_dump_entries():
     names = msprobe.compare(target, target).column("NPU Name")
     assert [e.name for e in entries] == names and len(entries) == len(names)
     assert msprobe.read_dump(Path(target).parent)[-1] == entries[-1]      # a rank folder holding dump.json
+    assert not entries.has_md5 and {e.md5 for e in entries} == {None}
+    md5_target = fixture_pair("md5_mix_step0")[0]
+    md5 = msprobe.read_dump(md5_target)
+    table = msprobe.compare(md5_target, md5_target)
+    assert md5.has_md5 and [e.md5 or "N/A" for e in md5] == table.column("NPU MD5")
 
 
 def test_read_dump_to_pandas():
@@ -240,8 +245,8 @@ def test_read_dump_to_pandas():
     target = fixture_pair("stats_mix_step0")[0]
     entries = msprobe.read_dump(target)
     frame = entries.to_pandas()
-    assert list(frame.columns) == ["name", "op", "state", "dtype", "shape", "requires_grad", "max", "min", "mean",
-                                   "norm", "md5", "data_name"]
+    assert list(frame.columns) == list(msprobe.DumpEntry._fields) == [
+        "name", "op", "state", "dtype", "shape", "requires_grad", "max", "min", "mean", "norm", "md5", "data_name"]
     assert len(frame) == len(entries) and frame["max"].dtype == "float64"
     for row in (0, 1, len(entries) - 1):
         entry = entries[row]
@@ -394,3 +399,46 @@ def test_compare_is_callable_and_the_subpackage_importable():
     import inspect
 
     assert list(inspect.signature(msprobe.compare).parameters)[:2] == ["target", "golden"]
+
+
+def test_the_walk_through_of_docs_python_api_runs(tmp_path, monkeypatch, capsys):
+    """docs/python_api.md's python blocks run in order on a copy of examples/ (the plot only with matplotlib)."""
+    import re
+    import shutil
+
+    _pandas()
+    text = (REPO / "docs" / "python_api.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    outputs = re.findall(r"```text\n(.*?)```", text, re.S)
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    ran_plot = False
+    for block in blocks:
+        if "matplotlib" in block:
+            try:
+                import matplotlib
+            except ImportError:
+                continue
+            matplotlib.use("Agg")
+            ran_plot = True
+        exec(compile(block, "docs/python_api.md", "exec"), namespace)
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0] == outputs[0].strip()      # the summary line: counts only, no float digits
+    assert namespace["analysis"].op_name == "Functional.linear.2.forward"
+    assert len(namespace["top"]) == 10 and len(namespace["paths"]) == 3
+    assert not ran_plot or (tmp_path / "norm_relative_error.png").stat().st_size > 0
+
+
+def test_the_readme_python_lines_run(tmp_path, monkeypatch):
+    import re
+    import shutil
+
+    _pandas()
+    (block,) = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(encoding="utf-8"), re.S)
+    assert len(block.strip().splitlines()) == 3
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    assert len(namespace["worst"]) == 10 and namespace["result"].summary.counts["error"] == 6
