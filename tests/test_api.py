@@ -442,3 +442,25 @@ def test_the_readme_python_lines_run(tmp_path, monkeypatch):
     namespace: dict = {}
     exec(compile(block, "README.md", "exec"), namespace)
     assert len(namespace["worst"]) == 10 and namespace["result"].summary.counts["error"] == 6
+
+
+def test_a_dump_root_of_steps(tmp_path):
+    """Two step folders: the command's step0/ and step1/ files, and one DiffAnalysis per step."""
+    import shutil
+
+    for side in ("target", "golden"):
+        for step in (0, 1):
+            shutil.copytree(FIXTURES / f"stats_L1_step{step}" / side, tmp_path / "root" / side / f"step{step}")
+    target, golden = tmp_path / "root" / "target", tmp_path / "root" / "golden"
+    result, _ = _cli_then_api(tmp_path, target, golden, ["--csv"], {"jobs": 2}, {"format": "csv"})
+    assert sorted(result.ranks) == ["step0", "step1"]
+    analysis = msprobe.diff_analyze(target, golden, jobs=1)
+    assert sorted(analysis.steps) == ["step0", "step1"]
+    for step, found in analysis.steps.items():
+        alone = msprobe.diff_analyze(FIXTURES / f"stats_L1_{step}" / "target" / "dump.json",
+                                     FIXTURES / f"stats_L1_{step}" / "golden" / "dump.json")
+        assert (found.op_name, found.step) == (alone.op_name, step)
+        assert [(op.op_name, op.role, op.position) for op in found.ops] == \
+            [(op.op_name, op.role, op.position) for op in alone.ops]
+        assert found.lines[0].startswith(f"Divergence starts on {step} at {alone.op_name}")
+    assert analysis.op_name == analysis.steps["step0"].op_name is not None
