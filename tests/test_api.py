@@ -424,7 +424,7 @@ def test_the_walk_through_of_docs_python_api_runs(tmp_path, monkeypatch, capsys)
             ran_plot = True
         exec(compile(block, "docs/python_api.md", "exec"), namespace)
     printed = capsys.readouterr().out
-    assert printed.splitlines()[0] == outputs[0].strip()      # the summary line: counts only, no float digits
+    assert outputs[0].strip() in printed.splitlines()      # the summary line: counts only, no float digits
     assert namespace["analysis"].op_name == "Functional.linear.2.forward"
     assert len(namespace["top"]) == 10 and len(namespace["paths"]) == 3
     assert not ran_plot or (tmp_path / "norm_relative_error.png").stat().st_size > 0
