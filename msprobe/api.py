@@ -127,26 +127,45 @@ def _import_pandas():
     return pandas
 
 
-def _as_float(value: Any) -> float:
-    """A cell of a metric column as a float: numbers as they are, the statistics of bool tensors (True/False) as 1/0,
-    `12.5%` as 0.125, `inf`/`-inf` as infinities, anything else (N/A, None, Nan, texts such as `Diff`) as NaN."""
-    from msprobe.report.cells import number_or_none
-
-    if type(value) is bool:
-        return float(value)
-    if value in _BOOL_TEXTS:
-        return _BOOL_TEXTS[value]
-    number = number_or_none(value)
-    return math.nan if number is None else number
-
-
 _BOOL_TEXTS = {"True": 1.0, "False": 0.0}
 
 
-def _text_or_nan(value: Any) -> Any:
+def _float_column(values: list) -> list:
+    """The cells of a metric column as floats: numbers as they are, the statistics of bool tensors (True/False) as
+    1/0, `12.5%` as 0.125, `inf`/`-inf` as infinities, anything else (N/A, None, Nan, texts such as `Diff`) as
+    NaN. Texts recur (0, N/A, a tensor's statistics on several rows): each is parsed once."""
+    from msprobe.report.cells import number_or_none
+
+    nan = math.nan
+    parsed: dict = {}
+    out = []
+    append = out.append
+    for value in values:
+        kind = type(value)
+        if kind is float:
+            append(value)
+        elif kind is str:
+            number = parsed.get(value)
+            if number is None:
+                number = _BOOL_TEXTS.get(value)
+                if number is None:
+                    number = number_or_none(value)
+                    number = nan if number is None else number
+                parsed[value] = number
+            append(number)
+        else:                          # ints, bools, numpy numbers; None
+            try:
+                append(float(value))
+            except (TypeError, ValueError):
+                append(nan)
+    return out
+
+
+def _text_column(values: list) -> list:
     from msprobe.report.cells import NA
 
-    return math.nan if value == NA or value is None else value
+    nan = math.nan
+    return [nan if value is None or value == NA else value for value in values]
 
 
 def _metric_columns(table) -> frozenset:
@@ -155,29 +174,22 @@ def _metric_columns(table) -> frozenset:
     return frozenset(table.numeric_columns) | frozenset(col.STAT_DIFFS)
 
 
-def _frame_columns(columns: Sequence[str], cells: dict, metrics: frozenset) -> dict:
-    """Column name -> list of Python values as the DataFrame holds them."""
-    out: dict = {}
+def _data_frame(columns: Sequence[str], cells: dict, metrics: frozenset) -> pandas.DataFrame:
+    """Metric columns as float64, Requires_grad Consistent as bool, the Rank column as it is, the other columns as
+    text with N/A as NaN."""
+    pandas = _import_pandas()
+    data = {}
     for name in columns:
         values = cells[name]
         if name in metrics:
-            out[name] = [_as_float(v) for v in values]
+            data[name] = pandas.Series(_float_column(values), dtype="float64")
         elif name == CONSISTENT_COLUMN:
-            out[name] = [bool(v) if type(v) is bool else str(v) == "True" for v in values]
+            data[name] = pandas.Series([v is True or v == "True" for v in values], dtype="bool")
         elif name == RANK_COLUMN:
-            out[name] = list(values)
+            data[name] = pandas.Series(values, dtype="object")
         else:
-            out[name] = [_text_or_nan(v) for v in values]
-    return out
-
-
-def _data_frame(columns: Sequence[str], cells: dict, metrics: frozenset) -> pandas.DataFrame:
-    pandas = _import_pandas()
-    data = _frame_columns(columns, cells, metrics)
-    frame = pandas.DataFrame({name: pandas.Series(data[name], dtype="float64" if name in metrics else
-                                                  "bool" if name == CONSISTENT_COLUMN else "object")
-                              for name in columns}, columns=list(columns))
-    return frame
+            data[name] = pandas.Series(_text_column(values), dtype="object")
+    return pandas.DataFrame(data, columns=list(columns))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -674,7 +686,7 @@ class DumpEntries(Sequence[DumpEntry]):
         pandas = _import_pandas()
         entries = list(self)
         data = {name: [getattr(e, name) for e in entries] for name in DumpEntry._fields}
-        return pandas.DataFrame({name: pandas.Series([_as_float(v) for v in values], dtype="float64")
+        return pandas.DataFrame({name: pandas.Series(_float_column(values), dtype="float64")
                                  if name in _ENTRY_FLOATS else pandas.Series(values, dtype="object")
                                  for name, values in data.items()}, columns=list(DumpEntry._fields))
 
