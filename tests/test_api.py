@@ -383,6 +383,9 @@ assert result.problems and "rank3" in result.problems[0], result.problems
     assert quiet.returncode == 0, quiet.stderr
     assert (quiet.stdout, quiet.stderr) == ("", "")
     assert list((tmp_path / "out").glob("compare_result_rank0_*.csv"))
+    spawned = _run_python("import multiprocessing; multiprocessing.set_start_method('spawn')\n" + code, tmp_path)
+    assert spawned.returncode == 0, spawned.stderr
+    assert (spawned.stdout, spawned.stderr) == ("", "")      # workers that set up logging afresh stay quiet too
     loud = _run_python("import logging; logging.basicConfig(level=logging.INFO)\n" + code, tmp_path)
     assert loud.returncode == 0, loud.stderr
     assert "rank3 exists only in the golden dump" in loud.stderr and "Compare mode: statistics" in loud.stderr
