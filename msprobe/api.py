@@ -376,12 +376,13 @@ class CompareResult:
         writes it unless `-c`. A layer mapping's generated `data_mapping_{stamp}.yaml` is written too.
         stamp: the `YYYYmmddHHMMSS` of the names (default: now). The command's resume markers (.msprobe_done/) are
         not written."""
+        from msprobe.compare.mapping import data_mapping_path
         from msprobe.compare.pipeline import timestamp, write_pair
         from msprobe.dump.paths import prepare_output_dir
 
         if format not in FORMATS:
             raise UsageError(f"format must be one of {', '.join(FORMATS)}, got {format!r}.")
-        if stamp is not None and not (len(stamp) == 14 and stamp.isdigit()):
+        if stamp is not None and not (isinstance(stamp, str) and len(stamp) == 14 and stamp.isascii() and stamp.isdigit()):
             raise UsageError(f"stamp must be 14 digits (YYYYmmddHHMMSS), got {stamp!r}.")
         stamp = stamp or timestamp()
         with _quiet():
@@ -395,7 +396,7 @@ class CompareResult:
                 summary = write_pair(pair._pair, out, stamp, job.suffix, job.label,
                                      table_format=None if format == "html" else format, html=html, advisor=advisor)
                 if pair._pair.data_mapping:
-                    written.append(os.path.join(out, f"data_mapping{job.suffix}_{stamp}.yaml"))
+                    written.append(data_mapping_path(out, job.suffix, stamp))
                 written.extend(p for p in (summary.output if format != "html" else None, summary.html_file,
                                            summary.advisor_file) if p)
                 summaries.append(summary)

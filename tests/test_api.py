@@ -315,6 +315,8 @@ def test_errors_are_the_commands(tmp_path):
         msprobe.compare(target, golden, jobs=0)
     with pytest.raises(UsageError, match="format"):
         msprobe.compare(target, golden).write(tmp_path / "o", format="parquet")
+    with pytest.raises(UsageError, match="stamp"):
+        msprobe.compare(target, golden).write(tmp_path / "o", stamp="2026-11-24")
     assert not (tmp_path / "o").exists()
     with pytest.raises(DumpFormatError, match="not valid JSON"):
         msprobe.compare(tmp_path, tmp_path)                   # a rank folder: its pair is compared at once
