@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from msprobe.errors import MsprobeError, UsageError
+from msprobe.log import get_logger
 
 if TYPE_CHECKING:
     import pandas
@@ -55,7 +56,7 @@ def _quiet() -> Iterator[bool]:
     last-resort stderr printer, and the workers' set-up (setup_logging) adds no console handler either.
     Yields whether the call is quiet (no handler of msprobe's or the user's on the msprobe logger)."""
     global _quiet_calls
-    logger = logging.getLogger("msprobe")
+    logger = get_logger()
     with _quiet_lock:
         quiet = _quiet_calls > 0 or not logger.handlers
         if quiet:
@@ -79,7 +80,7 @@ def _silence_worker_process() -> None:
 
     if multiprocessing.parent_process() is None:
         return
-    logger = logging.getLogger("msprobe")
+    logger = get_logger()
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
     logger.addHandler(logging.NullHandler())
@@ -454,7 +455,7 @@ def _locate(target, golden):
     if not isinstance(target, (str, os.PathLike)) or not isinstance(golden, (str, os.PathLike)):
         raise UsageError("target and golden must be paths (str or os.PathLike).")
     located = locate(os.fspath(target), os.fspath(golden))
-    logger = logging.getLogger("msprobe")
+    logger = get_logger()
     for problem in located.problems:
         logger.warning("%s", problem)
     if not located.jobs:
