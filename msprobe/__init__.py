@@ -15,7 +15,7 @@ import sys
 import types
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from msprobe.version import __version__
 
 _API = ("compare", "diff_analyze", "read_dump", "CompareResult", "PairResult", "Summary", "DiffAnalysis",
         "DivergentOp", "DumpEntries", "DumpEntry")

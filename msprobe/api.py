@@ -469,7 +469,8 @@ def _folders(located) -> bool:
 
 
 def _run_jobs(worker, jobs: list, options, quiet: bool, desc: str) -> list:
-    from msprobe.scale.executor import Backend, run_tasks
+    from msprobe.scale.executor import run_tasks
+    from msprobe.scale.task import Backend
 
     backend = Backend("local", max(1, options.jobs))
     return run_tasks(worker, [_Task(job, quiet) for job in jobs], options, backend, None, desc).results
@@ -494,7 +495,7 @@ def compare(target: str | os.PathLike[str], golden: str | os.PathLike[str], *, m
     is listed in result.failures while the others are compared; MsprobeError (PathError, DumpFormatError,
     UsageError) when nothing can be compared."""
     from msprobe.compare.pipeline import compute_pair
-    from msprobe.scale.executor import JobFailure
+    from msprobe.scale.task import JobFailure
 
     with _quiet() as quiet:
         options = _options(mode, fuzzy, api_mapping, cell_mapping, data_mapping, layer_mapping, jobs)
@@ -597,7 +598,7 @@ def diff_analyze(target: str | os.PathLike[str], golden: str | os.PathLike[str],
     """The first-divergence analysis of `msprobe compare -da`, writing nothing: the first op whose outputs
     differ, on which rank, and how the divergence spreads (paths and options as in `compare`)."""
     from msprobe.compare.diff_analyze import find_origin
-    from msprobe.scale.executor import JobFailure
+    from msprobe.scale.task import JobFailure
 
     with _quiet() as quiet:
         options = _options(None, fuzzy, api_mapping, cell_mapping, data_mapping, layer_mapping, jobs)

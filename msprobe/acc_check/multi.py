@@ -217,8 +217,9 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
     from msprobe.compare.pipeline import timestamp
     from msprobe.dump.paths import prepare_output_dir
     from msprobe.report.atomic import write_text
-    from msprobe.scale.executor import Backend, Batch, JobFailure, run_tasks
+    from msprobe.scale.executor import Batch, run_tasks
     from msprobe.scale.resume import resume_in
+    from msprobe.scale.task import Backend, JobFailure
 
     devices = check_devices(devices)
     splits = check_splits(splits)
@@ -292,7 +293,7 @@ def _finish_device(device_id: int, mine: list, done: dict, complete: bool, outpu
     removed; a failed device keeps its split files for -csv_path and is counted from them."""
     from msprobe.acc_check.check import info_path_of, merge_info
     from msprobe.acc_check.results import concatenate, details_of, recorded_rows, result_path_of
-    from msprobe.scale.executor import JobFailure
+    from msprobe.scale.task import JobFailure
 
     parts = [result_path_of(output_dir, stamp, split_suffix(device_id, i)) for i, apis in mine if apis]
     results = [done[(device_id, i)] for i, _ in mine if (device_id, i) in done]

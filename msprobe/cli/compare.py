@@ -104,12 +104,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-j", "--jobs", type=int_at_least(1), default=os.cpu_count() or 1, metavar="N",
                         help="parallel workers: rank processes for directories, threads for tensor files "
                              "(default: number of cores)")
-    from msprobe.scale.options import add_arguments as scale_arguments
+    from msprobe.cli.scale_options import add_arguments as scale_arguments
 
     scale_arguments(parser, "-j")
 
 
 def run(args: argparse.Namespace) -> int:
+    from msprobe.cli.scale_options import backend_of
     from msprobe.compare.batch import JobFailure, run_batch, succeeded
     from msprobe.compare.kernel import is_kernel_dump
     from msprobe.compare.mapping import MappingOptions
@@ -119,7 +120,6 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.dump.paths import prepare_output_dir
     from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
-    from msprobe.scale.options import backend_of
 
     logger = get_logger()
     backend = backend_of(args, args.jobs)

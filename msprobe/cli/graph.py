@@ -46,20 +46,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="json: one .vis per graph (default, read by tb-graph-ascend); db: one .vis.db")
     parser.add_argument("-j", "--jobs", type=int_at_least(1), default=os.cpu_count() or 1, metavar="N",
                         help="ranks built in parallel processes (default: number of cores)")
-    from msprobe.scale.options import add_arguments as scale_arguments
+    from msprobe.cli.scale_options import add_arguments as scale_arguments
 
     scale_arguments(parser, "-j")
 
 
 def run(args: argparse.Namespace) -> int:
     from msprobe.cli.compare import banner
+    from msprobe.cli.scale_options import backend_of
     from msprobe.compare.batch import JobFailure, run_batch
     from msprobe.dump.locate import locate
     from msprobe.dump.paths import check_input_dir, prepare_output_dir
     from msprobe.errors import MsprobeError
     from msprobe.graph.run import GraphOptions, graph_job
     from msprobe.log import get_logger
-    from msprobe.scale.options import backend_of
 
     logger = get_logger()
     backend = backend_of(args, args.jobs)

@@ -8,7 +8,7 @@ import importlib
 import os
 import sys
 
-from msprobe import __version__
+from msprobe.version import __version__
 
 # Parallelism is explicit (rank processes, tensor threads); BLAS thread pools inside each worker thread would
 # oversubscribe the cores and make tensor compares several times slower. Set before numpy is imported.

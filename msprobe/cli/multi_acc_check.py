@@ -37,7 +37,7 @@ def _num_splits(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from msprobe.acc_check.multi import DEFAULT_SPLITS, MAX_SPLITS
     from msprobe.cli.acc_check import add_arguments as acc_check_arguments
-    from msprobe.scale.options import add_arguments as scale_arguments
+    from msprobe.cli.scale_options import add_arguments as scale_arguments
 
     acc_check_arguments(parser, multi=True)
     parser.add_argument("-n", "--num_splits", dest="num_splits", type=_num_splits, default=DEFAULT_SPLITS,
@@ -54,9 +54,9 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.acc_check.multi import run_multi_acc_check, summary_rows
     from msprobe.cli.acc_check import check_options
     from msprobe.cli.compare import banner
+    from msprobe.cli.scale_options import backend_of
     from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
-    from msprobe.scale.options import backend_of
 
     logger = get_logger()
     if args.workers < 0:

@@ -11,9 +11,10 @@ from dataclasses import replace
 from msprobe.compare.pipeline import CompareOptions, compare_files
 from msprobe.dump.locate import Job
 from msprobe.report.atomic import remove_stale_temporaries
-from msprobe.scale.executor import Backend, JobFailure, run_tasks
+from msprobe.scale.executor import run_tasks
 from msprobe.scale.resume import resume_in, run_stamp
 from msprobe.scale.stamp import claim_stamp, remove_stale_locks
+from msprobe.scale.task import Backend, JobFailure
 
 __all__ = ["JobFailure", "run_job", "run_batch", "summary_files", "succeeded"]
 

@@ -8,7 +8,7 @@ import os
 import socket
 
 from msprobe.errors import MsprobeError
-from msprobe.scale.executor import RAY_INSTALL, Backend, JobFailure, execute
+from msprobe.scale.task import RAY_INSTALL, Backend, JobFailure, execute
 
 # Environment of the run's Ray workers: one BLAS thread per task (as for local processes), the driver's log level.
 WORKER_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")

@@ -25,8 +25,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from msprobe import __version__
 from msprobe.report.atomic import write_text
+from msprobe.version import __version__
 
 MARKER_DIR = ".msprobe_done"
 FORMAT = 1

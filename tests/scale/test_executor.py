@@ -17,8 +17,8 @@ from scale_data import make_ranks, result_files
 from msprobe.compare.batch import run_batch
 from msprobe.compare.pipeline import CompareOptions, CompareSummary
 from msprobe.dump.locate import locate
-from msprobe.scale.executor import Backend, JobFailure
 from msprobe.scale.resume import decode, encode
+from msprobe.scale.task import Backend, JobFailure
 
 from conftest import run_cli
 

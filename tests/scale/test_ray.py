@@ -21,7 +21,7 @@ from scale_data import make_ranks, result_files  # noqa: E402
 from msprobe.compare.batch import run_batch  # noqa: E402
 from msprobe.compare.pipeline import CompareOptions, CompareSummary  # noqa: E402
 from msprobe.dump.locate import locate  # noqa: E402
-from msprobe.scale.executor import Backend  # noqa: E402
+from msprobe.scale.task import Backend  # noqa: E402
 
 from conftest import FIXTURES, interrupt_after_markers, run_cli  # noqa: E402
 

@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser, workers: str) -> None:
 
 def backend_of(args: argparse.Namespace, workers: int, start_method: str | None = None):
     """The Backend the options ask for, checked (with --backend ray, Ray must be importable)."""
-    from msprobe.scale.executor import Backend, check_backend
+    from msprobe.scale.executor import check_backend
+    from msprobe.scale.task import Backend
 
     backend = Backend(args.backend, max(1, workers), args.ray_address, args.retries, start_method)
     check_backend(backend)
