@@ -378,8 +378,9 @@ class CompareResult:
         stamp: the `YYYYmmddHHMMSS` of the names (default: now). The command's resume markers (.msprobe_done/) are
         not written."""
         from msprobe.compare.mapping import data_mapping_path
-        from msprobe.compare.pipeline import timestamp, write_pair
+        from msprobe.compare.pipeline import write_pair
         from msprobe.dump.paths import prepare_output_dir
+        from msprobe.scale.stamp import timestamp
 
         if format not in FORMATS:
             raise UsageError(f"format must be one of {', '.join(FORMATS)}, got {format!r}.")

@@ -112,9 +112,9 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     from msprobe.acc_check.backends import MINDSPORE, forward_count
     from msprobe.acc_check.results import new_files, resume_files
     from msprobe.acc_check.select import filter_apis
-    from msprobe.compare.pipeline import timestamp
     from msprobe.dump.paths import prepare_output_dir
     from msprobe.log import progress
+    from msprobe.scale.stamp import timestamp
 
     dump = open_dump(api_info, options, config_path, expected_framework)
     path, content, all_names, backend, real_data, options = (dump.path, dump.content, dump.names, dump.backend,

@@ -214,11 +214,11 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
     devices completed by an earlier invocation of the same run (-csv_path) are not run again."""
     from msprobe.acc_check.check import check_real_data, open_dump
     from msprobe.acc_check.select import CheckOptions, filter_apis
-    from msprobe.compare.pipeline import timestamp
     from msprobe.dump.paths import prepare_output_dir
     from msprobe.report.atomic import write_text
     from msprobe.scale.executor import Batch, run_tasks
     from msprobe.scale.resume import resume_in
+    from msprobe.scale.stamp import timestamp
     from msprobe.scale.task import Backend, JobFailure
 
     devices = check_devices(devices)

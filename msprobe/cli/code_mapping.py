@@ -48,9 +48,9 @@ def run(args: argparse.Namespace) -> int:
         write_outputs,
     )
     from msprobe.code_mapping.ir_parser import parse_ir
-    from msprobe.compare.pipeline import timestamp
     from msprobe.dump.paths import check_input_dir, check_input_file, prepare_output_dir
     from msprobe.log import get_logger
+    from msprobe.scale.stamp import timestamp
 
     logger = get_logger()
     ir_path = check_input_file(args.ir, "--ir")

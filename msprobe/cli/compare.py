@@ -111,7 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from msprobe.cli.scale_options import backend_of
-    from msprobe.compare.batch import JobFailure, run_batch, succeeded
+    from msprobe.compare.batch import run_batch, succeeded
     from msprobe.compare.kernel import is_kernel_dump
     from msprobe.compare.mapping import MappingOptions
     from msprobe.compare.pipeline import CompareOptions
@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.dump.paths import prepare_output_dir
     from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
+    from msprobe.scale.task import JobFailure
 
     logger = get_logger()
     backend = backend_of(args, args.jobs)
@@ -167,8 +168,8 @@ def run(args: argparse.Namespace) -> int:
         failures = [r for r in batch.results if isinstance(r, JobFailure)]
     print_summary(summaries, failures, located.problems, advice=not args.compare_only)
     if args.html and summaries and (len(located.jobs) > 1 or located.jobs[0].out_subdir or located.jobs[0].suffix):
-        from msprobe.compare.pipeline import timestamp
         from msprobe.report.html import write_index
+        from msprobe.scale.stamp import timestamp
 
         write_index(summaries, output_dir, options.stamp or timestamp())
     if not summaries:
@@ -186,12 +187,13 @@ def _where(backend, jobs: int) -> str:
 
 
 def run_kernel_compare(args: argparse.Namespace, backend) -> int:
-    from msprobe.compare.batch import JobFailure, run_batch
+    from msprobe.compare.batch import run_batch
     from msprobe.compare.kernel import kernel_files, kernel_pairs, parse_id_list, run_kernel_pair
     from msprobe.compare.pipeline import CompareOptions
     from msprobe.dump.paths import check_input_dir, prepare_output_dir
     from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
+    from msprobe.scale.task import JobFailure
 
     logger = get_logger()
     target = check_input_dir(args.target_path, "target kernel dump directory")
@@ -221,10 +223,11 @@ def run_kernel_compare(args: argparse.Namespace, backend) -> int:
 
 
 def run_diff_analyze(located, options, backend) -> int:
-    from msprobe.compare.batch import JobFailure, run_batch
+    from msprobe.compare.batch import run_batch
     from msprobe.compare.diff_analyze import analyze_job, describe, digest_files, find_origin, write_analysis
     from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
+    from msprobe.scale.task import JobFailure
 
     logger = get_logger()
     batch, _ = run_batch(located.jobs, options, backend, analyze_job, "diff_analyze", digest_files)

@@ -54,12 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from msprobe.cli.compare import banner
     from msprobe.cli.scale_options import backend_of
-    from msprobe.compare.batch import JobFailure, run_batch
+    from msprobe.compare.batch import run_batch
     from msprobe.dump.locate import locate
     from msprobe.dump.paths import check_input_dir, prepare_output_dir
     from msprobe.errors import MsprobeError
     from msprobe.graph.run import GraphOptions, graph_job
     from msprobe.log import get_logger
+    from msprobe.scale.task import JobFailure
 
     logger = get_logger()
     backend = backend_of(args, args.jobs)
@@ -109,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
 def _link_ranks(batch, db: bool, logger) -> None:
     """matched_distributed between the communication nodes of the ranks of each step (spec §10); a .vis that
     receives links gets its completion marker written again (its size changed; it is final now)."""
-    from msprobe.compare.batch import JobFailure
     from msprobe.graph.distributed import link_results
+    from msprobe.scale.task import JobFailure
 
     done = [(index, r) for index, r in enumerate(batch.results) if not isinstance(r, JobFailure)]
     count, changed = link_results([r for _, r in done], db)

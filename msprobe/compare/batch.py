@@ -16,7 +16,7 @@ from msprobe.scale.resume import resume_in, run_stamp
 from msprobe.scale.stamp import claim_stamp, remove_stale_locks
 from msprobe.scale.task import Backend, JobFailure
 
-__all__ = ["JobFailure", "run_job", "run_batch", "summary_files", "succeeded"]
+__all__ = ["run_job", "run_batch", "summary_files", "succeeded"]
 
 
 def run_job(job: Job, options: CompareOptions):

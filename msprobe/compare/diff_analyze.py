@@ -62,8 +62,8 @@ def rank_number(job: Job) -> int:
 
 def analyze_job(job: Job, options: CompareOptions):
     """Diff-mode table of one rank, written as JSON (named with options.stamp); returns the rank's digest."""
-    from msprobe.compare.batch import JobFailure
     from msprobe.compare.pipeline import timestamp
+    from msprobe.scale.task import JobFailure
 
     output_dir = os.path.join(options.output_dir, job.out_subdir) if job.out_subdir else options.output_dir
     try:

@@ -376,8 +376,9 @@ class KernelSummary:
 
 def run_kernel_pair(pair: KernelPair, options) -> KernelSummary:
     """Compare one (rank, step) and write compare_result_{rank}_{step}_{timestamp}.xlsx|csv."""
-    from msprobe.compare.batch import JobFailure
-    from msprobe.compare.pipeline import timestamp, write_table
+    from msprobe.compare.pipeline import write_table
+    from msprobe.scale.stamp import timestamp
+    from msprobe.scale.task import JobFailure
 
     label = pair.label
     try:

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from msprobe.dump.paths import load_yaml
 from msprobe.errors import MsprobeError
 
 DIRECTION_MARKERS = (".forward.", ".backward.", ".parameters_grad")
@@ -15,27 +16,6 @@ INDEX_KEYS = {"input": ("ms_args", "pt_args"), "output": ("ms_outputs", "pt_outp
               "parameters_grad": ("ms_parameters_grad", "pt_parameters_grad")}
 SINGULAR = {"ms_output": "ms_outputs", "pt_output": "pt_outputs"}
 ALLOWED_KEYS = {"ms_api", "pt_api"} | {k for pair in INDEX_KEYS.values() for k in pair} | set(SINGULAR)
-
-
-def load_yaml(path: str, what: str):
-    """Read a mapping yaml (any number of documents) with a clear error for every problem."""
-    import yaml
-
-    from msprobe.dump.paths import check_input_file
-
-    path = check_input_file(path, what)
-    if not path.lower().endswith((".yaml", ".yml")):
-        raise MsprobeError(f"{what} {path} must be a .yaml file.")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            # libyaml's parser when PyYAML has it: the same documents, 4-50x faster on long lists
-            documents = [d for d in yaml.load_all(handle, getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-                         if d is not None]
-    except yaml.YAMLError as exc:
-        raise MsprobeError(f"{what} {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    except UnicodeDecodeError:
-        raise MsprobeError(f"{what} {path} is not a UTF-8 text file.") from None
-    return documents
 
 
 @lru_cache(maxsize=1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
@@ -26,6 +25,7 @@ from msprobe.log import get_logger, progress
 from msprobe.report.atomic import write_text
 from msprobe.report.cells import NA, number_or_none
 from msprobe.report.table import ResultTable
+from msprobe.scale.stamp import timestamp
 
 NPU_NO_FILE = "NPU does not have data file."
 BENCH_NO_FILE = "Bench does not have data file."
@@ -157,10 +157,6 @@ def _take_or(values: list, index: np.ndarray, missing, none_as=None) -> list:
 
 def _na_if_none(values: list) -> list:
     return [NA if v is None else v for v in values]
-
-
-def timestamp() -> str:
-    return time.strftime("%Y%m%d%H%M%S")
 
 
 def result_file_name(prefix: str, suffix: str, extension: str, stamp: str) -> str:

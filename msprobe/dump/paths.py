@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from msprobe.errors import PathError
+from msprobe.errors import MsprobeError, PathError
 
 GIB = 1024 ** 3
 # Reject a file whose size reaches these limits (spec compare.md §7.2).
@@ -99,3 +99,22 @@ def load_json_object(path: str, what: str, error: type = PathError) -> tuple[str
     if not isinstance(content, dict):
         raise error(f"{what} {path} must be a JSON object.")
     return path, content
+
+
+def load_yaml(path: str, what: str):
+    """Read a mapping yaml (any number of documents) with a clear error for every problem."""
+    import yaml
+
+    path = check_input_file(path, what)
+    if not path.lower().endswith((".yaml", ".yml")):
+        raise MsprobeError(f"{what} {path} must be a .yaml file.")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            # libyaml's parser when PyYAML has it: the same documents, 4-50x faster on long lists
+            documents = [d for d in yaml.load_all(handle, getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+                         if d is not None]
+    except yaml.YAMLError as exc:
+        raise MsprobeError(f"{what} {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    except UnicodeDecodeError:
+        raise MsprobeError(f"{what} {path} is not a UTF-8 text file.") from None
+    return documents

@@ -6,10 +6,10 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 
-from msprobe.compare.batch import JobFailure
 from msprobe.dump.locate import Job
 from msprobe.errors import MsprobeError
 from msprobe.graph.forked import Forked
+from msprobe.scale.task import JobFailure
 
 
 @dataclass(frozen=True)

@@ -71,8 +71,7 @@ class ApiSelection:
 
 
 def load_config(path: str) -> MergeConfig:
-    from msprobe.compare.mapping import load_yaml
-    from msprobe.dump.paths import check_input_file
+    from msprobe.dump.paths import check_input_file, load_yaml
 
     size = os.path.getsize(check_input_file(path, "merge config file"))
     if size > MAX_CONFIG_BYTES:

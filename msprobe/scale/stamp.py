@@ -26,6 +26,11 @@ _LOCK = re.compile(r"^\.msprobe_run_(\d{14})\.lock$")
 _HELD: list = []                      # locks of this process, removed by release_claims()
 
 
+def timestamp() -> str:
+    """This second as the 14 digits that name a run's files (20260101120000)."""
+    return time.strftime("%Y%m%d%H%M%S")
+
+
 def lock_name(stamp: str) -> str:
     return f".msprobe_run_{stamp}.lock"
 

@@ -173,7 +173,7 @@ def test_custom_api_yaml_errors_name_the_entry(document, words):
 
 
 def test_custom_api_yaml_shapes_are_equivalent(tmp_path):
-    from msprobe.compare.mapping import load_yaml
+    from msprobe.dump.paths import load_yaml
 
     entry = "ms_api: Mint.add\npt_api: Torch.add\nms_args: [0, 1]\npt_args: [1, 0]\n"
     shapes = {"single.yaml": entry, "list.yaml": "- " + entry.replace("\n", "\n  ").rstrip() + "\n",
