@@ -56,7 +56,9 @@ def build(dumps: str, out: str, repeat: int) -> tuple[str, float, int]:
 
 
 def measure(page: str, runs: int, screenshot: str | None) -> dict:
-    from msprobe.report.html_browser import Browser
+    # the DevTools client of the browser tests (tests/html_browser.py), not part of the package
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+    from html_browser import Browser
 
     walls, in_page = [], []
     with Browser(width=1400, height=1000, timeout=120) as browser:

@@ -56,7 +56,7 @@ def timed(label, func, trace=False):
 
 def install(trace: bool) -> None:
     from msprobe.compare import pipeline
-    from msprobe.report import csv_writer, xlsx_writer
+    from msprobe.table import csv_writer, xlsx_writer
 
     patches = [
         (pipeline, "read_dump", "read_dump (json parse + stack.json)"),

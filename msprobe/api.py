@@ -135,7 +135,7 @@ def _float_column(values: list) -> list:
     """The cells of a metric column as floats: numbers as they are, the statistics of bool tensors (True/False) as
     1/0, `12.5%` as 0.125, `inf`/`-inf` as infinities, anything else (N/A, None, Nan, texts such as `Diff`) as
     NaN. Texts recur (0, N/A, a tensor's statistics on several rows): each is parsed once."""
-    from msprobe.report.cells import number_or_none
+    from msprobe.table.cells import number_or_none
 
     nan = math.nan
     parsed: dict = {}
@@ -163,7 +163,7 @@ def _float_column(values: list) -> list:
 
 
 def _text_column(values: list) -> list:
-    from msprobe.report.cells import NA
+    from msprobe.table.cells import NA
 
     nan = math.nan
     return [nan if value is None or value == NA else value for value in values]
@@ -319,7 +319,7 @@ class CompareResult:
             return self.pairs[0].column(name)
         if name not in self.columns:
             raise KeyError(name)
-        from msprobe.report.cells import NA
+        from msprobe.table.cells import NA
 
         values: list = []
         for pair in self.pairs:

@@ -733,7 +733,7 @@ def test_compares_into_one_directory_in_one_second_keep_their_results(tmp_path, 
 def test_a_stamp_that_a_file_or_a_live_run_holds_is_not_taken(tmp_path):
     import time
 
-    from msprobe.report.atomic import host_tag
+    from msprobe.io import host_tag
     from msprobe.scale import stamp as stamps
 
     clock = iter(range(1_800_000_000, 1_800_000_100))
@@ -751,7 +751,7 @@ def test_a_stamp_that_a_file_or_a_live_run_holds_is_not_taken(tmp_path):
 
 # ------------------------------------------------------------------------------------------ 14. killed runs
 def _fake_temporaries(directory: Path) -> dict:
-    from msprobe.report.atomic import host_tag
+    from msprobe.io import host_tag
 
     directory.mkdir(parents=True, exist_ok=True)
     names = {"dead": f".tmp-0123456789ab-{dead_pid()}@{host_tag()}-compare_result_20260101000000.csv",
@@ -996,7 +996,7 @@ def test_disk_full_without_a_small_disk(tmp_path, capsys, monkeypatch, good_pair
     import errno
     import io
 
-    from msprobe.report import csv_writer
+    from msprobe.table import csv_writer
 
     class Full(io.StringIO):
         def write(self, text):

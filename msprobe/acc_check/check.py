@@ -204,7 +204,7 @@ def _read_runs(info_path: str) -> list:
 def _write_runs(info_path: str, runs: list) -> None:
     import json
 
-    from msprobe.report.atomic import write_text
+    from msprobe.io import write_text
 
     write_text(info_path, json.dumps({"runs": runs}, indent=2) + "\n")
 

@@ -402,7 +402,7 @@ def save_error(directory: str, result: ApiResult) -> None:
     add to the same dump at the same time: dump.json is updated under an exclusive lock."""
     import fcntl
 
-    from msprobe.report.atomic import write_text
+    from msprobe.io import write_text
 
     data_dir = os.path.join(directory, "error_data")
     os.makedirs(data_dir, mode=0o750, exist_ok=True)

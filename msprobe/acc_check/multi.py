@@ -215,7 +215,7 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
     from msprobe.acc_check.check import check_real_data, open_dump
     from msprobe.acc_check.select import CheckOptions, filter_apis
     from msprobe.dump.paths import prepare_output_dir
-    from msprobe.report.atomic import write_text
+    from msprobe.io import write_text
     from msprobe.scale.executor import Batch, run_tasks
     from msprobe.scale.resume import resume_in
     from msprobe.scale.stamp import timestamp

@@ -74,7 +74,7 @@ def extract(config: dict) -> dict:
     """The entries of the API (forward first), written to extract_api_path when set; data_name made absolute."""
     from msprobe.dump.paths import check_input_file
     from msprobe.dump.reader import load_json
-    from msprobe.report.atomic import write_text
+    from msprobe.io import write_text
 
     if not config["dump_json_path"]:
         path = check_input_file(config["extract_api_path"], "extract_api_path")
@@ -154,7 +154,7 @@ def render(script: dict) -> str:
 def generate(config_path: str, output_dir: str) -> tuple:
     """(script path, script config) of config_op.json; the script is written atomically into output_dir."""
     from msprobe.dump.paths import check_input_dir
-    from msprobe.report.atomic import write_text
+    from msprobe.io import write_text
 
     output_dir = check_input_dir(output_dir, "output directory")
     config = load_config(config_path)

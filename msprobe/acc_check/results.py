@@ -129,7 +129,7 @@ def concatenate(result_path: str, details_path: str, parts: list, backend=TORCH)
     result file always means a complete pair."""
     import shutil
 
-    from msprobe.report.atomic import atomic_path
+    from msprobe.io import atomic_path
 
     for target, header, index in ((details_path, backend.details_header, 1), (result_path, backend.result_header, 0)):
         with atomic_path(target) as temporary, open(temporary, "wb") as out:

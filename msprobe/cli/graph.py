@@ -131,7 +131,7 @@ def vis_files(result) -> list:
 def _write_db(done: list, options) -> None:
     from msprobe.graph import scoring
     from msprobe.graph.vis_db import write_db
-    from msprobe.report.atomic import atomic_path
+    from msprobe.io import atomic_path
 
     kind = "compare" if options.compare else "build"
     path = os.path.join(options.output_dir, f"{kind}_{options.stamp}.vis.db")

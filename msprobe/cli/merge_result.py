@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
         merge,
         read_ranks,
     )
-    from msprobe.report.xlsx_writer import CONSISTENCY_FILLS, Sheet, write_workbook
     from msprobe.scale.stamp import timestamp
+    from msprobe.table.xlsx_writer import CONSISTENCY_FILLS, Sheet, write_workbook
 
     logger = get_logger()
     config = load_config(args.config)

@@ -176,9 +176,9 @@ def write_outputs(outputs: list) -> None:
     """Every (path, header, rows) as a CSV as the reference's pandas writes it: UTF-8, '\\n' line ends, minimal
     quoting; atomically, 0640. Code Stack and Scope Name come from the IR: a formula-like cell is refused, as
     compare refuses one, before any file is written."""
-    from msprobe.report.atomic import atomic_path
-    from msprobe.report.safety import check_cells
-    from msprobe.report.table import ResultTable
+    from msprobe.io import atomic_path
+    from msprobe.table.model import ResultTable
+    from msprobe.table.safety import check_cells
 
     for path, header, rows in outputs:
         checked = {name: [row[i] for row in rows] for i, name in enumerate(header) if name in COLUMNS[1:]}

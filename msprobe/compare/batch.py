@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from msprobe.compare.pipeline import CompareOptions, compare_files
 from msprobe.dump.locate import Job
-from msprobe.report.atomic import remove_stale_temporaries
+from msprobe.io import remove_stale_temporaries
 from msprobe.scale.executor import run_tasks
 from msprobe.scale.resume import resume_in, run_stamp
 from msprobe.scale.stamp import claim_stamp, remove_stale_locks

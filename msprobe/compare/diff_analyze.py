@@ -13,9 +13,9 @@ from msprobe.compare import columns as col
 from msprobe.compare.pipeline import CompareOptions, build_table, detect_mode, match_items, read_side
 from msprobe.dump.locate import Job
 from msprobe.errors import MsprobeError
+from msprobe.io import write_text
 from msprobe.log import get_logger
-from msprobe.report.atomic import write_text
-from msprobe.report.cells import NA
+from msprobe.table.cells import NA
 
 COMM_PREFIXES = ("Distributed.", "MintDistributed.", "communication.comm_func")
 COLLECTIVES = frozenset({"send", "recv", "broadcast", "all_reduce", "reduce", "all_gather", "gather", "isend",

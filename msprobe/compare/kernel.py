@@ -13,8 +13,8 @@ import numpy as np
 from msprobe.compare.tensor_metrics import compare_arrays
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger
-from msprobe.report.table import ResultTable
-from msprobe.report.xlsx_writer import ACCURACY_FILLS
+from msprobe.table.model import ResultTable
+from msprobe.table.xlsx_writer import ACCURACY_FILLS
 
 NPY_COLUMNS = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
                "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean",

@@ -304,8 +304,8 @@ def write_data_mapping(data: dict, output_dir: str, suffix: str, stamp: str, lab
     """data_mapping<suffix>_<stamp>.yaml: the data mapping a layer mapping generated."""
     import yaml
 
+    from msprobe.io import write_text
     from msprobe.log import get_logger
-    from msprobe.report.atomic import write_text
 
     path = data_mapping_path(output_dir, suffix, stamp)
     write_text(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))

@@ -21,11 +21,11 @@ from msprobe.dump.paths import is_plain_file_name, safe_tensor_path
 from msprobe.dump.reader import Dump, read_dump
 from msprobe.dump.tensors import TensorReadError, load_tensor
 from msprobe.errors import MsprobeError
+from msprobe.io import write_text
 from msprobe.log import get_logger, progress
-from msprobe.report.atomic import write_text
-from msprobe.report.cells import NA, number_or_none
-from msprobe.report.table import ResultTable
 from msprobe.scale.stamp import timestamp
+from msprobe.table.cells import NA, number_or_none
+from msprobe.table.model import ResultTable
 
 NPU_NO_FILE = "NPU does not have data file."
 BENCH_NO_FILE = "Bench does not have data file."
@@ -288,11 +288,11 @@ def match_items(target: Dump, golden: Dump, t_items: Items, g_items: Items, opti
 def write_table(table: ResultTable, path: str, highlight_column: str = "Result", fills: dict | None = None) -> None:
     """CSV or XLSX by the path's extension; xlsx rows are filled by the value of highlight_column."""
     if path.endswith(".csv"):
-        from msprobe.report.csv_writer import write_csv
+        from msprobe.table.csv_writer import write_csv
 
         write_csv(table, path)
     else:
-        from msprobe.report.xlsx_writer import write_xlsx
+        from msprobe.table.xlsx_writer import write_xlsx
 
         write_xlsx(table, path, highlight_column, fills)
 

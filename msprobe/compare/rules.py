@@ -10,7 +10,7 @@ import numpy as np
 
 from msprobe.compare.columns import MD5, TENSOR
 from msprobe.frameworks.dtypes import canonical
-from msprobe.report.cells import NA, cell_text
+from msprobe.table.cells import NA, cell_text
 
 PASS, WARNING, ERROR = 0, 1, 2
 RESULT_TEXT = ("pass", "warning", "error")

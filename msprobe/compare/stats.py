@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from msprobe.report.cells import NA, cell_text
+from msprobe.table.cells import NA, cell_text
 
 NUM, NAN, INF, NEG_INF, DEVICE, NA_CODE, OTHER = range(7)
 _DEVICE_WORDS = ("npu", "cpu", "cuda")

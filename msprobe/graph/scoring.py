@@ -8,7 +8,7 @@ import math
 from msprobe.compare import columns as col
 from msprobe.graph.params import STAT_CELLS
 from msprobe.graph.tree import COLLECTION, ROOT, Graph
-from msprobe.report.cells import cell_text
+from msprobe.table.cells import cell_text
 
 OLD_COLUMNS = {
     col.STATISTICS: col.STAT_DIFFS,

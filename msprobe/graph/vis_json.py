@@ -14,7 +14,7 @@ from msprobe.graph.distributed import COMM_PREFIX
 from msprobe.graph.forked import Forked
 from msprobe.graph.params import NODE_BATCH, Formatter
 from msprobe.graph.tree import Graph
-from msprobe.report.atomic import atomic_path, new_temporary, remove_temporaries
+from msprobe.io import atomic_path, new_temporary, remove_temporaries
 
 _BUFFER = 1 << 20       # bytes gathered before a write to the file (a node object is a few kB)
 

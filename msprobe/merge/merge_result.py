@@ -12,7 +12,7 @@ from msprobe.code_mapping.substrings import SubstringIndex
 from msprobe.compare import columns as col
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger, progress
-from msprobe.report.cells import NA
+from msprobe.table.cells import NA
 
 RESULT_NAME = re.compile(r"^compare_result_rank(\d+)(?:-rank\d+)?_\d{14}\.(xlsx|csv)$")
 SINGLE_RANK_NAME = re.compile(r"^compare_result_rank(?:-rank)?_\d{14}\.(xlsx|csv)$")
@@ -152,7 +152,7 @@ KEPT_COLUMNS = {"NPU Name", "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Ben
 
 def read_rank(rank: int, path: str, selection: ApiSelection) -> RankResult:
     from msprobe.dump.paths import check_input_file
-    from msprobe.report.readers import read_table
+    from msprobe.table.readers import read_table
 
     check_input_file(path, "compare result")
     keys = selection.keys if selection.index is None else ()
@@ -244,7 +244,7 @@ def _to_number(value):
 
 def merge(results: list, config: MergeConfig) -> tuple[list, list]:
     """(sheets, problems): sheets are (name, ResultTable)."""
-    from msprobe.report.table import ResultTable
+    from msprobe.table.model import ResultTable
 
     logger = get_logger()
     problems = []
@@ -311,7 +311,7 @@ def _group_of(result: RankResult, entry: str) -> str:
 def consistency(results: list, names: list):
     """For outputs of collectives that must agree across a group, the ranks whose NPU statistics differ.
     Every rank belongs to the group its own `.group` argument names (all ranks when there is none)."""
-    from msprobe.report.table import ResultTable
+    from msprobe.table.model import ResultTable
 
     rows = {c: [] for c in CONSISTENCY_COLUMNS}
     for name in names:

@@ -7,7 +7,7 @@ import os
 import torch
 
 from msprobe.dump.reader import encode_dump_json
-from msprobe.report.atomic import atomic_path
+from msprobe.io import atomic_path
 
 
 class StepWriter:

@@ -27,8 +27,8 @@ from collections import Counter
 
 import orjson
 
+from msprobe.io import write_text
 from msprobe.log import get_logger
-from msprobe.report.atomic import write_text
 
 DIGITS = 7
 FORMAT = f"%.{DIGITS}g"
@@ -437,7 +437,7 @@ def write_table_html(table_path: str, output_dir: str | None = None, construct_p
                      diff_analyze_path: str | None = None) -> str:
     """The page of an existing compare result (.csv or .xlsx); summary numbers recomputed from Result."""
     from msprobe.errors import MsprobeError
-    from msprobe.report.readers import read_table
+    from msprobe.table.readers import read_table
 
     header, rows = read_table(table_path)
     if not header or NAME_COLUMN not in header:

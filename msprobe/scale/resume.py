@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from msprobe.report.atomic import write_text
+from msprobe.io import write_text
 from msprobe.version import __version__
 
 MARKER_DIR = ".msprobe_done"

@@ -19,7 +19,7 @@ import re
 import time
 
 from msprobe.errors import MsprobeError
-from msprobe.report.atomic import host_tag, process_alive
+from msprobe.io import host_tag, process_alive
 
 MAX_WAIT = 120.0                      # seconds; more runs than this in one directory at once is refused
 _LOCK = re.compile(r"^\.msprobe_run_(\d{14})\.lock$")

@@ -22,8 +22,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-
-from msprobe.report.html_browser import Browser, BrowserError, find_chromium
+from html_browser import Browser, BrowserError, find_chromium
 
 from conftest import FIXTURES, only_file, run_cli
 

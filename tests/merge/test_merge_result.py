@@ -9,7 +9,7 @@ import zipfile
 import openpyxl
 import pytest
 
-from msprobe.report import readers
+from msprobe.table import readers
 
 from conftest import FIXTURES, only_file, read_csv, run_cli
 
@@ -150,8 +150,8 @@ def test_zip_bombs_are_refused(tmp_path, monkeypatch):
 
 
 def test_reader_selects_rows_from_inline_and_shared_strings(tmp_path):
-    from msprobe.report.table import ResultTable
-    from msprobe.report.xlsx_writer import write_xlsx
+    from msprobe.table.model import ResultTable
+    from msprobe.table.xlsx_writer import write_xlsx
 
     long_name = "Distributed.all_reduce.0.forward.output.0." + "x" * 80
     table = ResultTable(columns=["NPU Name", "Stack"], cells={"NPU Name": ["Torch.a.0.forward.input.0", long_name],

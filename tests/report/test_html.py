@@ -210,7 +210,7 @@ def test_directory_compare_writes_one_page_per_rank_and_an_index(multirank_step0
 
 # ------------------------------------------------------------------------------------------ browser
 def open_browser():
-    from msprobe.report.html_browser import Browser, BrowserError, find_chromium
+    from html_browser import Browser, BrowserError, find_chromium
 
     if find_chromium() is None:
         pytest.skip("no chromium executable (apt-get install chromium chromium-driver)")

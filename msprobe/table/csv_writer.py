@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 import re
 
-from msprobe.report.atomic import atomic_path
-from msprobe.report.cells import cell_text, column_texts
-from msprobe.report.safety import check_cells
-from msprobe.report.table import ResultTable
+from msprobe.io import atomic_path
+from msprobe.table.cells import cell_text, column_texts
+from msprobe.table.model import ResultTable
+from msprobe.table.safety import check_cells
 
 
 def csv_text(value) -> str:

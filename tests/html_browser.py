@@ -1,7 +1,7 @@
 """A small headless-Chromium driver over the Chrome DevTools protocol (standard library only).
 
 Used by the browser test and the HTML benchmark to open a report from disk, run script in it, click and take
-screenshots. Not used by any msprobe command."""
+screenshots. A test helper: no msprobe command uses it."""
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from msprobe.report import atomic
-from msprobe.report.atomic import atomic_path, new_temporary, remove_temporaries
+from msprobe import io as atomic
+from msprobe.io import atomic_path, new_temporary, remove_temporaries
 
 
 def test_complete_write_replaces_the_target(tmp_path):

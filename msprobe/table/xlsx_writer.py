@@ -9,10 +9,10 @@ import re
 import zipfile
 from dataclasses import dataclass
 
-from msprobe.report.atomic import atomic_path
-from msprobe.report.cells import column_texts
-from msprobe.report.safety import check_cells
-from msprobe.report.table import ResultTable
+from msprobe.io import atomic_path
+from msprobe.table.cells import column_texts
+from msprobe.table.model import ResultTable
+from msprobe.table.safety import check_cells
 
 MAX_SHEET_ROWS = 1_048_500   # above this the table is split into sheets part_1, part_2, ...
 MAX_CELL_CHARS = 32_767      # Excel's limit for one cell

@@ -14,11 +14,11 @@ from openpyxl.cell.rich_text import CellRichText, TextBlock
 from openpyxl.cell.text import InlineFont
 
 from msprobe.errors import MsprobeError
-from msprobe.report import readers, xlsx_writer
-from msprobe.report.cells import cell_text, number_or_none
-from msprobe.report.csv_writer import write_csv
-from msprobe.report.table import ResultTable
-from msprobe.report.xlsx_writer import write_xlsx
+from msprobe.table import readers, xlsx_writer
+from msprobe.table.cells import cell_text, number_or_none
+from msprobe.table.csv_writer import write_csv
+from msprobe.table.model import ResultTable
+from msprobe.table.xlsx_writer import write_xlsx
 
 from conftest import FIXTURES, fixture_pair, only_file, read_csv, run_cli
 

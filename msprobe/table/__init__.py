@@ -1,0 +1,2 @@
+"""The result table: its model (model.py), cell texts (cells.py), the csv and xlsx writers, the readers of result
+tables, and the formula check of cells (safety.py)."""
