@@ -7,9 +7,9 @@ import csv
 import os
 from dataclasses import dataclass, field
 
-from msprobe.code_mapping.substrings import SubstringIndex
 from msprobe.errors import DumpFormatError, PathError
 from msprobe.log import get_logger
+from msprobe.substrings import SubstringIndex
 
 COLUMNS = ("File Path", "Code Stack", "Scope Name")
 STATISTIC_CSV = "statistic.csv"

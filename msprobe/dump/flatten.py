@@ -10,13 +10,13 @@ from msprobe.dump.naming import (
     FORWARD,
     PARAMETERS_GRAD,
     EntryName,
-    is_formula_like,
     renumber_call_direction,
     split_entry_name,
 )
 from msprobe.dump.paths import is_plain_file_name
 from msprobe.dump.reader import SENTINELS
 from msprobe.errors import DumpFormatError
+from msprobe.table.safety import is_formula_like
 
 MAX_DEPTH = 400
 P2P_CLASS = "torch.distributed.P2POp"

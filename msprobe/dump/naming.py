@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 FORWARD = "forward"
@@ -10,7 +9,6 @@ BACKWARD = "backward"
 PARAMETERS_GRAD = "parameters_grad"
 
 # A text starting with a formula character, or containing ';' followed by one (spec §7.3).
-_BLACKLIST = re.compile(r"^[+\-=%@\uff0b\uff0d\uff1d\uff05\uff20]|;[+\-=%@\uff0b\uff0d\uff1d\uff05\uff20]")
 
 
 class EntryName(NamedTuple):
@@ -39,18 +37,6 @@ def renumber_call_direction(call_direction: str, number: int) -> str:
     if first.isdigit():
         return f"{number}.{second}"
     return f"{first}.{number}"
-
-
-def is_formula_like(text: str) -> bool:
-    """True when text could be taken for a spreadsheet formula (numbers such as -1.5 are fine)."""
-    if not _BLACKLIST.search(text):
-        return False
-    for part in text.split(";"):
-        try:
-            float(part)
-        except ValueError:
-            return True
-    return False
 
 
 def api_name_of(item_name: str) -> str:

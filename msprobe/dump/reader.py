@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from msprobe.dump.naming import is_formula_like
 from msprobe.dump.paths import check_input_file
 from msprobe.errors import DumpFormatError
 from msprobe.log import get_logger
+from msprobe.table.safety import is_formula_like
 
 FRAMEWORKS = ("pytorch", "mindspore", "mindtorch")
 TENSOR_DIR_NAME = "dump_tensor_data"

@@ -8,10 +8,10 @@ import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from msprobe.code_mapping.substrings import SubstringIndex
 from msprobe.compare import columns as col
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger, progress
+from msprobe.substrings import SubstringIndex
 from msprobe.table.cells import NA
 
 RESULT_NAME = re.compile(r"^compare_result_rank(\d+)(?:-rank\d+)?_\d{14}\.(xlsx|csv)$")

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import re
 
-from msprobe.dump.naming import is_formula_like
 from msprobe.errors import MsprobeError
 
+_FORMULA_START = re.compile(r"^[+\-=%@\uff0b\uff0d\uff1d\uff05\uff20]|;[+\-=%@\uff0b\uff0d\uff1d\uff05\uff20]")
 _LINE_START = re.compile(r"(?m)^[+\-=%@\uff0b\uff0d\uff1d\uff05\uff20]|;[+\-=%@\uff0b\uff0d\uff1d\uff05\uff20]")
+
+
+def is_formula_like(text: str) -> bool:
+    """True when text could be taken for a spreadsheet formula (numbers such as -1.5 are fine)."""
+    if not _FORMULA_START.search(text):
+        return False
+    for part in text.split(";"):
+        try:
+            float(part)
+        except ValueError:
+            return True
+    return False
 
 
 def check_cells(table, texts: dict, path: str) -> None:

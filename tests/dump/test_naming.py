@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from msprobe.dump.naming import EntryName, is_formula_like, renumber_call_direction, split_entry_name
+from msprobe.dump.naming import EntryName, renumber_call_direction, split_entry_name
+from msprobe.table.safety import is_formula_like
 
 
 @pytest.mark.parametrize("name, expected", [
