@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from msprobe.errors import MsprobeError, UsageError
 from msprobe.log import get_logger
+from msprobe.optional import require
 
 if TYPE_CHECKING:
     import pandas
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 __all__ = ["compare", "diff_analyze", "read_dump", "CompareResult", "PairResult", "Summary", "DiffAnalysis",
            "DivergentOp", "DumpEntries", "DumpEntry"]
 
-PANDAS_HINT = 'pandas is needed for to_pandas(): pip install "msprobe[pandas]"'
 FORMATS = ("xlsx", "csv", "html")
 RANK_COLUMN = "Rank"       # the first column of a folder compare's rows: the pair's folder, e.g. rank1, step0/rank1
 CONSISTENT_COLUMN = "Requires_grad Consistent"
@@ -121,11 +121,7 @@ def _analyze_task(task: _Task, options):
 
 
 def _import_pandas():
-    try:
-        import pandas
-    except ImportError:
-        raise ImportError(PANDAS_HINT) from None
-    return pandas
+    return require("pandas", "to_pandas()", ImportError)
 
 
 _BOOL_TEXTS = {"True": 1.0, "False": 0.0}

@@ -21,6 +21,12 @@ class PathError(MsprobeError):
     """A path is missing, of the wrong kind, unsafe or not accessible."""
 
 
+def first_line(exc: BaseException) -> str:
+    """`Type: first line of the message` of an exception, for a one-line message."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
 def os_error_text(exc: OSError) -> str:
     """An OSError in one line: `<why>: <file>` (disk full, read-only storage, a name too long...)."""
     files = [str(f) for f in (exc.filename, getattr(exc, "filename2", None)) if f]

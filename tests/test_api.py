@@ -361,7 +361,7 @@ print(json.dumps({"import": after_import, "names": names, "ms": elapsed * 1000})
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     print(f"import msprobe: {found['ms']:.1f} ms")
-    assert found["import"] == ["msprobe"] and found["names"] == []
+    assert found["import"] == ["msprobe", "msprobe.version"] and found["names"] == []
 
 
 def test_the_api_prints_nothing_unless_logging_is_configured(tmp_path, multirank_step0):

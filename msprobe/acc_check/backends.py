@@ -15,6 +15,7 @@ import os
 
 from msprobe.acc_check.common import BLANK, ERROR, METRICS, PASS, SKIP, WARNING
 from msprobe.errors import DumpFormatError, MsprobeError
+from msprobe.optional import require
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
 
@@ -152,10 +153,7 @@ class TorchBackend(Backend):
             any(api_name in names for names in support_lists().values())
 
     def check(self, options) -> None:
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            raise MsprobeError("acc_check of a PyTorch dump needs torch (pip install torch).") from None
+        require("torch", "acc_check of a PyTorch dump")
         if options.max_abs_err is not None:
             raise MsprobeError("--max-abs-err applies to MindSpore dumps; PyTorch outputs are judged by the precision "
                                "standards (spec §5.7).")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from msprobe.dump.reader import SENTINELS
-from msprobe.errors import MsprobeError
+from msprobe.errors import MsprobeError, first_line  # noqa: F401  (first_line: the acc_check modules take it from here)
 
 PASS, WARNING, ERROR, SKIP, BLANK = "pass", "warning", "error", "SKIP", " "
 
@@ -82,12 +82,6 @@ def aggregate(rows: list) -> str:
     if WARNING in statuses:
         return WARNING
     return PASS
-
-
-def first_line(exc: BaseException) -> str:
-    """`Type: first line of the message` of an exception, for a SKIP message."""
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 # Tensor leaves of a dump record, both frameworks.

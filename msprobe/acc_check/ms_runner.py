@@ -32,7 +32,7 @@ from msprobe.acc_check.ms_inputs import (
     canonical,
     tensor_dtypes,
 )
-from msprobe.errors import MsprobeError
+from msprobe.optional import require
 
 NAMESPACES = {"Mint": "mindspore.mint", "MintFunctional": "mindspore.mint.nn.functional",
               "Tensor": "mindspore.Tensor", "Functional": "mindspore.ops"}
@@ -42,12 +42,7 @@ NAMESPACES = {"Mint": "mindspore.mint", "MintFunctional": "mindspore.mint.nn.fun
 def import_mindspore():
     """mindspore, in PyNative mode; a clear error when it is not importable (it needs numpy<2)."""
     os.environ.setdefault("GLOG_v", "3")     # MindSpore's C++ log: errors only
-    try:
-        import mindspore
-    except Exception as exc:  # ImportError, or a build against another numpy failing on import
-        raise MsprobeError(f"acc_check of a MindSpore dump needs mindspore, which cannot be imported here "
-                           f"({first_line(exc)}); install it in its own environment, e.g. pip install "
-                           "mindspore==2.10.0 \"numpy<2\" \"pandas<2.3\" \"ml_dtypes<0.5\".") from None
+    mindspore = require("mindspore", "acc_check of a MindSpore dump")
     mindspore.set_context(mode=mindspore.PYNATIVE_MODE)
     return mindspore
 

@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from msprobe.dump.paths import safe_tensor_path
+from msprobe.optional import require
 
 
 class TensorReadError(Exception):
@@ -49,11 +50,7 @@ def _load_npy(path: str, data_name: str) -> np.ndarray:
 
 
 def _load_pt(path: str, data_name: str) -> np.ndarray:
-    try:
-        import torch
-    except ImportError:
-        raise TensorReadError(f"tensor file {data_name} is a .pt file and torch is not installed "
-                              "(pip install torch to compare .pt tensors).") from None
+    torch = require("torch", f"reading the .pt tensor file {data_name}", TensorReadError)
     try:
         tensor = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for corrupt files

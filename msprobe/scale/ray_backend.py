@@ -8,18 +8,15 @@ import os
 import socket
 
 from msprobe.errors import MsprobeError
-from msprobe.scale.task import RAY_INSTALL, Backend, JobFailure, execute
+from msprobe.optional import require
+from msprobe.scale.task import Backend, JobFailure, execute
 
 # Environment of the run's Ray workers: one BLAS thread per task (as for local processes), the driver's log level.
 WORKER_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def import_ray():
-    try:
-        import ray
-    except ImportError:
-        raise MsprobeError(f"--backend ray needs Ray, which is not installed: {RAY_INSTALL}") from None
-    return ray
+    return require("ray", "--backend ray")
 
 
 class RayRunner:

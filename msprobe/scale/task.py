@@ -17,7 +17,6 @@ from msprobe.log import get_logger, setup_logging
 from msprobe.scale.resume import Marker
 
 BACKENDS = ("local", "ray")
-RAY_INSTALL = 'pip install "msprobe[ray]"'
 
 
 @dataclass(frozen=True)

@@ -62,5 +62,5 @@ def test_pt_files_with_torch(tmp_path):
 def test_pt_files_without_torch_give_a_clear_message(tmp_path, monkeypatch):
     (tmp_path / "a.pt").write_bytes(b"whatever")
     monkeypatch.setitem(sys.modules, "torch", None)   # makes `import torch` raise ImportError
-    with pytest.raises(TensorReadError, match="torch is not installed"):
+    with pytest.raises(TensorReadError, match="needs torch, which is not installed"):
         load_tensor(str(tmp_path), "a.pt")

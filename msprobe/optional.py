@@ -1,0 +1,35 @@
+"""The optional and heavy dependencies (torch, mindspore, ray, pandas): where a command first needs one it calls
+`require`, which imports it or names it with its install hint in one line. Modules that are about a framework
+(msprobe/pytorch/, acc_check's PyTorch replay) import it at their top and are themselves imported only where that
+framework is needed; the CLI (msprobe/cli/) imports no command engine, numpy included, before a command runs, so
+`msprobe -h` stays fast and works whichever of these is missing."""
+
+from __future__ import annotations
+
+import importlib
+
+from msprobe.errors import MsprobeError, first_line
+
+INSTALL = {
+    "torch": "pip install torch==2.13.0 (the CPU build, before msprobe)",
+    "mindspore": 'pip install mindspore==2.10.0 "numpy<2" "pandas<2.3" "ml_dtypes<0.5" in its own environment',
+    "ray": 'pip install "msprobe[ray]"',
+    "pandas": 'pip install "msprobe[pandas]"',
+}
+
+
+def require(name: str, needed_for: str, error: type[Exception] = MsprobeError):
+    """The module `name`; when it cannot be imported, `error` with one line: what needs it, why it failed, and
+    how to install it. A module that is installed but fails on import (mindspore built against another numpy)
+    is reported with the first line of its own error."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        if exc.name is not None and exc.name.split(".")[0] == name.split(".")[0]:
+            raise error(f"{needed_for} needs {name}, which is not installed: {INSTALL[name.split('.')[0]]}") from None
+        reason = first_line(exc)
+    except Exception as exc:   # noqa: BLE001 - a broken install raises anything on import
+        reason = first_line(exc)
+    raise error(f"{needed_for} needs {name}, which cannot be imported here ({reason}): "
+                f"{INSTALL[name.split('.')[0]]}") from None
+
