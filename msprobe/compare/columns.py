@@ -33,3 +33,23 @@ def columns_for(mode: str, with_stack: bool) -> list[str]:
     if mode == TENSOR:
         columns = columns + [DATA_NAME]
     return columns
+
+
+# Single columns that code reads or writes by name
+NPU_NAME, BENCH_NAME = BASIC[0], BASIC[1]
+NPU_MD5, BENCH_MD5 = MD5_VALUES
+REQUIRES_GRAD_CONSISTENT, RESULT, ERR_MESSAGE = VERDICT
+
+
+def table_mode(header) -> str | None:
+    """The mode of a result table from its header (spec §5: a real-data table has Cosine and Data_name, a
+    statistics one Max diff, an md5 one NPU MD5), None for any other table."""
+    names = set(header)
+    if "Cosine" in names and DATA_NAME in names:
+        return TENSOR
+    if "Max diff" in names:
+        return STATISTICS
+    if NPU_MD5 in names:
+        return MD5
+    return None
+

@@ -7,12 +7,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from msprobe.table.cells import NA
+
 CHUNK = 1 << 18  # elements per chunk: each pass over a chunk stays in the CPU caches
 FLOAT64_EPS = float(np.finfo(np.float64).eps)
 
 UNSUPPORTED = "unsupported"
 SHAPE_UNMATCHED = "shape unmatched"
-NA = "N/A"
+
 NAN_TEXT = "Nan"
 
 METRICS = ("Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",

@@ -17,14 +17,14 @@ from msprobe.table.cells import NA
 RESULT_NAME = re.compile(r"^compare_result_rank(\d+)(?:-rank\d+)?_\d{14}\.(xlsx|csv)$")
 SINGLE_RANK_NAME = re.compile(r"^compare_result_rank(?:-rank)?_\d{14}\.(xlsx|csv)$")
 STATISTICS_INDEXES = ["Max diff", "Min diff", "Mean diff", "L2norm diff", "MaxRelativeErr", "MinRelativeErr",
-                      "MeanRelativeErr", "NormRelativeErr", "Requires_grad Consistent"]
+                      "MeanRelativeErr", "NormRelativeErr", col.REQUIRES_GRAD_CONSISTENT]
 TENSOR_INDEXES = ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
-                  "Five Thousandths Err Ratio", "Requires_grad Consistent"]
+                  "Five Thousandths Err Ratio", col.REQUIRES_GRAD_CONSISTENT]
 REPLACED = ("N/A", "unsupported", "Nan")
 # Collectives whose outputs must be identical on every rank of their group.
 EQUAL_OUTPUT_APIS = ("all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "broadcast")
 CONSISTENCY_SHEET = "Consistency"
-CONSISTENCY_COLUMNS = ["NPU Name", "Group", "Ranks", "Consistent", "Differing ranks", "Detail"]
+CONSISTENCY_COLUMNS = [col.NPU_NAME, "Group", "Ranks", "Consistent", "Differing ranks", "Detail"]
 
 
 # Bounds of a config: a list of API prefixes is a few kilobytes; beyond these it is refused, not slowly run.
@@ -107,17 +107,6 @@ def load_config(path: str) -> MergeConfig:
     return MergeConfig(tuple(dict.fromkeys(apis)), tuple(dict.fromkeys(indexes)))
 
 
-def detect_mode(header: list) -> str | None:
-    names = set(header)
-    if "Cosine" in names and col.DATA_NAME in names:
-        return col.TENSOR
-    if "Max diff" in names:
-        return col.STATISTICS
-    if "NPU MD5" in names:
-        return col.MD5
-    return None
-
-
 def find_results(input_dir: str) -> list:
     """(rank, path) of every rank's result in input_dir, ordered by rank."""
     logger = get_logger()
@@ -146,7 +135,7 @@ def find_results(input_dir: str) -> list:
     return found
 
 
-KEPT_COLUMNS = {"NPU Name", "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max"} | set(STATISTICS_INDEXES) \
+KEPT_COLUMNS = {col.NPU_NAME, "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max"} | set(STATISTICS_INDEXES) \
     | set(TENSOR_INDEXES)
 
 
@@ -157,14 +146,14 @@ def read_rank(rank: int, path: str, selection: ApiSelection) -> RankResult:
     check_input_file(path, "compare result")
     keys = selection.keys if selection.index is None else ()
     header, rows = read_table(path, selection, KEPT_COLUMNS, keys)
-    mode = detect_mode(header)
+    mode = col.table_mode(header)
     result = RankResult(rank, path, mode or "unknown")
     if mode is None or not rows:
         return result
     kept = [(position, column) for position, column in enumerate(header) if column in KEPT_COLUMNS]
     for row in rows:
         record = {column: row[position] for position, column in kept if position < len(row)}
-        name = record.get("NPU Name")
+        name = record.get(col.NPU_NAME)
         if isinstance(name, str):
             result.rows[name] = record
     return result
@@ -213,7 +202,7 @@ def _cell(record: dict, index: str, group_row: bool):
     text = value if isinstance(value, str) else None
     if group_row or text in REPLACED or value is None or text == "":
         return f"NPU:{_plain(record.get('NPU max'))}  Bench:{_plain(record.get('Bench max'))}"
-    if index == "Requires_grad Consistent" and text in ("True", "False"):
+    if index == col.REQUIRES_GRAD_CONSISTENT and text in ("True", "False"):
         return text == "True"
     return value
 
@@ -288,7 +277,7 @@ def merge(results: list, config: MergeConfig) -> tuple[list, list]:
     rank_columns = [f"rank{r.rank}" for r in usable]
     sheets = []
     for index in indexes:
-        cells = {"NPU Name": names}
+        cells = {col.NPU_NAME: names}
         for result, column in zip(usable, rank_columns):
             values = []
             for name in names:
@@ -296,9 +285,9 @@ def merge(results: list, config: MergeConfig) -> tuple[list, list]:
                 values.append("" if record is None else _cell(record, index, name.endswith(".group")))
             cells[column] = _as_numbers(values)
         # every cell is checked for formulas: a rank's value is text taken from its result file
-        sheets.append((index, ResultTable(columns=["NPU Name", *rank_columns], cells=cells,
+        sheets.append((index, ResultTable(columns=[col.NPU_NAME, *rank_columns], cells=cells,
                                           numeric_columns=frozenset(rank_columns),
-                                          text_columns=frozenset(["NPU Name", *rank_columns]))))
+                                          text_columns=frozenset([col.NPU_NAME, *rank_columns]))))
     sheets.append((CONSISTENCY_SHEET, consistency(usable, names)))
     return sheets, problems
 
@@ -335,7 +324,7 @@ def consistency(results: list, names: list):
             ranks = sorted(signatures)
             majority = max(counts, key=lambda s: (counts[s], -min(r for r in ranks if signatures[r] == s)))
             differing = [r for r in ranks if signatures[r] != majority]
-            rows["NPU Name"].append(name)
+            rows[col.NPU_NAME].append(name)
             rows["Group"].append(group or "all ranks")
             rows["Ranks"].append(" ".join(f"rank{r}" for r in ranks))
             rows["Consistent"].append(not differing)

@@ -27,14 +27,13 @@ from collections import Counter
 
 import orjson
 
+from msprobe.compare import columns as col
 from msprobe.io import write_text
 from msprobe.log import get_logger
+from msprobe.table.cells import NA
 
 DIGITS = 7
 FORMAT = f"%.{DIGITS}g"
-STACK_COLUMN = "NPU_Stack_Info"
-NAME_COLUMN = "NPU Name"
-NA = "N/A"
 MAX_GROUPS = 4096               # more distinct combinations than this: low-cardinality columns become "t"
 _DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "report")
 _RESULT_RANK = {"pass": 0, "warning": 1, "error": 2}
@@ -97,12 +96,12 @@ def _is_number_text(value) -> bool:
 
 def _column_kind(name: str, values: list, numeric: bool) -> tuple[str, bool]:
     """(kind, percent) of a column from its name and values (a sample decides for text columns)."""
-    if name == STACK_COLUMN:
+    if name == col.STACK:
         return "t", False
     n = len(values)
     sample = values if n <= 2000 else values[:: max(1, n // 2000)]
     present = [v for v in sample if v is not None and v != NA]
-    if name != NAME_COLUMN and present and (numeric or sum(map(_is_number_text, present)) >= 0.9 * len(present)):
+    if name != col.NPU_NAME and present and (numeric or sum(map(_is_number_text, present)) >= 0.9 * len(present)):
         strings = [v for v in present if type(v) is str and _is_number_text(v)]
         return "n", sum(v.endswith("%") for v in strings) * 2 > len(strings)
     distinct = len(set(map(_text, sample)))
@@ -118,9 +117,9 @@ def encode_table(columns: list, cells: dict, numeric_columns=None) -> dict:
     for name in columns:
         kind, pct = _column_kind(name, cells[name], name in (numeric_columns or ()))
         base = -1
-        if name == "Bench Name" and NAME_COLUMN in columns:
-            kind, pct, base = "s", False, columns.index(NAME_COLUMN)
-        elif name == NAME_COLUMN:
+        if name == col.BENCH_NAME and col.NPU_NAME in columns:
+            kind, pct, base = "s", False, columns.index(col.NPU_NAME)
+        elif name == col.NPU_NAME:
             kind, pct = "p", False
         kinds.append(kind)
         pcts.append(pct)
@@ -219,16 +218,6 @@ def decode_rows(data: dict) -> list:
     return out
 
 
-def detect_mode(columns: list) -> str | None:
-    if "Cosine" in columns:
-        return "tensor"
-    if "NormRelativeErr" in columns:
-        return "statistics"
-    if "NPU MD5" in columns:
-        return "md5"
-    return None
-
-
 def entry_of(name: str, construct: dict, previous: str | None = None) -> str | None:
     """The construct.json entry a row name belongs to (the longest dotted prefix that is an entry)."""
     if previous is not None and name.startswith(previous) and name[len(previous):len(previous) + 1] == ".":
@@ -315,26 +304,26 @@ def summary_from_table(columns: list, cells: dict, source: str) -> dict:
     from msprobe.compare.advisor import advise
 
     n = len(cells[columns[0]]) if columns else 0
-    results = [_text(v) for v in cells.get("Result", [""] * n)]
+    results = [_text(v) for v in cells.get(col.RESULT, [""] * n)]
     counts = Counter(results)
-    names = [_text(v) for v in cells.get(NAME_COLUMN, [""] * n)]
-    bench = cells.get("Bench Name")
+    names = [_text(v) for v in cells.get(col.NPU_NAME, [""] * n)]
+    bench = cells.get(col.BENCH_NAME)
     matched = n if bench is None else sum(1 for v in bench if v not in (NA, None, ""))
-    messages = [_text(v) for v in cells.get("Err_message", [""] * n)]
+    messages = [_text(v) for v in cells.get(col.ERR_MESSAGE, [""] * n)]
     advice = advise(names, [_state(x) for x in names], results, messages, matched)
     return {"rows": n, "matched": matched, "results": {k: counts.get(k, 0) for k in ("pass", "warning", "error")},
             "first_error": advice.node if advice.row is not None else None, "first_error_row": advice.row,
-            "advice": advice.text, "mode": detect_mode(columns), "source": source}
+            "advice": advice.text, "mode": col.table_mode(columns), "source": source}
 
 
 def page_data(columns: list, cells: dict, summary: dict, construct: dict | None = None,
               numeric_columns=None) -> dict:
     data = encode_table(columns, cells, numeric_columns)
     n = len(cells[columns[0]]) if columns else 0
-    results = cells.get("Result", [""] * n)
+    results = cells.get(col.RESULT, [""] * n)
     data["summary"] = summary
     data["metrics"] = [m for m in METRICS.get(summary.get("mode") or "", []) if m in columns]
-    data["tree"] = module_tree(cells.get(NAME_COLUMN, [""] * n), results, construct)
+    data["tree"] = module_tree(cells.get(col.NPU_NAME, [""] * n), results, construct)
     return data
 
 
@@ -405,7 +394,7 @@ def write_compare_html(table, summary, table_path: str, target_path: str, constr
     """The page of a judged ResultTable, written beside its table file (same stem, .html)."""
     if construct is None:
         construct = read_construct_beside(target_path)
-    mode = detect_mode(table.columns) or summary.mode
+    mode = col.table_mode(table.columns) or summary.mode
     data = page_data(table.columns, table.cells, summary_of(summary, mode, os.path.basename(table_path)),
                      construct, table.numeric_columns)
     path = html_path_for(table_path)
@@ -440,8 +429,8 @@ def write_table_html(table_path: str, output_dir: str | None = None, construct_p
     from msprobe.table.readers import read_table
 
     header, rows = read_table(table_path)
-    if not header or NAME_COLUMN not in header:
-        raise MsprobeError(f"{table_path} is not a compare result table (no '{NAME_COLUMN}' column).")
+    if not header or col.NPU_NAME not in header:
+        raise MsprobeError(f"{table_path} is not a compare result table (no '{col.NPU_NAME}' column).")
     width = len(header)
     rows = [row for row in rows if row and any(v not in (None, "") for v in row)]
     cells = {name: [row[i] if i < len(row) else None for row in rows] for i, name in enumerate(header)}
