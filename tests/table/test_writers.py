@@ -270,3 +270,47 @@ def test_fills_that_are_not_argb_are_refused_before_writing(tmp_path):
     with pytest.raises(ValueError, match="aRGB"):
         write_xlsx(table(), str(tmp_path / "r.xlsx"), "Result", {"error": "#FF0000"})
     assert list(tmp_path.iterdir()) == []
+
+
+CSV_TEXTS = ["plain", "", " lead", "trail ", 'quo"te', '"', "com,ma", "line\nfeed", "crlf\r\n",
+             "tab\there", "中文", "emoji 😀", "semi;colon", "N/A", "1.5", " inf", "'single'", "x" * 5000, "a,b\"c\nd"]
+
+
+@pytest.mark.parametrize("width", [1, 3])
+def test_csv_is_byte_identical_to_csv_writer(tmp_path, width):
+    """Our batched writer and the standard library's csv.writer (minimal quoting, "\\n" line ends) give the same
+    bytes for the same texts, so any csv reader reads our tables as it reads csv.writer's."""
+    import csv
+    import io
+
+    columns = [f"col {i}" for i in range(width - 1)] + ['last,"column"']
+    rows = [[CSV_TEXTS[(r + c) % len(CSV_TEXTS)] for c in range(width)] for r in range(3 * len(CSV_TEXTS))]
+    if width > 1:
+        rows.append([""] * width)
+    path = tmp_path / "ours.csv"
+    write_csv(ResultTable(columns=columns, cells={name: [row[i] for row in rows] for i, name in enumerate(columns)},
+                          text_columns=frozenset(columns)), str(path))
+    expected = io.StringIO(newline="")
+    writer = csv.writer(expected, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(rows)
+    assert path.read_bytes() == expected.getvalue().encode("utf-8")
+
+
+def test_csv_quotes_a_lone_carriage_return_which_csv_writer_leaves_bare(tmp_path):
+    """The one deliberate difference: csv.writer with "\n" line ends writes a field holding a lone "\r" unquoted,
+    which csv.reader then splits into two rows; ours quotes it, so the row reads back whole."""
+    import csv
+    import io
+
+    texts = ["carriage\rreturn", "x"]
+    path = tmp_path / "r.csv"
+    write_csv(ResultTable(columns=["a", "b"], cells={"a": [texts[0]], "b": [texts[1]]},
+                          text_columns=frozenset(["a", "b"])), str(path))
+    assert path.read_bytes() == b'a,b\n"carriage\rreturn",x\n'
+    with open(path, newline="", encoding="utf-8") as handle:
+        assert list(csv.reader(handle)) == [["a", "b"], texts]
+    theirs = io.StringIO(newline="")
+    csv.writer(theirs, lineterminator="\n").writerow(texts)
+    assert theirs.getvalue() == "carriage\rreturn,x\n"
+
