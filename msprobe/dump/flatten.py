@@ -58,6 +58,7 @@ class Items:
     entry_names: list = field(default_factory=list)
     entry_parts: list = field(default_factory=list)  # EntryName per entry
     entry_first: list = field(default_factory=list)  # index of the first item of each entry (or -1)
+    record: list = field(default_factory=list)      # the leaf's own dict as dumped, or None (read by the graph)
 
     def __len__(self) -> int:
         return len(self.name)
@@ -121,8 +122,13 @@ class _Flattener:
         self.shape_texts: dict = {}   # shape tuple -> its text, shared by every item of that shape
         self.dtypes: dict = {}        # dtype text -> one shared copy
         self.rows: list = []   # one tuple per item, in ROW_FIELDS order; transposed into items at the end
+        self.records: list = []    # the leaf dict of each item (Items.record)
 
     def leaf(self, name: str, record, state: str, entry: int) -> None:
+        if record is not None and record.get("class_type") == P2P_CLASS:
+            self.records.append(record.get("tensor") or {})
+        else:
+            self.records.append(record)
         if record is None:
             dtype = shape = grad = md5 = None
             stats = (None, None, None, None)
@@ -176,7 +182,9 @@ class _Flattener:
         if self.rows:
             for column, values in zip(ROW_FIELDS, zip(*self.rows)):
                 setattr(self.items, column, list(values))
+        self.items.record = self.records
         self.rows = []
+        self.records = []
 
     def scalar(self, name: str, record: dict):
         kind = record.get("type")
