@@ -77,7 +77,7 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
     from msprobe.graph import scoring
 
     step, rank = step_rank(job)
-    simplify = not options.complete_stack
+    simplify = not options.complete_stack and options.output_format == "json"     # a .vis.db keeps stacks whole
     target, npu = read_graph(job.target, "target", simplify)
     result = GraphResult(job.label, "", step, rank, len(npu.nodes), warnings=list(npu.warnings))
     if not options.compare:
@@ -126,7 +126,9 @@ def read_graph(path: str, role: str, simplify_stacks: bool = True) -> tuple:
     dump = read_dump(path, role, with_stack=True, with_construct=True)
     side = side_of(dump)      # side_of releases the parsed data of its copy of the dump; the tree needs it
     graph = build_graph(dump, entry_params(side.items, dump.path), simplify_stacks)
-    return replace(side, dump=replace(dump, data={})), graph
+    side.items.record = []    # the nodes have their parameters: the parsed leaves can go
+    # the compare core would give the target's rows their stacks, which the graph does not show
+    return replace(side, dump=replace(dump, data={}, stack=None)), graph
 
 
 def _compare(target, golden, options: GraphOptions, layer, label: str) -> tuple:

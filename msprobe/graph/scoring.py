@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from msprobe.compare import columns as col
+from msprobe.graph import floats
 from msprobe.graph.texts import STAT_CELLS
 from msprobe.graph.tree import COLLECTION, ROOT, Graph
 from msprobe.report.cells import cell_text
@@ -81,7 +82,8 @@ def _fraction(value) -> float | None:
 def columns_used(mode: str, db: bool) -> list:
     """The columns of the compare core's table that attach_and_score reads."""
     scored = ["MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr", "One Thousandth Err Ratio"]
-    return ["NPU Name", "Bench Name", "Result"] + (DB_COLUMNS if db else JSON_COLUMNS)[mode] + scored
+    values = col.STAT_VALUES if db and mode == col.STATISTICS else []     # the .vis.db's own statistics cells
+    return ["NPU Name", "Bench Name", "Result"] + (DB_COLUMNS if db else JSON_COLUMNS)[mode] + scored + values
 
 
 def attach_and_score(npu: Graph, cells: dict, mode: str, db: bool) -> None:
@@ -109,8 +111,12 @@ def attach_and_score(npu: Graph, cells: dict, mode: str, db: bool) -> None:
                 node.data["precision_index"] = max(VERDICT_INDEX.get(results[row], 0) for row in rows.values())
         else:
             _json_index(node, mode, scored, row_of)
-    numbers = STAT_CELLS if mode == col.STATISTICS else {}
+    numbers = STAT_CELLS if mode == col.STATISTICS and not db else {}
     shown = {}
+    if db and mode == col.STATISTICS:
+        spelled = db_stat_cells(cells)
+        cells = {**cells, **spelled}
+        npu.final_cells = frozenset(spelled)
     for column in (DB_COLUMNS if db else JSON_COLUMNS)[mode]:
         if column in cells:
             values = cells[column]
@@ -120,6 +126,38 @@ def attach_and_score(npu: Graph, cells: dict, mode: str, db: bool) -> None:
             shown[column] = values
     npu.cells = shown
     _collections(npu, mode, db)
+
+
+def db_stat_cells(cells: dict) -> dict:
+    """The statistics diff columns (Max diff ... NormRelativeErr) spelled as the 26.x reference writes them into a
+    .vis.db (they differ from its compare table): for two numbers the difference NPU - Bench as Python writes it
+    (not rounded; "0" for two equal integers, "0.0" for two equal floats) and the relative error |diff / Bench| in
+    percent with at most 6 decimals ("0.0%" when equal; "N/A" when Bench is 0); "Nan" for both where either value
+    is NaN or infinite; "N/A" for both where either is not a number (null, a bool, text)."""
+    out = {}
+    for diff_name, rel_name, stat in zip(col.STAT_DIFFS[:4], col.STAT_DIFFS[4:], ("max", "min", "mean", "l2norm")):
+        diffs, rels, divided, quotients = [], [], [], []
+        for index, (n, b) in enumerate(zip(cells[f"NPU {stat}"], cells[f"Bench {stat}"])):
+            if (n.__class__ is float or n.__class__ is int) and (b.__class__ is float or b.__class__ is int):
+                if (n.__class__ is float and not math.isfinite(n)) or (b.__class__ is float and not math.isfinite(b)):
+                    diffs.append("Nan")
+                    rels.append("Nan")
+                    continue
+                diff = n - b
+                diffs.append(repr(diff))
+                if b == 0:
+                    rels.append("N/A")
+                    continue
+                divided.append(index)
+                quotients.append(abs(float(diff) / b) * 100)     # float(): integers of any size
+                rels.append(None)
+            else:
+                diffs.append("N/A")
+                rels.append("N/A")
+        for index, text in zip(divided, floats.cell_texts_db(quotients, "%")):
+            rels[index] = text
+        out[diff_name], out[rel_name] = diffs, rels
+    return out
 
 
 def _scored_columns(cells: dict, mode: str) -> list:

@@ -86,6 +86,7 @@ class Formatter:
         self.float_texts = floats.float_texts_json if vis else floats.float_texts_db
         self.cell_texts = floats.cell_texts_json if vis else floats.cell_texts_db
         self.drop = _DROP[output_format] | (frozenset() if keep_md5 else {"md5"})
+        self.verbatim: frozenset = frozenset()      # compare columns written as they are (Graph.final_cells)
         self.colon, self.comma = (": ", ", ") if spaced else (":", ",")
         self.null = "{" + _quote("value") + self.colon + _quote("null") + "}"
         self.strings: dict = {}
@@ -97,8 +98,9 @@ class Formatter:
         """JSON text of one parameter dict (input_data or output_data of a node); see many."""
         return self.many([params], [rows], cells)[0]
 
-    def nodes(self, nodes: list, cells: dict) -> list:
+    def nodes(self, nodes: list, cells: dict, final: frozenset = frozenset()) -> list:
         """(input_data text, output_data text) of each node, its compare rows (Node.rows) into cells filled in."""
+        self.verbatim = final
         texts = self.many([params for node in nodes for params in (node.input_data, node.output_data)],
                           [node.rows for node in nodes for _ in range(2)], cells)
         return list(zip(texts[::2], texts[1::2]))
@@ -166,6 +168,8 @@ class Formatter:
 
     def _column(self, values: list, field: str) -> list:
         """Quoted texts of one field of a group's items, made kind by kind."""
+        if field in self.verbatim:
+            return list(map(_quote, values))
         kinds = set(map(type, values))
         if len(kinds) == 1:
             return self._uniform(values, kinds.pop(), field)

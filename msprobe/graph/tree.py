@@ -43,6 +43,7 @@ class Graph:
         self.micro_steps = 1
         self.warnings: list = []
         self.cells: dict = {}      # compare column -> values per row, shown after a compared parameter's fields
+        self.final_cells: frozenset = frozenset()  # columns of cells whose values are their final texts
 
     def ancestors(self) -> dict:
         """node id -> list of ids from the root down to its parent, for every node reachable from the root."""

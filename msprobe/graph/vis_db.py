@@ -71,7 +71,7 @@ def graph_rows(graph: Graph, source: str, step: int, rank: int, keep_md5: bool) 
     for start in range(0, len(order), NODE_BATCH):
         names = order[start:start + NODE_BATCH]
         nodes = [graph.nodes[name] for name in names]
-        texts = formatter.nodes(nodes, graph.cells)
+        texts = formatter.nodes(nodes, graph.cells, graph.final_cells)
         for index, (name, node, (input_data, output_data)) in enumerate(zip(names, nodes, texts), start):
             stack_text = json.dumps(node.stack_info, ensure_ascii=False)
             stack_id = stacks.get(stack_text)
