@@ -278,3 +278,33 @@ def test_backward_fixes(tmp_path):
     shutil.copytree(STATS / "target", same)
     assert run_cli(["graph", "-tp", same, "-o", tmp_path / "s"]) == 0
     assert _vis(tmp_path / "s")["node"][attn]["upnode"] == "Module.blocks.0.Block.backward.0"
+
+
+def test_parameter_gradients_paired_by_name(tmp_path):
+    """A target whose autograd recorded weight before bias (the golden: bias first) still pairs the
+    parameters_grad node, and each gradient with the golden gradient of its own name (issue 19, section 3)."""
+    name = "Module.blocks.1.mlp.fc1.CastLinear.parameters_grad.0"
+    target = tmp_path / "target"
+    shutil.copytree(STATS / "target", target)
+    dump = json.loads((target / "dump.json").read_text())
+    body = dump["data"][name]
+    assert list(body) == ["bias", "weight"]
+    dump["data"][name] = {"weight": body["weight"], "bias": body["bias"]}
+    (target / "dump.json").write_text(json.dumps(dump))
+    golden = json.loads((STATS / "golden" / "dump.json").read_text())["data"][name]
+    for fmt, pattern in (("json", "*.vis"), ("db", "*.vis.db")):
+        out = tmp_path / fmt
+        assert run_cli(["graph", "-tp", target, "-gp", STATS / "golden", "-o", out, "--format", fmt]) == 0
+        if fmt == "json":
+            node = _vis(out)["NPU"]["node"][name]
+            link, params = node["matched_node_link"], node["input_data"]
+        else:
+            connection = sqlite3.connect(only_file(out, pattern))
+            link, params = connection.execute("select matched_node_link, input_data from tb_nodes where node_name = ?"
+                                              " and data_source = 'NPU'", (name,)).fetchone()
+            link, params = json.loads(link), json.loads(params)
+        assert link and link[-1] == name
+        assert list(params) == [f"{name}.weight", f"{name}.bias"]
+        for param in ("weight", "bias"):
+            expected = body[param][0]["Max"] - golden[param][0]["Max"]
+            assert float(params[f"{name}.{param}"]["Max diff"]) == pytest.approx(expected, rel=1e-5, abs=1e-12)
