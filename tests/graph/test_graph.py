@@ -308,3 +308,36 @@ def test_parameter_gradients_paired_by_name(tmp_path):
         for param in ("weight", "bias"):
             expected = body[param][0]["Max"] - golden[param][0]["Max"]
             assert float(params[f"{name}.{param}"]["Max diff"]) == pytest.approx(expected, rel=1e-5, abs=1e-12)
+
+
+def test_db_cells_and_stacks_as_the_reference(tmp_path):
+    """The .vis.db's statistics cells are spelled as the reference writes them (the fixture holds the reference's
+    cells of 30 parameters covering every spelling), and module nodes keep their whole stack there."""
+    assert run_cli(["graph", "-tp", STATS / "target", "-gp", STATS / "golden", "-o", tmp_path, "--format", "db"]) == 0
+    connection = sqlite3.connect(only_file(tmp_path, "compare_*.vis.db"))
+    expected = json.loads((REF / "stats_mix_db_cells.ref.json").read_text())
+    for name, params in expected.items():
+        texts = connection.execute("select input_data, output_data from tb_nodes where node_name = ? and "
+                                   "data_source = 'NPU'", (name,)).fetchone()
+        ours = {**json.loads(texts[0]), **json.loads(texts[1])}
+        for param, cells in params.items():
+            assert {column: ours[param][column] for column in cells} == cells, (name, param)
+    stacks = json.loads((STATS / "target" / "stack.json").read_text())
+    lines = next(group[1] for group in stacks.values() if "Module.tok_emb.Embedding.forward.0" in group[0])
+    stack = connection.execute("select s.stack_info from tb_nodes n join tb_stack s on n.stack_id = s.id where "
+                               "n.node_name = 'Module.tok_emb.Embedding.forward.0' and n.data_source = 'NPU'")
+    assert json.loads(stack.fetchone()[0]) == lines and len(lines) > 1
+
+
+def test_db_stat_cells_hand_computed():
+    from msprobe.graph.scoring import db_stat_cells
+
+    npu = [7, 1.5, float("inf"), None, "True", 0.1, -3.0]
+    bench = [5, 0.0, 1.0, None, "True", 0.3, 2.0]
+    cells = {f"{side} {stat}": values for side, values in (("NPU", npu), ("Bench", bench))
+             for stat in ("max", "min", "mean", "l2norm")}
+    spelled = db_stat_cells(cells)
+    assert spelled["Max diff"] == ["2", "1.5", "Nan", "N/A", "N/A", repr(0.1 - 0.3), "-5.0"]
+    # |diff / bench| in percent, at most 6 decimals: 40%, 66.666...% and 250%
+    assert spelled["MaxRelativeErr"] == ["40.0%", "N/A", "Nan", "N/A", "N/A", "66.666667%", "250.0%"]
+    assert spelled["NormRelativeErr"] == spelled["MaxRelativeErr"]
