@@ -64,12 +64,41 @@ def file_name(job: Job, options: GraphOptions) -> str:
 
 def graph_job(job: Job, options: GraphOptions):
     """The job's GraphResult, or a JobFailure saying why it failed."""
+    import orjson
+
     try:
         return _graph_job(job, options)
     except MsprobeError as exc:
         return JobFailure(job.label, str(exc))
     except OSError as exc:
         return JobFailure(job.label, f"{exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}".strip(": "))
+    except (UnicodeEncodeError, orjson.JSONEncodeError):     # text that UTF-8 cannot hold
+        where = _lone_surrogate(job.target, job.golden if options.compare else None)
+        if where is None:
+            raise
+        return JobFailure(job.label, f"{where} holds a lone UTF-16 surrogate (an escape such as \\ud800 without "
+                                     "its pair) in a name, value or stack; such text cannot be written to a graph "
+                                     "file (UTF-8). Remove it from the dump.")
+
+
+# \uD800-\uDBFF not followed by \uDC00-\uDFFF, or \uDC00-\uDFFF not preceded by \uD800-\uDBFF
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+                             rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(*dumps) -> str | None:
+    """The first file of the dumps (dump.json paths or folders) whose JSON escapes a lone surrogate."""
+    for dump in filter(None, dumps):
+        folder = dump if os.path.isdir(dump) else os.path.dirname(dump)
+        for name in ("dump.json", "construct.json", "stack.json"):
+            path = os.path.join(folder, name)
+            try:
+                with open(path, "rb") as handle:
+                    if _LONE_SURROGATE.search(handle.read()):
+                        return path
+            except OSError:
+                continue
+    return None
 
 
 def _graph_job(job: Job, options: GraphOptions) -> GraphResult:

@@ -74,6 +74,9 @@ def graph_rows(graph: Graph, source: str, step: int, rank: int, keep_md5: bool) 
         texts = formatter.nodes(nodes, graph.cells, graph.final_cells)
         for index, (name, node, (input_data, output_data)) in enumerate(zip(names, nodes, texts), start):
             stack_text = json.dumps(node.stack_info, ensure_ascii=False)
+            for text in (name, input_data, output_data, stack_text):
+                if not text.isascii():
+                    text.encode()       # UnicodeEncodeError here, in the job, for text SQLite cannot store
             stack_id = stacks.get(stack_text)
             if stack_id is None:
                 stack_id = stacks[stack_text] = f"{graph_id}_{len(stacks)}"

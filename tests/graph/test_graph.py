@@ -341,3 +341,54 @@ def test_db_stat_cells_hand_computed():
     # |diff / bench| in percent, at most 6 decimals: 40%, 66.666...% and 250%
     assert spelled["MaxRelativeErr"] == ["40.0%", "N/A", "Nan", "N/A", "N/A", "66.666667%", "250.0%"]
     assert spelled["NormRelativeErr"] == spelled["MaxRelativeErr"]
+
+
+def _with_lone_surrogate(tmp_path, where: str) -> Path:
+    """A copy of the stats_mix target with a lone surrogate escape (\\ud800) in an entry name, a value or a stack."""
+    copy = tmp_path / where
+    shutil.copytree(STATS / "target", copy)
+    if where == "stack":
+        stacks = json.loads((copy / "stack.json").read_text())
+        stacks["0"][1][0] += "\ud800"
+        (copy / "stack.json").write_text(json.dumps(stacks))
+    elif where == "value":
+        dump = json.loads((copy / "dump.json").read_text())
+        dump["data"]["Functional.embedding.0.forward"]["input_kwargs"] = {"mode": {"type": "str", "value": "a\ud800"}}
+        (copy / "dump.json").write_text(json.dumps(dump))
+    else:
+        for name in ("dump.json", "construct.json"):
+            text = (copy / name).read_text()
+            (copy / name).write_text(text.replace('"Functional.embedding.0.forward"',
+                                                  '"Functional.embedding\\ud800.0.forward"'))
+    return copy
+
+
+@pytest.mark.parametrize("where, options, failing", [
+    ("name", [], "dump.json"), ("value", ["--format", "db"], "dump.json"), ("stack", ["-cs"], "stack.json"),
+    ("stack", ["--format", "db"], "stack.json")])
+def test_lone_surrogate_is_a_clear_error(tmp_path, capsys, where, options, failing):
+    """Text UTF-8 cannot hold (issue 18): one line naming the file, exit 1, nothing written."""
+    target = _with_lone_surrogate(tmp_path, where)
+    out = tmp_path / "out"
+    assert run_cli(["graph", "-tp", target, "-gp", STATS / "golden", "-o", out, "--retries", "0", *options]) == 1
+    err = capsys.readouterr().err
+    assert f"{target / failing} holds a lone UTF-16 surrogate" in err and "internal error" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not list(out.glob("*.vis*")) and not list(out.glob(".tmp*"))
+
+
+def test_lone_surrogate_in_a_dropped_stack_line_is_no_error(tmp_path):
+    """The default .vis keeps one stack line per node; a surrogate in the others is never written."""
+    target = _with_lone_surrogate(tmp_path, "stack")
+    assert run_cli(["graph", "-tp", target, "-gp", STATS / "golden", "-o", tmp_path / "out"]) == 0
+
+
+def test_lone_surrogate_as_a_subprocess(tmp_path):
+    import subprocess
+    import sys
+
+    target = _with_lone_surrogate(tmp_path, "value")
+    done = subprocess.run([sys.executable, "-m", "msprobe", "graph", "-tp", str(target), "-gp", str(STATS / "golden"),
+                           "-o", str(tmp_path / "out"), "--retries", "0"], capture_output=True, text=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and "holds a lone UTF-16 surrogate" in done.stderr
