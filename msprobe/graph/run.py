@@ -50,18 +50,6 @@ class GraphResult:
     linked: bool = False                            # .vis: matched_distributed written
 
 
-def step_rank(job: Job) -> tuple[int, int]:
-    step = re.search(r"step(\d+)$", job.out_subdir or "")
-    rank = re.fullmatch(r"_rank(\d+)", job.suffix or "")
-    return (int(step.group(1)) if step else 0), (int(rank.group(1)) if rank else 0)
-
-
-def file_name(job: Job, options: GraphOptions) -> str:
-    kind = "compare" if options.compare else "build"
-    step = ("_" + job.out_subdir.replace("/", "_")) if job.out_subdir else ""
-    return f"{kind}{step}{job.suffix}_{options.stamp}.vis"
-
-
 def graph_job(job: Job, options: GraphOptions):
     """The job's GraphResult, or a JobFailure saying why it failed."""
     import orjson
@@ -81,29 +69,10 @@ def graph_job(job: Job, options: GraphOptions):
                                      "file (UTF-8). Remove it from the dump.")
 
 
-# \uD800-\uDBFF not followed by \uDC00-\uDFFF, or \uDC00-\uDFFF not preceded by \uD800-\uDBFF
-_LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
-                             rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
-
-
-def _lone_surrogate(*dumps) -> str | None:
-    """The first file of the dumps (dump.json paths or folders) whose JSON escapes a lone surrogate."""
-    for dump in filter(None, dumps):
-        folder = dump if os.path.isdir(dump) else os.path.dirname(dump)
-        for name in ("dump.json", "construct.json", "stack.json"):
-            path = os.path.join(folder, name)
-            try:
-                with open(path, "rb") as handle:
-                    if _LONE_SURROGATE.search(handle.read()):
-                        return path
-            except OSError:
-                continue
-    return None
-
-
 def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
     from msprobe.compare import columns as col
     from msprobe.graph import scoring
+    from msprobe.log import get_logger
 
     step, rank = step_rank(job)
     simplify = not options.complete_stack and options.output_format == "json"     # a .vis.db keeps stacks whole
@@ -135,8 +104,6 @@ def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
     result.unmatched = len(npu.nodes) - result.matched
     result.bench_unmatched = sum(1 for n in bench.nodes.values() if not n.link)
     result.top = scoring.top_nodes(npu, mode, db)
-    from msprobe.log import get_logger
-
     get_logger().info("%sGraph compare mode: %s; %d of %d NPU nodes matched.", job.label,
                       "real data" if mode == col.TENSOR else mode, result.matched, len(npu.nodes))
     return _write(result, job, options, npu, bench)
@@ -239,3 +206,35 @@ def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench) -> 
     result.output = path
     result.comm_ends = ends if result.comm else []
     return result
+
+
+def step_rank(job: Job) -> tuple[int, int]:
+    step = re.search(r"step(\d+)$", job.out_subdir or "")
+    rank = re.fullmatch(r"_rank(\d+)", job.suffix or "")
+    return (int(step.group(1)) if step else 0), (int(rank.group(1)) if rank else 0)
+
+
+def file_name(job: Job, options: GraphOptions) -> str:
+    kind = "compare" if options.compare else "build"
+    step = ("_" + job.out_subdir.replace("/", "_")) if job.out_subdir else ""
+    return f"{kind}{step}{job.suffix}_{options.stamp}.vis"
+
+
+# \uD800-\uDBFF not followed by \uDC00-\uDFFF, or \uDC00-\uDFFF not preceded by \uD800-\uDBFF
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+                             rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(*dumps) -> str | None:
+    """The first file of the dumps (dump.json paths or folders) whose JSON escapes a lone surrogate."""
+    for dump in filter(None, dumps):
+        folder = dump if os.path.isdir(dump) else os.path.dirname(dump)
+        for name in ("dump.json", "construct.json", "stack.json"):
+            path = os.path.join(folder, name)
+            try:
+                with open(path, "rb") as handle:
+                    if _LONE_SURROGATE.search(handle.read()):
+                        return path
+            except OSError:
+                continue
+    return None
