@@ -125,10 +125,6 @@ class _Flattener:
         self.records: list = []    # the leaf dict of each item (Items.record)
 
     def leaf(self, name: str, record, state: str, entry: int) -> None:
-        if record is not None and record.get("class_type") == P2P_CLASS:
-            self.records.append(record.get("tensor") or {})
-        else:
-            self.records.append(record)
         if record is None:
             dtype = shape = grad = md5 = None
             stats = (None, None, None, None)
@@ -177,6 +173,7 @@ class _Flattener:
                 grad = None
         self.rows.append((name, entry, state, dtype, shape, grad, stats[0], stats[1], stats[2], stats[3], md5,
                           data_name, tensor))
+        self.records.append(record)
 
     def finish(self) -> None:
         if self.rows:
