@@ -53,7 +53,9 @@ def run_once(code: str, inputs: str, fmt: str, jobs: int | None) -> tuple[float,
                    "-tp", os.path.join(inputs, "target"), "-gp", os.path.join(inputs, "golden"), "-o", out,
                    "--format", fmt] + (["-j", str(jobs)] if jobs else [])
         start = time.perf_counter()
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=code))
+        # run in the output folder: `python -c` puts the working directory first on sys.path, before PYTHONPATH
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=code),
+                                   cwd=out)
         _, status, usage = os.wait4(process.pid, 0)     # this command's usage (with its reaped workers)
         wall = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
@@ -77,7 +79,8 @@ def main() -> int:
     if not os.path.isdir(os.path.join(args.dumps, "target")):
         subprocess.run([sys.executable, os.path.join(HERE, "make_dumps.py"), "--entries", str(args.entries),
                         args.dumps], check=True, stdout=subprocess.DEVNULL)
-    inputs = step_folder(args.dumps, args.ranks) if args.ranks else args.dumps
+    dumps = os.path.abspath(args.dumps)
+    inputs = step_folder(dumps, args.ranks) if args.ranks else dumps
     codes = {"this": THIS, **({"baseline": os.path.abspath(args.baseline)} if args.baseline else {})}
     results: dict = {name: [] for name in codes}
     for run in range(args.runs):
