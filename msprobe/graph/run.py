@@ -9,9 +9,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from msprobe.compare.batch import JobFailure
 from msprobe.dump.locate import Job
-from msprobe.errors import MsprobeError
+from msprobe.errors import DumpFormatError, MsprobeError
 
 
 @dataclass(frozen=True)
@@ -50,23 +49,20 @@ class GraphResult:
     linked: bool = False                            # .vis: matched_distributed written
 
 
-def graph_job(job: Job, options: GraphOptions):
-    """The job's GraphResult, or a JobFailure saying why it failed."""
+def graph_job(job: Job, options: GraphOptions) -> GraphResult:
+    """The job's GraphResult. Its errors become the executor's JobFailure (scale/executor.execute), which tries
+    again only failures that may pass on a second attempt."""
     import orjson
 
     try:
         return _graph_job(job, options)
-    except MsprobeError as exc:
-        return JobFailure(job.label, str(exc))
-    except OSError as exc:
-        return JobFailure(job.label, f"{exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}".strip(": "))
     except (UnicodeEncodeError, orjson.JSONEncodeError):     # text that UTF-8 cannot hold
         where = _lone_surrogate(job.target, job.golden if options.compare else None)
         if where is None:
             raise
-        return JobFailure(job.label, f"{where} holds a lone UTF-16 surrogate (an escape such as \\ud800 without "
-                                     "its pair) in a name, value or stack; such text cannot be written to a graph "
-                                     "file (UTF-8). Remove it from the dump.")
+        raise DumpFormatError(f"{where} holds a lone UTF-16 surrogate (an escape such as \\ud800 without its "
+                              "pair) in a name, value or stack; such text cannot be written to a graph file "
+                              "(UTF-8). Remove it from the dump.") from None
 
 
 def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
