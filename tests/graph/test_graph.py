@@ -392,3 +392,20 @@ def test_lone_surrogate_as_a_subprocess(tmp_path):
                            "-o", str(tmp_path / "out"), "--retries", "0"], capture_output=True, text=True)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [done.stderr.strip()] and "holds a lone UTF-16 surrogate" in done.stderr
+
+
+def test_parameters_follow_the_compare_core_items(tmp_path):
+    """One reading of the dump grammar (issue 19): a scalar's dtype and shape in the graph are the compare core's;
+    a slice that is not a list has shape "()" (the graph's own walk said "[]"), the src of a communication call
+    dtype "int" (as the reference writes it; was "<class int>")."""
+    target = tmp_path / "target"
+    shutil.copytree(STATS / "target", target)
+    dump = json.loads((target / "dump.json").read_text())
+    dump["data"]["Functional.embedding.0.forward"]["input_kwargs"] = {
+        "part": {"type": "slice", "value": "all"}, "src": {"type": "int", "value": 0}}
+    (target / "dump.json").write_text(json.dumps(dump))
+    assert run_cli(["graph", "-tp", target, "-o", tmp_path / "out"]) == 0
+    inputs = _vis(tmp_path / "out")["node"]["Functional.embedding.0.forward"]["input_data"]
+    part, src = inputs["Functional.embedding.0.forward.input.part"], inputs["Functional.embedding.0.forward.input.src"]
+    assert (part["dtype"], part["shape"]) == ("slice", "()")
+    assert (src["dtype"], src["shape"], src["Max"]) == ("int", "[]", "0")
