@@ -12,9 +12,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from msprobe.graph.tree import Graph
+from msprobe.graph.tree import COMM_PREFIX, Graph
 
-COMM_PREFIX = "Distributed."          # the communication nodes
 SEND, RECEIVE, BOTH = "send", "receive", "send_receive"
 P2P = {"send": SEND, "isend": SEND, "recv": RECEIVE, "irecv": RECEIVE}
 P2P_PEER = {SEND: ("dst",), RECEIVE: ("src",)}
