@@ -29,7 +29,7 @@ def test_readme_first_command_compares_the_bundled_example(tmp_path):
 
 
 def test_dump_quick_start_runs_and_its_dump_compares(tmp_path, monkeypatch):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
     (quick_start,) = code_blocks(ROOT / "docs" / "dump.md", "python")
     monkeypatch.chdir(tmp_path)
     exec(compile(quick_start, "docs/dump.md", "exec"), {})

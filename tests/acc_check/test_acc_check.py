@@ -7,11 +7,13 @@ import os
 import shutil
 
 import pytest
-import torch
 
 from msprobe.acc_check.results import DETAILS_HEADER, RESULT_HEADER
 
 from conftest import FIXTURES, kill_acc_check_run, only_file, read_csv, run_cli, without_framework
+
+torch = pytest.importorskip("torch", reason="torch is not installed: acc_check of the PyTorch dumps needs it "
+                                            "(pip install torch==2.13.0)")
 
 L1 = FIXTURES / "stats_L1_step0" / "target" / "dump.json"
 L0 = FIXTURES / "stats_L0_step0" / "target" / "dump.json"

@@ -47,7 +47,7 @@ def test_missing_truncated_pickled_symlinked_and_unknown_files(tmp_path):
 
 
 def test_pt_files_with_torch(tmp_path):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
     torch.save(torch.tensor([1.0, 2.5], dtype=torch.bfloat16), tmp_path / "b.pt")
     array = load_tensor(str(tmp_path), "b.pt")
     assert array.dtype == np.float32 and array.tolist() == [1.0, 2.5]

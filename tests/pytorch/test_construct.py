@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-pytest.importorskip("torch")
+pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
 
 from tests.pytorch.test_dump import our_dump, train  # noqa: E402
 

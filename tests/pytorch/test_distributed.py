@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
 dist = pytest.importorskip("torch.distributed")
 
 

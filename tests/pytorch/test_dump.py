@@ -13,7 +13,7 @@ import pytest
 
 from conftest import FIXTURES, read_csv, run_cli
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
 
 from msprobe.errors import MsprobeError  # noqa: E402
 from msprobe.pytorch import DumpConfigError, PrecisionDebugger, seed_all  # noqa: E402

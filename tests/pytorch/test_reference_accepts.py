@@ -18,7 +18,7 @@ import pytest
 
 from conftest import only_file, read_csv, run_cli
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
 
 from tests.pytorch.test_dump import train  # noqa: E402
 
