@@ -15,7 +15,7 @@ MODULE_PREFIXES = ("Cell.", "Module.")
 
 
 @dataclass
-class Node:
+class ModuleNode:
     type: str
     entries: dict = field(default_factory=dict)   # direction -> entry names in dump order
 
@@ -86,11 +86,11 @@ def _renumber_parallel_layers(scopes: dict) -> dict:
 
 
 def build_tree(scopes: dict) -> dict:
-    tree: dict = {(): Node(ROOT_TYPE)}
+    tree: dict = {(): ModuleNode(ROOT_TYPE)}
     for name, (path, direction, kind) in scopes.items():
         for depth in range(1, len(path)):
-            tree.setdefault(path[:depth], Node(path[depth - 1]))
-        node = tree.setdefault(path, Node(kind))
+            tree.setdefault(path[:depth], ModuleNode(path[depth - 1]))
+        node = tree.setdefault(path, ModuleNode(kind))
         node.type = kind
         node.entries.setdefault(direction, []).append(name)
     return tree

@@ -41,7 +41,7 @@ def _link(npu_node, bench_node, npu_anc: list, bench_anc: list, same_chain: bool
         bench_node.link = npu_anc + [npu_node.id]
 
 
-def match_exact(npu: Graph, bench: Graph) -> None:
+def match_graphs_exact(npu: Graph, bench: Graph) -> None:
     npu_anc = npu.ancestors()
     bench_nodes = bench.nodes
     chain_ok = {ROOT: ROOT in bench_nodes}
@@ -68,7 +68,7 @@ def _api_key_counts(graph: Graph, parent: str) -> dict:
     return keys
 
 
-def match_fuzzy(npu: Graph, bench: Graph) -> None:
+def match_graphs_fuzzy(npu: Graph, bench: Graph) -> None:
     npu_anc, bench_anc = npu.ancestors(), bench.ancestors()
     for name in _bfs(npu):
         node = npu.nodes[name]
@@ -85,7 +85,7 @@ def match_fuzzy(npu: Graph, bench: Graph) -> None:
                 _link(npu.nodes[api], bench.nodes[partner], npu_anc[api], bench_anc[partner], False)
 
 
-def match_mapped(npu: Graph, bench: Graph, entry_map: dict) -> None:
+def match_graphs_mapped(npu: Graph, bench: Graph, entry_map: dict) -> None:
     npu_anc, bench_anc = npu.ancestors(), bench.ancestors()
     for name in _bfs(npu):
         partner = entry_map.get(name, name)

@@ -150,11 +150,11 @@ def _pair(npu, bench, options: GraphOptions, layer, entry_map: dict) -> None:
     from msprobe.graph import match
 
     if layer is not None:
-        match.match_mapped(npu, bench, entry_map)
+        match.match_graphs_mapped(npu, bench, entry_map)
     elif options.fuzzy:
-        match.match_fuzzy(npu, bench)
+        match.match_graphs_fuzzy(npu, bench)
     else:
-        match.match_exact(npu, bench)
+        match.match_graphs_exact(npu, bench)
 
 
 def _layer_mapping(layer: str | None, target_framework: str, golden_framework: str) -> tuple:

@@ -9,7 +9,7 @@ from msprobe.compare import columns as col
 from msprobe.graph import floats
 from msprobe.graph.texts import STAT_CELLS
 from msprobe.graph.tree import COLLECTION, ROOT, Graph
-from msprobe.table.cells import cell_text
+from msprobe.table.cells import cell_text, number_or_none
 
 JSON_COLUMNS = {
     col.STATISTICS: col.STAT_DIFFS,
@@ -63,20 +63,6 @@ def colors(mode: str, db: bool) -> dict:
         out[colour] = {"value": bucket, "description": text}
     out[GREY] = {"value": [], "description": "node not matched"}
     return out
-
-
-def _fraction(value) -> float | None:
-    """A relative error cell as a fraction (`12.5%` -> 0.125); None when not a number."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return None if math.isnan(value) else float(value)
-    text = str(value).strip()
-    try:
-        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        return None
-    return None if math.isnan(number) else number
 
 
 def columns_used(mode: str, db: bool) -> list:
@@ -183,7 +169,7 @@ def _json_index(node, mode: str, columns: list, row_of: dict) -> None:
                 continue
             for values in columns:
                 value = values[row]
-                value = value / 100 if type(value) is float else _fraction(value)   # numbers are in percent
+                value = value / 100 if type(value) is float else number_or_none(value)   # numbers are in percent
                 if value is not None and abs(value) > worst:        # (NaN never is)
                     worst = abs(value)
         node.data["precision_index"] = min(worst, 1.0)
@@ -194,7 +180,7 @@ def _json_index(node, mode: str, columns: list, row_of: dict) -> None:
             low, seen = 1.0, False
             for key, item in params.items():
                 row = row_of.get(key)
-                value = None if row is None or ratios is None else _fraction(ratios[row])
+                value = None if row is None or ratios is None else number_or_none(ratios[row])
                 if value is not None and item.get("shape") not in (None, "[]", []):
                     low, seen = min(low, value), True
             lows.append(low if seen else None)

@@ -51,18 +51,19 @@ def is_number(value) -> bool:
 
 
 def number_or_none(value) -> float | None:
-    """Parse a cell into a float where it holds a number (`12.5%` -> 0.125); None otherwise."""
+    """The one parser of number cells: a number, or a text of one, as a float; a percent text as its fraction
+    (`12.5%` -> 12.5 / 100 = 0.125); None for anything else (texts, bools, None, NaN)."""
     kind = type(value)
     if kind is float or kind is int:
-        return float(value)
+        return None if value != value else float(value)
     if kind is str:
         text = value.strip()
-        scale = 1.0
-        if text.endswith("%"):
-            text, scale = text[:-1], 0.01
+        percent = text.endswith("%")
         try:
-            number = float(text)
+            number = float(text[:-1] if percent else text)
         except ValueError:
             return None
-        return number * scale if not math.isnan(number) else None
+        if math.isnan(number):
+            return None
+        return number / 100 if percent else number
     return None

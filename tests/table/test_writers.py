@@ -36,6 +36,10 @@ def test_cell_text():
     assert [cell_text(v) for v in (1.5, math.nan, math.inf, -math.inf, None, True, 3, "x", [1, 2])] == [
         "1.5", "Nan", "inf", "-inf", "None", "True", "3", "x", "[1, 2]"]
     assert number_or_none("12.5%") == 0.125 and number_or_none("N/A") is None and number_or_none("Nan") is None
+    # the one percent parser (graph scoring and the API read cells through it): the text's number / 100
+    assert number_or_none(" 33.3% ") == 33.3 / 100 and number_or_none("0.7%") == 0.7 / 100
+    assert number_or_none(math.nan) is None and number_or_none(True) is None and number_or_none("%") is None
+    assert number_or_none(3) == 3.0 and number_or_none("-inf") == -math.inf
 
 
 def test_csv(tmp_path):
