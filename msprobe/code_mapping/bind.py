@@ -8,8 +8,11 @@ import os
 from dataclasses import dataclass, field
 
 from msprobe.errors import DumpFormatError, PathError
+from msprobe.io import atomic_path
 from msprobe.log import get_logger
 from msprobe.substrings import SubstringIndex
+from msprobe.table.model import ResultTable
+from msprobe.table.safety import check_cells
 
 COLUMNS = ("File Path", "Code Stack", "Scope Name")
 STATISTIC_CSV = "statistic.csv"
@@ -176,10 +179,6 @@ def write_outputs(outputs: list) -> None:
     """Every (path, header, rows) as a CSV as the reference's pandas writes it: UTF-8, '\\n' line ends, minimal
     quoting; atomically, 0640. Code Stack and Scope Name come from the IR: a formula-like cell is refused, as
     compare refuses one, before any file is written."""
-    from msprobe.io import atomic_path
-    from msprobe.table.model import ResultTable
-    from msprobe.table.safety import check_cells
-
     for path, header, rows in outputs:
         checked = {name: [row[i] for row in rows] for i, name in enumerate(header) if name in COLUMNS[1:]}
         check_cells(ResultTable(columns=list(checked), cells=checked), checked, path)

@@ -10,9 +10,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from msprobe.compare.pipeline import write_table
 from msprobe.compare.tensor_metrics import compare_arrays
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger
+from msprobe.scale.stamp import timestamp
+from msprobe.scale.task import JobFailure
 from msprobe.table.model import ResultTable
 from msprobe.table.xlsx_writer import ACCURACY_FILLS
 
@@ -376,10 +379,6 @@ class KernelSummary:
 
 def run_kernel_pair(pair: KernelPair, options) -> KernelSummary:
     """Compare one (rank, step) and write compare_result_{rank}_{step}_{timestamp}.xlsx|csv."""
-    from msprobe.compare.pipeline import write_table
-    from msprobe.scale.stamp import timestamp
-    from msprobe.scale.task import JobFailure
-
     label = pair.label
     try:
         table = build_kernel_table(pair)

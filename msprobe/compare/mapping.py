@@ -9,6 +9,8 @@ from functools import lru_cache
 
 from msprobe.dump.paths import load_yaml
 from msprobe.errors import MsprobeError
+from msprobe.io import write_text
+from msprobe.log import get_logger
 
 DIRECTION_MARKERS = (".forward.", ".backward.", ".parameters_grad")
 INDEX_KEYS = {"input": ("ms_args", "pt_args"), "output": ("ms_outputs", "pt_outputs"),
@@ -242,8 +244,6 @@ class MappingOptions:
 
 def _present_rules(rules: list, target_items, golden_items, label: str) -> list:
     """Rules whose ms_api occurs in the target and pt_api in the golden dump; others are reported and ignored."""
-    from msprobe.log import get_logger
-
     target_apis = {".".join(name.split(".", 3)[:3 if name.startswith("Primitive.") else 2])
                    for name in target_items.entry_names}
     target_apis |= {".".join(name.split(".", 2)[:2]) for name in target_items.entry_names}
@@ -262,8 +262,6 @@ def _present_rules(rules: list, target_items, golden_items, label: str) -> list:
 def build_mappings(options: MappingOptions, target, golden, target_items, golden_items, output_dir: str | None,
                    stamp: str, label: str = "", suffix: str = "") -> MappingSet:
     """The MappingSet of one compare; a layer mapping is generated here and saved as data_mapping_<ts>.yaml."""
-    from msprobe.log import get_logger
-
     logger = get_logger()
     if (options.api is not None or options.layer is not None) and target.framework == "pytorch":
         raise MsprobeError("-am and -lm map MindSpore names to PyTorch names: the target dump must be a MindSpore "
@@ -304,8 +302,6 @@ def write_data_mapping(data: dict, output_dir: str, suffix: str, stamp: str, lab
     """data_mapping<suffix>_<stamp>.yaml: the data mapping a layer mapping generated."""
     import yaml
 
-    from msprobe.io import write_text
-    from msprobe.log import get_logger
 
     path = data_mapping_path(output_dir, suffix, stamp)
     write_text(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))

@@ -6,6 +6,7 @@ import os
 import time
 
 from msprobe.errors import MsprobeError, PathError
+from msprobe.io import remove_stale_temporaries
 
 GIB = 1024 ** 3
 # Reject a file whose size reaches these limits (spec compare.md §7.2).
@@ -62,7 +63,6 @@ def prepare_output_dir(path: str) -> str:
         raise PathError(f"cannot create output directory {path}: {exc.strerror}.") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise PathError(f"output directory {path} is not writable.")
-    from msprobe.io import remove_stale_temporaries
 
     remove_stale_temporaries(path, time.time())
     return os.path.abspath(path)

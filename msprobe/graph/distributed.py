@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from msprobe.graph import vis_db, vis_json
 from msprobe.graph.tree import COMM_PREFIX, Graph
 
 SEND, RECEIVE, BOTH = "send", "receive", "send_receive"
@@ -144,8 +145,6 @@ def _match_collectives(ranks: dict, links: dict) -> None:
 def link_results(results: list, db: bool) -> tuple[int, list]:
     """Match the communication nodes across the ranks of each step (per side) and write the links: into each
     rank's .vis file, or into its .vis.db rows. Returns (nodes linked, results whose .vis changed)."""
-    from msprobe.graph import vis_db, vis_json
-
     by_step: dict = {}
     for result in results:
         by_step.setdefault(result.step, []).append(result)

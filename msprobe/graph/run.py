@@ -9,8 +9,18 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from msprobe.compare import columns as col
+from msprobe.compare.mapping import MappingOptions
+from msprobe.compare.pipeline import CompareOptions, compare_dumps, match_items, side_of
 from msprobe.dump.locate import Job
+from msprobe.dump.reader import read_dump
 from msprobe.errors import DumpFormatError, MsprobeError
+from msprobe.graph import match, scoring, vis_json
+from msprobe.graph.distributed import comm_nodes
+from msprobe.graph.params import entry_params
+from msprobe.graph.scoring import columns_used
+from msprobe.graph.tree import build_graph
+from msprobe.log import get_logger
 
 
 @dataclass(frozen=True)
@@ -66,10 +76,6 @@ def graph_job(job: Job, options: GraphOptions) -> GraphResult:
 
 
 def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
-    from msprobe.compare import columns as col
-    from msprobe.graph import scoring
-    from msprobe.log import get_logger
-
     step, rank = step_rank(job)
     simplify = not options.complete_stack and options.output_format == "json"     # a .vis.db keeps stacks whole
     target, npu = read_graph(job.target, "target", simplify)
@@ -110,10 +116,6 @@ def read_graph(path: str, role: str, simplify_stacks: bool = True) -> tuple:
     compare core's items (flatten) give the nodes their parameters."""
     from dataclasses import replace
 
-    from msprobe.compare.pipeline import side_of
-    from msprobe.dump.reader import read_dump
-    from msprobe.graph.params import entry_params
-    from msprobe.graph.tree import build_graph
 
     dump = read_dump(path, role, with_stack=True, with_construct=True)
     side = side_of(dump)      # side_of releases the parsed data of its copy of the dump; the tree needs it
@@ -126,10 +128,6 @@ def read_graph(path: str, role: str, simplify_stacks: bool = True) -> tuple:
 def _compare(target, golden, options: GraphOptions, layer, label: str) -> tuple:
     """(the compare columns the graph uses, the compare mode, with -lm the entry map of the pairs: NPU entry name ->
     Bench entry name) of the two sides, by the compare core."""
-    from msprobe.compare.mapping import MappingOptions
-    from msprobe.compare.pipeline import CompareOptions, compare_dumps, match_items
-    from msprobe.graph.scoring import columns_used
-
     compare_options = CompareOptions(output_dir=options.output_dir, tensor_log=options.tensor_log,
                                      compare_only=True, fuzzy=options.fuzzy, mapping=MappingOptions(layer=layer),
                                      jobs=options.jobs, write_output=False, stat_numbers=True)
@@ -147,8 +145,6 @@ def _compare(target, golden, options: GraphOptions, layer, label: str) -> tuple:
 
 def _pair(npu, bench, options: GraphOptions, layer, entry_map: dict) -> None:
     """Pair the nodes of the two trees (spec §6): through the -lm entry map, by -fm's fuzzy rules or exactly."""
-    from msprobe.graph import match
-
     if layer is not None:
         match.match_graphs_mapped(npu, bench, entry_map)
     elif options.fuzzy:
@@ -171,10 +167,6 @@ def _layer_mapping(layer: str | None, target_framework: str, golden_framework: s
 def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench) -> GraphResult:
     """Write the .vis (or keep the .vis.db rows in the result); the communication nodes go into the result for
     the links between ranks."""
-    from msprobe.compare import columns as col
-    from msprobe.graph import scoring
-    from msprobe.graph.distributed import comm_nodes
-
     for label, graph in (("NPU", npu), ("Bench", bench)):
         found = comm_nodes(graph, options.overflow_check) if graph is not None else []
         if found:
@@ -191,7 +183,6 @@ def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench) -> 
         result.rows = (rows, stacks)
         result.config = {"micro_steps": max(npu.micro_steps, bench.micro_steps if bench else 1)}
         return result
-    from msprobe.graph import vis_json
 
     path = os.path.join(options.output_dir, file_name(job, options))
     if bench is None:

@@ -9,10 +9,13 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from msprobe.compare import columns as col
+from msprobe.dump.paths import check_input_file, load_yaml
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger, progress
 from msprobe.substrings import SubstringIndex
 from msprobe.table.cells import NA
+from msprobe.table.model import ResultTable
+from msprobe.table.readers import read_table
 
 RESULT_NAME = re.compile(r"^compare_result_rank(\d+)(?:-rank\d+)?_\d{14}\.(xlsx|csv)$")
 SINGLE_RANK_NAME = re.compile(r"^compare_result_rank(?:-rank)?_\d{14}\.(xlsx|csv)$")
@@ -71,8 +74,6 @@ class ApiSelection:
 
 
 def load_config(path: str) -> MergeConfig:
-    from msprobe.dump.paths import check_input_file, load_yaml
-
     size = os.path.getsize(check_input_file(path, "merge config file"))
     if size > MAX_CONFIG_BYTES:
         raise MsprobeError(f"{path} is {size} bytes; a merge config (a list of API prefixes) is at most "
@@ -140,9 +141,6 @@ KEPT_COLUMNS = {col.NPU_NAME, "NPU max", "NPU min", "NPU mean", "NPU l2norm", "B
 
 
 def read_rank(rank: int, path: str, selection: ApiSelection) -> RankResult:
-    from msprobe.dump.paths import check_input_file
-    from msprobe.table.readers import read_table
-
     check_input_file(path, "compare result")
     keys = selection.keys if selection.index is None else ()
     header, rows = read_table(path, selection, KEPT_COLUMNS, keys)
@@ -233,8 +231,6 @@ def _to_number(value):
 
 def merge(results: list, config: MergeConfig) -> tuple[list, list]:
     """(sheets, problems): sheets are (name, ResultTable)."""
-    from msprobe.table.model import ResultTable
-
     logger = get_logger()
     problems = []
     usable = []
@@ -300,8 +296,6 @@ def _group_of(result: RankResult, entry: str) -> str:
 def consistency(results: list, names: list):
     """For outputs of collectives that must agree across a group, the ranks whose NPU statistics differ.
     Every rank belongs to the group its own `.group` argument names (all ranks when there is none)."""
-    from msprobe.table.model import ResultTable
-
     rows = {c: [] for c in CONSISTENCY_COLUMNS}
     for name in names:
         parts = name.split(".")

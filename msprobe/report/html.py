@@ -28,9 +28,13 @@ from collections import Counter
 import orjson
 
 from msprobe.compare import columns as col
+from msprobe.compare.advisor import advise
+from msprobe.dump.reader import load_json, read_construct
+from msprobe.errors import MsprobeError
 from msprobe.io import write_text
 from msprobe.log import get_logger
 from msprobe.table.cells import NA
+from msprobe.table.readers import read_table
 
 DIGITS = 7
 FORMAT = f"%.{DIGITS}g"
@@ -301,8 +305,6 @@ def _state(name: str) -> str:
 
 def summary_from_table(columns: list, cells: dict, source: str) -> dict:
     """The page summary recomputed from a read-back table's Result column (and the advisor rules)."""
-    from msprobe.compare.advisor import advise
-
     n = len(cells[columns[0]]) if columns else 0
     results = [_text(v) for v in cells.get(col.RESULT, [""] * n)]
     counts = Counter(results)
@@ -380,8 +382,6 @@ def read_construct_beside(dump_path: str) -> dict | None:
     path = os.path.join(os.path.dirname(os.path.abspath(dump_path)), "construct.json")
     if not os.path.isfile(path):
         return None
-    from msprobe.dump.reader import read_construct
-    from msprobe.errors import MsprobeError
 
     try:
         return read_construct(path)
@@ -404,9 +404,6 @@ def write_compare_html(table, summary, table_path: str, target_path: str, constr
 
 def diff_analyze_lines(path: str) -> list:
     """The answer of a first-divergence analysis (diff_analyze_<ts>.json of `compare -da`), one line per node."""
-    from msprobe.dump.reader import load_json
-    from msprobe.errors import MsprobeError
-
     content = load_json(path, "diff_analyze file")
     if not isinstance(content, dict):
         raise MsprobeError(f"{path} is not a diff_analyze result (expected an object keyed by rank).")
@@ -425,9 +422,6 @@ def diff_analyze_lines(path: str) -> list:
 def write_table_html(table_path: str, output_dir: str | None = None, construct_path: str | None = None,
                      diff_analyze_path: str | None = None) -> str:
     """The page of an existing compare result (.csv or .xlsx); summary numbers recomputed from Result."""
-    from msprobe.errors import MsprobeError
-    from msprobe.table.readers import read_table
-
     header, rows = read_table(table_path)
     if not header or col.NPU_NAME not in header:
         raise MsprobeError(f"{table_path} is not a compare result table (no '{col.NPU_NAME}' column).")
