@@ -80,6 +80,7 @@ class SplitOptions:
     config_path: str = ""
     jit_compile: bool = False
     max_abs_err: float | None = None
+    memory_budget: int = 0           # bytes one API may use in one worker
 
 
 def suffix_of(device_id: int) -> str:
@@ -174,7 +175,8 @@ def check_split(job: SplitJob, options: SplitOptions) -> DeviceSummary:
 
     existing = result_path_of(options.output_dir, options.stamp, job.suffix)
     check_options = CheckOptions(filter_api=options.filter_api, jit_compile=options.jit_compile,
-                                 device_id=job.device_id, max_abs_err=options.max_abs_err)
+                                 device_id=job.device_id, max_abs_err=options.max_abs_err,
+                                 memory_budget=options.memory_budget)
     summary = run_acc_check(job.api_info, options.output_dir, existing if os.path.isfile(existing) else "",
                             options.save_error_data, None, subset=list(job.apis), suffix=job.suffix,
                             stamp=options.stamp, show_progress=False, options=check_options,
@@ -213,6 +215,7 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
     `config_path` (-config). Everything that can refuse the run is checked before a worker starts. Splits and
     devices completed by an earlier invocation of the same run (-csv_path) are not run again."""
     from msprobe.acc_check.check import check_real_data, open_dump
+    from msprobe.acc_check.guard import default_budget
     from msprobe.acc_check.select import CheckOptions, filter_apis
     from msprobe.compare.pipeline import timestamp
     from msprobe.dump.paths import prepare_output_dir
@@ -251,9 +254,11 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
         if splits < len(devices):
             logger.warning("-n %d splits for %d devices: devices %s get no APIs.", splits, len(devices),
                            " ".join(str(d) for d in devices[splits:]))
+    # every worker running at once gets its share of the memory budget (default: half the available memory)
+    budget = options.memory_budget or default_budget(min(backend.workers, max(len(jobs), 1)))
     settings_of_run = SplitOptions(output_dir, stamp, save_error_data, options.filter_api,
                                    os.path.abspath(config_path) if config_path else "", options.jit_compile,
-                                   options.max_abs_err)
+                                   options.max_abs_err, budget)
     try:
         # the timestamp belongs to the settings: only the same run (-csv_path) skips its completed splits
         batch = run_tasks(check_split, jobs, settings_of_run, backend,
