@@ -93,14 +93,16 @@ def tensor_bytes(node) -> tuple:
 
 def estimate(forward: dict | None, backward: dict | None) -> int:
     """Peak bytes one replay of the API may hold: its inputs four times (as built, the device copy, the benchmark
-    copy at up to twice the size), its outputs as 12 float64 arrays (device and benchmark outputs and the arrays
-    of the comparison), all twice when the backward is replayed too (gradients of inputs and outputs)."""
+    copy at up to twice the size), its outputs as 13 float64 arrays (device and benchmark outputs and the arrays
+    of the comparison), all twice when the backward is replayed too (gradients of inputs and outputs). Measured
+    on the CPU (peak RSS above the idle process): within 15 % for elementwise APIs, matmul and gelu in float16
+    and float32 (docs/acc_check.md)."""
     inputs, outputs = 0, 0
     record = forward or {}
     for key in ("input_args", "input_kwargs"):
         inputs += tensor_bytes(record.get(key))[0]
     outputs += tensor_bytes(record.get("output"))[1]
-    total = 4 * inputs + 12 * 8 * outputs
+    total = 4 * inputs + 13 * 8 * outputs
     return 2 * total if backward else total
 
 
