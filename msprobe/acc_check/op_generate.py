@@ -25,9 +25,9 @@ class OpGenerateError(MsprobeError):
 
 
 def load_config(path: str) -> dict:
-    """The checked fields of config_op.json. With `api_name` the API is extracted from `dump_json_path` (default
-    ./dump.json); without it, `extract_api_path` must hold an API extracted before (dump_json_path is then
-    not used). Relative paths are relative to the config file."""
+    """The checked fields of config_op.json. Without dump_json_path, an existing `extract_api_path` holds the API
+    (extracted before; api_name, when given, must name it); else the API `api_name` is extracted from
+    `dump_json_path` (default ./dump.json). Relative paths are relative to the config file."""
     from msprobe.dump.paths import load_json_object
 
     path, raw = load_json_object(path, "config_op.json", OpGenerateError)
@@ -58,14 +58,15 @@ def load_config(path: str) -> dict:
             raise OpGenerateError(f"{path}: {key} must be a path.")
         if config[key] and not os.path.isabs(config[key]):
             config[key] = os.path.join(base, config[key])   # relative paths are relative to config_op.json
-    if not name:
-        if raw.get("dump_json_path"):
-            raise OpGenerateError(f"{path}: dump_json_path is given without api_name; name the API to extract "
-                                  "(e.g. Functional.softmax.0), or leave both out to use extract_api_path.")
+    extracted = config["extract_api_path"] and os.path.isfile(config["extract_api_path"])
+    if not raw.get("dump_json_path") and (extracted or not name):
         if not config["extract_api_path"]:
             raise OpGenerateError(f"{path}: give api_name (the API to extract from dump_json_path) or "
                                   "extract_api_path (an API extracted before).")
         config["dump_json_path"] = ""             # the API is read from extract_api_path
+    elif not name:
+        raise OpGenerateError(f"{path}: dump_json_path is given without api_name; name the API to extract "
+                              "(e.g. Functional.softmax.0), or leave both out to use extract_api_path.")
     if not config["dump_json_path"] and not config["extract_api_path"]:
         raise OpGenerateError(f"{path}: give dump_json_path (a dump.json) or extract_api_path (an extracted API).")
     if config["dump_json_path"] and config["extract_api_path"]:
