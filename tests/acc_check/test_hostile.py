@@ -406,3 +406,19 @@ def test_op_generate_file_name_too_long(tmp_path, capsys, via):
     run = run_cli(via, ["op_generate", "-i", config, "-o", tmp_path], capsys, tmp_path)
     assert_error(run, "op_generate", "cannot write extract_api_path", "File name too long")
     assert sorted(os.listdir(tmp_path)) == ["config.json"]
+
+
+def test_mindspore_refusal_rows_name_the_directions_present():
+    """A refused MindSpore API gets SKIP for the directions its dump records (spec §4.5 cells), like a failure."""
+    from msprobe.acc_check.backends import MINDSPORE
+    from msprobe.acc_check.guard import refusal
+
+    data = {"Mint.save.0.forward": {}, "Tensor.add.0.backward": {"input": [_tensor([10 ** 12])]},
+            "Tensor.add.0.forward": {"input_args": [_tensor([10 ** 12])], "output": [_tensor([10 ** 12])]}}
+    message = refusal("Mint.save.0", data, 1024)
+    assert message.startswith("API Mint.save.0 touches files (save)")
+    saved = MINDSPORE.skip(data, "Mint.save.0", message)
+    assert MINDSPORE.result_row(saved) == ["Mint.save.0", "SKIP", "", message]
+    message = refusal("Tensor.add.0", data, 1024)
+    assert "would need about 218.3 TB of memory" in message                   # (4 x 4e12 + 104e12) x 2 bytes
+    assert MINDSPORE.result_row(MINDSPORE.skip(data, "Tensor.add.0", message))[1:3] == ["SKIP", "SKIP"]
