@@ -422,3 +422,31 @@ def test_mindspore_refusal_rows_name_the_directions_present():
     message = refusal("Tensor.add.0", data, 1024)
     assert "would need about 218.3 TB of memory" in message                   # (4 x 4e12 + 104e12) x 2 bytes
     assert MINDSPORE.result_row(MINDSPORE.skip(data, "Tensor.add.0", message))[1:3] == ["SKIP", "SKIP"]
+
+
+def _peak_rss_of_acc_check(dump: Path, out: Path) -> int:
+    """Peak RSS (bytes) of a fresh process that runs acc_check on `dump`."""
+    code = ("import resource, sys\nfrom msprobe.acc_check.check import run_acc_check\n"
+            "run_acc_check(sys.argv[1], sys.argv[2], show_progress=False)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    done = subprocess.run([sys.executable, "-c", code, str(dump), str(out)], capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split()[-1]) * 1024
+
+
+def test_each_api_is_freed_before_the_next(tmp_path):
+    """Twelve [1024, 1024] gelu calls with backward (about 85 MB of tensors each) peak no higher than one call
+    plus allocator slack: nothing of an API outlives it."""
+    def dump(calls):
+        data = {}
+        for i in range(calls):
+            item = dict(_tensor([1024, 1024]), requires_grad=True)
+            data[f"Functional.gelu.{i}.forward"] = {"input_args": [item], "input_kwargs": {}, "output": [item]}
+            data[f"Functional.gelu.{i}.backward"] = {"input": [item], "output": [item]}
+        return write_dump(tmp_path / f"dump{calls}.json", data)
+
+    one = _peak_rss_of_acc_check(dump(1), tmp_path / "one")
+    twelve = _peak_rss_of_acc_check(dump(12), tmp_path / "twelve")
+    assert twelve - one < 200 * 1024 ** 2, (one, twelve)     # measured +30 MB; keeping results: +700 MB
+    assert all(row[1:3] == ["pass", "pass"] for row in results(tmp_path / "twelve"))
