@@ -276,17 +276,23 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
         done[(job.device_id, job.split)] = result
     summary = MultiSummary(stamp=stamp, splits=splits, filtered=len(dump.names) - len(names))
     total = DeviceSummary(-1)
-    for device_id in devices:
-        mine = [(i, apis) for d, i, apis in splits_plan if d == device_id]
-        result = _finish_device(device_id, mine, done, device_id in complete, output_dir, stamp, dump.backend)
-        for key in ("apis", "recorded", "checked", "passed", "warned", "failed", "skipped"):
-            setattr(total, key, getattr(total, key) + getattr(result, key))
-        summary.devices.append(result)
-    summary.total = total
-    found = run_files(output_dir, stamp)
-    summary.resume_path = next((p for p in found if "_split" in os.path.basename(p)), found[0] if found else "")
-    summary.summary_path = os.path.join(output_dir, f"accuracy_checking_summary_{stamp}.csv")
-    write_text(summary.summary_path, summary_table(summary))
+    try:
+        for device_id in devices:
+            mine = [(i, apis) for d, i, apis in splits_plan if d == device_id]
+            result = _finish_device(device_id, mine, done, device_id in complete, output_dir, stamp, dump.backend)
+            for key in ("apis", "recorded", "checked", "passed", "warned", "failed", "skipped"):
+                setattr(total, key, getattr(total, key) + getattr(result, key))
+            summary.devices.append(result)
+        summary.total = total
+        found = run_files(output_dir, stamp)
+        summary.resume_path = next((p for p in found if "_split" in os.path.basename(p)), found[0] if found else "")
+        summary.summary_path = os.path.join(output_dir, f"accuracy_checking_summary_{stamp}.csv")
+        write_text(summary.summary_path, summary_table(summary))
+    except OSError as exc:
+        # joining a device's splits or writing the summary: the split files stay (joined files are atomic)
+        found = run_files(output_dir, stamp)
+        hint = f"continue with -csv_path {found[0]} once it can be written" if found else "no result file was kept"
+        raise MsprobeError(f"cannot write {exc.filename or output_dir}: {exc.strerror or exc}; {hint}.") from None
     return summary
 
 

@@ -450,3 +450,14 @@ def test_each_api_is_freed_before_the_next(tmp_path):
     twelve = _peak_rss_of_acc_check(dump(12), tmp_path / "twelve")
     assert twelve - one < 200 * 1024 ** 2, (one, twelve)     # measured +30 MB; keeping results: +700 MB
     assert all(row[1:3] == ["pass", "pass"] for row in results(tmp_path / "twelve"))
+
+
+@VIA
+def test_multi_acc_check_unwritable_output_dir(tmp_path, capsys, monkeypatch, via):
+    """The driver's own writes (joining a device's splits, the summary) failing: one line, exit 1."""
+    out = tmp_path / "out"
+    out.mkdir()
+    run = _faulty(via, ["multi_acc_check", "-api_info", L1, "-d", "0", "-n", "2", "--workers", "1", "-o", out],
+                  capsys, tmp_path, monkeypatch, out, "EROFS")
+    assert_error(run, "multi_acc_check", "cannot write", "Read-only file system", str(out))
+    assert not list(out.glob("accuracy_checking_*_device0.csv")) and not list(out.glob("*summary*"))
