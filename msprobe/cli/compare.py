@@ -139,11 +139,17 @@ def run(args: argparse.Namespace) -> int:
         return run_diff_analyze(located, options, backend)
     if len(located.jobs) == 1 and not located.problems and not located.jobs[0].out_subdir \
             and not located.jobs[0].suffix:
+        from dataclasses import replace
+
+        from msprobe.compare.batch import clean_directories
         from msprobe.compare.pipeline import compare_files
+        from msprobe.scale.stamp import claim_stamp
 
         if backend.kind != "local":
             logger.warning("One pair of dump files is compared in this process; --backend %s applies to "
                            "directories.", backend.kind)
+        clean_directories([output_dir])
+        options = replace(options, stamp=claim_stamp([output_dir]))
         summaries = [compare_files(located.jobs[0].target, located.jobs[0].golden, options)]
         failures = []
     else:
@@ -158,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
 
         write_index(summaries, output_dir, options.stamp or timestamp())
     if not summaries:
+        if len(failures) == 1:
+            raise MsprobeError(f"{failures[0].label}{failures[0].message}")
         raise MsprobeError(f"no dump pair could be compared ({len(failures)} failed).")
     banner(logger, "msprobe compare ends successfully.")
     return 0

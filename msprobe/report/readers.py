@@ -181,6 +181,7 @@ def read_csv_table(path: str, wanted: tuple = ()) -> tuple[list, list]:
             text = handle.read()
     except UnicodeDecodeError:
         raise MsprobeError(f"{path} is not a UTF-8 csv file.") from None
+    csv.field_size_limit(max(csv.field_size_limit(), len(text)))   # a cell (a long stack) is at most the file
     first_end = text.find("\n")
     header = next(csv.reader([text[: first_end if first_end >= 0 else len(text)]]), [])
     if not wanted:

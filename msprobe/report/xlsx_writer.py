@@ -34,6 +34,11 @@ def _escape(text: str) -> str:
     return _INVALID_XML.sub("\ufffd", text)
 
 
+def _utf8(text: str) -> bytes:
+    """UTF-8 of the XML; a lone surrogate (a `\\ud800` escape in a dump) becomes the six characters `\\ud800`."""
+    return text.encode("utf-8", "backslashreplace")
+
+
 def _column_letters(count: int) -> list:
     letters = []
     for index in range(count):
@@ -179,13 +184,13 @@ def write_workbook(sheets: list, path: str) -> None:
     colors = sorted({c for sheet in sheets for c in (sheet.fills or {}).values()})
     with atomic_path(path) as temporary, zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as book:
         for name, text in _package_parts([_escape(s.name) for s in sheets]).items():
-            book.writestr(name, text)
+            book.writestr(name, _utf8(text))
         book.writestr("xl/styles.xml", _styles(colors))
         shared = SharedStrings()
         for number, (sheet, texts) in enumerate(zip(sheets, texts_of), start=1):
             with book.open(f"xl/worksheets/sheet{number}.xml", "w", force_zip64=True) as stream:
                 _write_sheet(stream, sheet, texts, colors, shared)
-        book.writestr("xl/sharedStrings.xml", shared.xml())
+        book.writestr("xl/sharedStrings.xml", _utf8(shared.xml()))
 
 
 def _write_sheet(stream, sheet: Sheet, texts: dict, colors: list, shared: SharedStrings) -> None:
@@ -199,10 +204,10 @@ def _write_sheet(stream, sheet: Sheet, texts: dict, colors: list, shared: Shared
     last = f"{letters[-1]}{rows + 1}" if letters else "A1"
     widths = "".join(f'<col min="{i}" max="{i}" width="{WIDE_COLUMNS.get(name, DEFAULT_WIDTH)}" customWidth="1"/>'
                      for i, name in enumerate(table.columns, start=1))
-    stream.write(('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<worksheet xmlns="http://'
+    stream.write(_utf8('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<worksheet xmlns="http://'
                   'schemas.openxmlformats.org/spreadsheetml/2006/main"><dimension ref="A1:'
                   f'{last}"/><sheetFormatPr defaultRowHeight="15"/><cols>{widths}</cols><sheetData>'
-                  f'<row r="1">{header}</row>').encode())
+                  f'<row r="1">{header}</row>'))
     for batch in range(0, rows, BATCH_ROWS):
         end = min(batch + BATCH_ROWS, rows)
         # the first column (the row's name) stays inline: readers find rows by searching for it
@@ -217,5 +222,5 @@ def _write_sheet(stream, sheet: Sheet, texts: dict, colors: list, shared: Shared
                 if style is not None:
                     xml = xml.replace("<c ", style).replace("<c>", style[:-1] + ">")
             parts.append(f'<row r="{row + 2}">{xml}</row>')
-        stream.write("".join(parts).encode("utf-8"))
+        stream.write(_utf8("".join(parts)))
     stream.write(b"</sheetData></worksheet>")
