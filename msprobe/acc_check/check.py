@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from msprobe.acc_check.common import ERROR, decode_numbers
 from msprobe.acc_check.select import CheckOptions
-from msprobe.errors import DumpFormatError, MsprobeError
+from msprobe.errors import DumpFormatError, MsprobeError, os_error_text
 
 
 @dataclass
@@ -210,10 +210,11 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
 def write_error(exc: OSError, output_dir: str, resumable: str) -> MsprobeError:
     """The one-line error of a result file that cannot be written (disk full, read-only directory, name too
     long); `resumable`: the result csv of a resumed run, which is kept."""
-    where = exc.filename or output_dir
+    if not exc.filename:          # a failed write or flush (disk full) names no file
+        exc.filename = output_dir
     kept = (f"the rows recorded before are kept: continue with -csv_path {resumable}" if resumable else
             "no result file of this run was kept")
-    return MsprobeError(f"cannot write {where}: {exc.strerror or exc}; {kept}.")
+    return MsprobeError(f"cannot write the results: {os_error_text(exc)}; {kept}.")
 
 
 def info_path_of(result_path: str) -> str:

@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from msprobe.errors import MsprobeError
+from msprobe.errors import MsprobeError, os_error_text
 
 MAX_DEVICE_ID = 4095
 MAX_SPLITS = 64        # -n/--num_splits: 1..64, default 8 (spec §2.3)
@@ -292,7 +292,7 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
         # joining a device's splits or writing the summary: the split files stay (joined files are atomic)
         found = run_files(output_dir, stamp)
         hint = f"continue with -csv_path {found[0]} once it can be written" if found else "no result file was kept"
-        raise MsprobeError(f"cannot write {exc.filename or output_dir}: {exc.strerror or exc}; {hint}.") from None
+        raise MsprobeError(f"cannot write the results: {os_error_text(exc)}; {hint}.") from None
     return summary
 
 

@@ -7,7 +7,7 @@ import json
 import os
 import re
 
-from msprobe.errors import MsprobeError
+from msprobe.errors import MsprobeError, os_error_text
 
 DEFAULTS = {"dump_json_path": "./dump.json", "api_name": "", "extract_api_path": "", "propagation": "forward",
             "data_mode": "random_data", "random_seed": 1234, "iter_times": 1}
@@ -156,8 +156,7 @@ def extract(config: dict) -> dict:
             os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
             write_text(target, json.dumps(entries, indent=4) + "\n")
         except OSError as exc:
-            raise OpGenerateError(f"cannot write extract_api_path {exc.filename or target}: "
-                                  f"{exc.strerror or exc}.") from None
+            raise OpGenerateError(f"cannot write extract_api_path: {os_error_text(exc)}.") from None
     return entries
 
 
@@ -231,5 +230,5 @@ def generate(config_path: str, output_dir: str) -> tuple:
         write_text(path, render(script))
         os.chmod(path, 0o750)
     except OSError as exc:
-        raise OpGenerateError(f"cannot write {exc.filename or path}: {exc.strerror or exc}.") from None
+        raise OpGenerateError(f"cannot write the script: {os_error_text(exc)}.") from None
     return path, script

@@ -21,13 +21,13 @@ class _Budget:
 class _Limited:
     """A file object whose writes fail with ENOSPC once the shared byte budget is used up."""
 
-    def __init__(self, handle, budget: _Budget, path: str):
-        self._handle, self._budget, self._path = handle, budget, path
+    def __init__(self, handle, budget: _Budget):
+        self._handle, self._budget = handle, budget
 
     def write(self, text):
         size = len(text.encode("utf-8")) if isinstance(text, str) else len(text)
-        if size > self._budget.left:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._path)
+        if size > self._budget.left:      # as a real full disk: the error names no file
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         self._budget.left -= size
         return self._handle.write(text)
 
@@ -64,7 +64,7 @@ def install(root: str, code: str, after: int = -1, setattr_=setattr) -> None:
         if writing and inside(file) and after < 0:
             raise fault(file)
         handle = real_open(file, mode, *args, **kwargs)
-        return _Limited(handle, budget, os.fsdecode(file)) if writing and inside(file) else handle
+        return _Limited(handle, budget) if writing and inside(file) else handle
 
     def fake_os_open(path, flags, *args, **kwargs):
         if flags & WRITE_FLAGS and inside(path) and after < 0:
