@@ -254,8 +254,10 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
         if splits < len(devices):
             logger.warning("-n %d splits for %d devices: devices %s get no APIs.", splits, len(devices),
                            " ".join(str(d) for d in devices[splits:]))
-    # every worker running at once gets its share of the memory budget (default: half the available memory)
-    budget = options.memory_budget or default_budget(min(backend.workers, max(len(jobs), 1)))
+    # every local worker running at once gets its share of the memory budget (default: half the available
+    # memory); a Ray task measures the memory of its own node when it starts (budget 0)
+    budget = options.memory_budget or (0 if backend.kind == "ray" else
+                                        default_budget(min(backend.workers, max(len(jobs), 1))))
     settings_of_run = SplitOptions(output_dir, stamp, save_error_data, options.filter_api,
                                    os.path.abspath(config_path) if config_path else "", options.jit_compile,
                                    options.max_abs_err, budget)
