@@ -165,7 +165,8 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     # the index seeds the API's inputs: its position in the whole dump, whichever worker checks it
     position = {n: i for i, n in enumerate(all_names)}
     todo = [(position[n], n) for n in kept if n not in done]
-    made_error_dir = bool(error_dir) and not os.path.exists(error_dir)
+    # a single run's error directory is its own (its timestamp); multi_acc_check's splits share theirs
+    made_error_dir = bool(error_dir) and subset is None and not os.path.exists(error_dir)
     try:
         _write_info(files.result_path, path, device, backend.benchmark, real_data)
         for index, name in (progress(todo, total=len(todo), desc="APIs") if show_progress else todo):
