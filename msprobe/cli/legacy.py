@@ -82,6 +82,8 @@ def _from_compare_json(path: str) -> list:
     args = ["-tp", str(config["npu_path"]), "-gp", str(config["bench_path"])]
     if config.get("is_print_compare_log", True) is True and not os.path.isdir(str(config["npu_path"])):
         args.append("-tensor_log")
+    if config.get("stack_path"):
+        args += ["--stack_path", str(config["stack_path"])]
     if "rank_id" in config or "step_id" in config:
         for key, option in (("rank_id", "--rank"), ("step_id", "--step")):
             values = config.get(key) or []

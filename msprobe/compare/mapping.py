@@ -28,7 +28,9 @@ def load_yaml(path: str, what: str):
         raise MsprobeError(f"{what} {path} must be a .yaml file.")
     try:
         with open(path, encoding="utf-8") as handle:
-            documents = [d for d in yaml.safe_load_all(handle) if d is not None]
+            # libyaml's parser when PyYAML has it: the same documents, 4-50x faster on long lists
+            documents = [d for d in yaml.load_all(handle, getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+                         if d is not None]
     except yaml.YAMLError as exc:
         raise MsprobeError(f"{what} {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
     except UnicodeDecodeError:

@@ -47,6 +47,7 @@ class CompareOptions:
     html: bool = False                   # --html: a self-contained HTML report beside the table
     stamp: str = ""                      # timestamp of the output names; one per run of many pairs (else now)
     stat_numbers: bool = False           # statistics diffs of float pairs as numbers (stat_diff), not written
+    stack: str | None = None             # NPU_Stack_Info from: None the target's stack.json if any, "" none, a path
 
     def __post_init__(self):
         if self.stat_numbers and self.write_output:
@@ -87,14 +88,17 @@ def side_of(dump: Dump) -> Side:
     return Side(replace(dump, data={}), items, _has_md5(dump))
 
 
-def read_side(path: str, role: str, with_stack: bool, with_construct: bool) -> Side:
-    return side_of(read_dump(path, role, with_stack=with_stack, with_construct=with_construct))
+def read_side(path: str, role: str, with_stack: bool, with_construct: bool, stack_path: str | None = None) -> Side:
+    return side_of(read_dump(path, role, with_stack=with_stack, with_construct=with_construct,
+                             stack_path=stack_path))
 
 
-def read_sides(target_path: str, golden_path: str, with_construct: bool) -> tuple[Side, Side]:
+def read_sides(target_path: str, golden_path: str, with_construct: bool,
+               stack: str | None = None) -> tuple[Side, Side]:
     """Read and flatten both sides, one after the other: each side's parsed JSON is released before the next
-    is read, which keeps the peak memory near one parsed dump plus two item tables."""
-    return (read_side(target_path, "target", True, with_construct),
+    is read, which keeps the peak memory near one parsed dump plus two item tables. `stack` as
+    CompareOptions.stack."""
+    return (read_side(target_path, "target", stack != "", with_construct, stack or None),
             read_side(golden_path, "golden", False, with_construct))
 
 
@@ -195,7 +199,7 @@ def compute_pair(target_path: str, golden_path: str, options: CompareOptions, su
     if {base_t, base_g} == {"dump.json", "debug.json"}:
         raise MsprobeError("The target and golden files must both be dump.json or both be debug.json.")
     needs_construct = options.fuzzy or options.mapping.layer is not None
-    target, golden = read_sides(target_path, golden_path, needs_construct)
+    target, golden = read_sides(target_path, golden_path, needs_construct, options.stack)
     generated: dict = {}
     table, summary = compare_dumps(target, golden, options, label, stamp or timestamp(), suffix, generated)
     return ComparedPair(table, summary, target_path, target.dump.is_debug, target.dump.construct,

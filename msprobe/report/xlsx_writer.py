@@ -16,9 +16,12 @@ from msprobe.report.table import ResultTable
 
 MAX_SHEET_ROWS = 1_048_500   # above this the table is split into sheets part_1, part_2, ...
 MAX_CELL_CHARS = 32_767      # Excel's limit for one cell
+# Every fill of every workbook (aRGB, as openpyxl and Excel require): the value of a row's highlight column -> colour.
 RED = "FFFF0000"
 YELLOW = "FFFFFF00"
-VERDICT_FILLS = {"error": RED, "warning": YELLOW}
+VERDICT_FILLS = {"error": RED, "warning": YELLOW}                 # compare: Result
+ACCURACY_FILLS = {"No": RED, "Unmatched": YELLOW}                 # kernel compare: Accuracy Reached or Not
+CONSISTENCY_FILLS = {False: RED}                                  # merge_result: Consistent
 BATCH_ROWS = 5000
 SHARED_MIN_CHARS = 64        # longer texts (call stacks) are stored once in the shared-strings table
 WIDE_COLUMNS = {"NPU Name": 60, "Bench Name": 60, "Err_message": 50, "NPU_Stack_Info": 50, "Data_name": 50,
@@ -182,6 +185,8 @@ def write_workbook(sheets: list, path: str) -> None:
         check_cells(sheet.table, texts, path)
         texts_of.append(texts)
     colors = sorted({c for sheet in sheets for c in (sheet.fills or {}).values()})
+    if not all(re.fullmatch("[0-9A-F]{8}", color) for color in colors):
+        raise ValueError(f"fills must be aRGB colours such as {RED}, got {colors}")
     with atomic_path(path) as temporary, zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as book:
         for name, text in _package_parts([_escape(s.name) for s in sheets]).items():
             book.writestr(name, _utf8(text))
