@@ -113,7 +113,7 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     (accuracy_checking_result_<stamp><suffix>.csv) or to the interrupted pair `csv_path`. Every check that can
     refuse the run (open_dump, tensor files, resume files) happens before anything is written."""
     from msprobe.acc_check.backends import MINDSPORE, forward_count
-    from msprobe.acc_check.guard import default_budget, format_size, refusal
+    from msprobe.acc_check.guard import default_budget, format_size, refusal, tensor_file_bytes
     from msprobe.acc_check.results import new_files, resume_files
     from msprobe.acc_check.select import filter_apis
     from msprobe.compare.pipeline import timestamp
@@ -171,8 +171,12 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
         _write_info(files.result_path, path, device, backend.benchmark, real_data)
         for index, name in (progress(todo, total=len(todo), desc="APIs") if show_progress else todo):
             # the reference's own SKIP rows (Distributed.*, ...) stay as they are; other APIs are refused first
-            refused = refusal(name, data, budget if backend.supported(name) else None) \
-                if backend.named_for_replay(name) else ""
+            refused = ""
+            if backend.named_for_replay(name):
+                replayed = backend.supported(name)
+                loads = tensor_file_bytes(tensor_dir, backend.needed_files(data, [name])) \
+                    if real_data and replayed else 0
+                refused = refusal(name, data, budget if replayed else None, loads)
             result = backend.skip(data, name, refused) if refused else replayer.run(name, index)
             files.append(result)
             summary.checked += 1

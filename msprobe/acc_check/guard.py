@@ -45,14 +45,15 @@ def side_effect(full_name: str) -> str:
     return ""
 
 
-def refusal(full_name: str, data: dict, budget: int | None) -> str:
+def refusal(full_name: str, data: dict, budget: int | None, file_bytes: int = 0) -> str:
     """'' when acc_check may replay the API; else the SKIP message: an API with side effects, or (with a
-    `budget`, for the APIs the backend replays) one whose estimated memory is above it."""
+    `budget`, for the APIs the backend replays) one whose estimated memory is above it (`file_bytes`: the size
+    of the tensor files a real-data run of it loads)."""
     touches = side_effect(full_name)
     if touches:
         return (f"API {full_name} {touches}; acc_check never replays APIs that touch files, processes or the "
                 "network. SKIP.")
-    return memory_refusal(full_name, data, budget) if budget is not None else ""
+    return memory_refusal(full_name, data, budget, file_bytes) if budget is not None else ""
 
 
 def itemsize(dtype) -> int:
@@ -106,18 +107,38 @@ def estimate(forward: dict | None, backward: dict | None) -> int:
     return 2 * total if backward else total
 
 
-def memory_refusal(full_name: str, data: dict, budget: int) -> str:
-    """'' when the API's estimate fits `budget` bytes; else the SKIP message."""
+def memory_refusal(full_name: str, data: dict, budget: int, file_bytes: int = 0) -> str:
+    """'' when the API's estimate fits `budget` bytes; else the SKIP message. A real-data run loads its tensor
+    files whatever shapes the dump claims: their size (`file_bytes`, four copies as for inputs) counts too."""
     forward, backward = data.get(f"{full_name}.forward"), data.get(f"{full_name}.backward")
     try:
         needed = estimate(forward if isinstance(forward, dict) else None,
                           backward if isinstance(backward, dict) else None)
     except ValueError as exc:
         return f"API {full_name} has {exc}; it cannot be rebuilt. SKIP."
+    source = "the dumped shapes and dtypes"
+    if 4 * file_bytes > needed:
+        needed, source = 4 * file_bytes, "the size of its tensor files"
     if needed > budget:
-        return (f"API {full_name} would need about {format_size(needed)} of memory (estimated from the dumped shapes "
-                f"and dtypes), more than the budget of {format_size(budget)} (--memory-budget). SKIP.")
+        return (f"API {full_name} would need about {format_size(needed)} of memory (estimated from {source}), "
+                f"more than the budget of {format_size(budget)} (--memory-budget). SKIP.")
     return ""
+
+
+def tensor_file_bytes(tensor_dir: str, data_names: list) -> int:
+    """Bytes of the tensor files a real-data run loads (missing or unsafe names count 0: they are refused
+    elsewhere)."""
+    from msprobe.dump.paths import safe_tensor_path
+
+    total = 0
+    for name in data_names:
+        path, _ = safe_tensor_path(tensor_dir, name)
+        if path:
+            try:
+                total += os.path.getsize(path)
+            except OSError:
+                pass
+    return total
 
 
 def available_memory() -> int:

@@ -461,3 +461,28 @@ def test_multi_acc_check_unwritable_output_dir(tmp_path, capsys, monkeypatch, vi
                   capsys, tmp_path, monkeypatch, out, "EROFS")
     assert_error(run, "multi_acc_check", "cannot write", "Read-only file system", str(out))
     assert not list(out.glob("accuracy_checking_*_device0.csv")) and not list(out.glob("*summary*"))
+
+
+@VIA
+def test_real_data_counts_the_size_of_the_tensor_files(tmp_path, capsys, via):
+    """A tensor file far larger than its dumped shape says is refused by its size, before it is loaded."""
+    import numpy as np
+
+    tensors = tmp_path / "dump_tensor_data"
+    tensors.mkdir()
+    np.save(tensors / "big.npy", np.zeros(2 * 1024 * 1024, dtype=np.float32))      # 8 MB, "shape [4]"
+    np.save(tensors / "small.npy", np.ones(4, dtype=np.float32))
+
+    def record(name):
+        item = dict(_tensor([4]), data_name=name)
+        return {"input_args": [item], "input_kwargs": {}, "output": [dict(item, data_name="out_" + name)]}
+
+    dump = write_dump(tmp_path / "dump.json", {"Functional.relu.0.forward": record("big.npy"),
+                                               "Functional.relu.1.forward": record("small.npy")}, task="tensor")
+    run = run_cli(via, ["acc_check", "-api_info", dump, "-o", tmp_path / "out", "--memory-budget", "1M"], capsys,
+                  tmp_path)
+    assert run.code == 0, run.err
+    rows = results(tmp_path / "out")
+    assert rows[0][:3] == ["Functional.relu.0", "SKIP", "SKIP"]
+    assert "would need about 32.0 MB of memory (estimated from the size of its tensor files)" in rows[0][3]
+    assert rows[1][:2] == ["Functional.relu.1", "pass"]
