@@ -123,9 +123,6 @@ def main(argv: list | None = None) -> int:
 def console_main() -> None:
     """The `msprobe` console script: run, flush, and leave without tearing the heap down object by object
     (for a large compare that takes a noticeable fraction of a second; every output is already complete)."""
-    from msprobe.exiting import leave_without_teardown
-
-    leave_without_teardown()
     try:
         code = main()
     except SystemExit as exc:   # argparse -h / usage errors
