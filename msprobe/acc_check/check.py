@@ -36,7 +36,8 @@ class Summary:
 def load_api_dump(path: str) -> tuple:
     """(path, content, API names in dump order) of an L1/mix dump.json; a clear error for anything else. The names
     are those the dump's backend writes rows for (PyTorch: every forward API; MindSpore: the checkable ones)."""
-    from msprobe.acc_check.backends import backend_for, forward_count
+    from msprobe.acc_check.framework import forward_count
+    from msprobe.acc_check.registry import framework_for
     from msprobe.dump.paths import check_input_file
     from msprobe.dump.reader import load_json
 
@@ -45,7 +46,7 @@ def load_api_dump(path: str) -> tuple:
     if not isinstance(content, dict) or not isinstance(content.get("data"), dict):
         raise DumpFormatError(f"{path} is not a msprobe dump.json: it needs an object 'data'.")
     content["data"] = decode_numbers(content["data"])     # the reader's NaN/Infinity sentinels become floats
-    backend = backend_for(content, path)
+    backend = framework_for(content, path)
     names = backend.api_names(content["data"])
     if not forward_count(content["data"]):
         raise DumpFormatError(f"{path} holds no API entries (level {content.get('level')!r}); acc_check needs an "
@@ -70,7 +71,7 @@ def tensor_directory(path: str, content: dict) -> str:
 
 
 @dataclass
-class Dump:
+class PreparedDump:
     """A dump that acc_check can run on, with the options of the run (the -config lists included)."""
 
     path: str
@@ -82,17 +83,17 @@ class Dump:
 
 
 def open_dump(api_info: str, options: CheckOptions | None = None, config_path: str = "",
-              expected_framework: str = "") -> Dump:
+              expected_framework: str = "") -> PreparedDump:
     """Every check that can refuse a run before a device is used or a file written: the dump, the framework named
     by the 1.x form (`expected_framework`, from `msprobe -f pytorch run_ut`), the options that do not apply to the
     dump's framework, the framework import, the -config file. acc_check and the multi_acc_check driver both
     start here."""
-    from msprobe.acc_check.backends import backend_for
+    from msprobe.acc_check.registry import framework_for
     from msprobe.acc_check.select import load_config
 
     options = options or CheckOptions()
     path, content, names = load_api_dump(api_info)
-    backend = backend_for(content, path)
+    backend = framework_for(content, path)
     if expected_framework and expected_framework.lower() != backend.framework.lower():
         raise MsprobeError(f"-f {expected_framework} was given (1.x form) but {path} is a {backend.framework} dump; "
                            f"use -f {backend.framework.lower()} or the form without -f.")
@@ -101,7 +102,7 @@ def open_dump(api_info: str, options: CheckOptions | None = None, config_path: s
     if config_path:
         lists, error_data_path = load_config(config_path, backend.known_api_name, backend.framework)
         options = dataclasses.replace(options, lists=lists, error_data_path=error_data_path)
-    return Dump(path, content, names, backend, real_data, options)
+    return PreparedDump(path, content, names, backend, real_data, options)
 
 
 def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error_data: bool = False,
@@ -112,8 +113,9 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     worker its split) and append their rows to a new pair of result files
     (accuracy_checking_result_<stamp><suffix>.csv) or to the interrupted pair `csv_path`. Every check that can
     refuse the run (open_dump, tensor files, resume files) happens before anything is written."""
-    from msprobe.acc_check.backends import MINDSPORE, forward_count
+    from msprobe.acc_check.framework import forward_count
     from msprobe.acc_check.guard import default_budget, format_size, refusal, tensor_file_bytes
+    from msprobe.acc_check.registry import MINDSPORE
     from msprobe.acc_check.results import new_files, resume_files
     from msprobe.acc_check.select import filter_apis
     from msprobe.dump.paths import prepare_output_dir
@@ -281,8 +283,8 @@ def check_tensor_files(wanted: list, tensor_dir: str) -> None:
 def check_real_data(path: str, content: dict, names: list) -> None:
     """For a real-data dump of any framework, refuse a run of these APIs before anything is written when a tensor
     file it needs is missing (what run_acc_check checks first; for callers that split the APIs over workers)."""
-    from msprobe.acc_check.backends import backend_for
+    from msprobe.acc_check.registry import framework_for
 
-    backend = backend_for(content, path)
+    backend = framework_for(content, path)
     if backend.real_data(content):
         check_tensor_files(backend.needed_files(content["data"], names), tensor_directory(path, content))

@@ -14,7 +14,7 @@ import io
 import os
 import re
 
-from msprobe.acc_check.backends import MINDSPORE, TORCH
+from msprobe.acc_check.registry import MINDSPORE, TORCH
 from msprobe.errors import MsprobeError
 
 RESULT_HEADER = TORCH.result_header      # PyTorch headers (spec §5.8)

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from msprobe.acc_check.op_generate import generate
+    from msprobe.acc_check.torch.op_generate import generate
     from msprobe.cli.compare import banner
     from msprobe.log import get_logger
 

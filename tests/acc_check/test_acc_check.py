@@ -74,7 +74,7 @@ def test_noise_in_device_gelu_fails_with_benchmark_standard(tmp_path, monkeypatc
     def noisy_gelu(*args, **kwargs):
         return original(*args, **kwargs) + 1e-2
 
-    import msprobe.acc_check.runner  # noqa: F401  (the benchmark captured the original gelu)
+    import msprobe.acc_check.torch.runner  # noqa: F401  (the benchmark captured the original gelu)
 
     monkeypatch.setattr(torch.nn.functional, "gelu", noisy_gelu)
     code, out = _run(tmp_path)
@@ -261,7 +261,7 @@ def test_config_white_and_black_lists(tmp_path, capsys, monkeypatch):
     errors.mkdir()
     config.write_text(json.dumps({"run_ut": {"white_list": ["gelu"], "error_data_path": str(errors)}}))
     original = torch.nn.functional.gelu
-    import msprobe.acc_check.runner  # noqa: F401
+    import msprobe.acc_check.torch.runner  # noqa: F401
 
     monkeypatch.setattr(torch.nn.functional, "gelu", lambda *a, **k: original(*a, **k) + 1e-2)
     assert run_cli(["acc_check", "-api_info", L1, "-o", tmp_path / "out2", "-config", config, "-save_error_data"]) == 0

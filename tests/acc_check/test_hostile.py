@@ -98,7 +98,7 @@ def _script(full_name: str, record: dict, api_name: str = "softmax") -> dict:
 def test_generated_script_holds_the_dump_only_as_data(tmp_path):
     """Whatever a record holds (even a name that passed no check), the script's code is the same: the dump's text
     is inside one string constant, parsed as JSON when the script runs, and running it executes none of it."""
-    from msprobe.acc_check.op_generate import render
+    from msprobe.acc_check.torch.op_generate import render
 
     marker = tmp_path / "pwned"
     evil = f'"""\nfrom os import system as s\ns("touch "+{touch_code(marker)})\n"""'
@@ -274,8 +274,8 @@ def test_multi_acc_check_forwards_the_budget(tmp_path):
 
     assert run_inproc(["multi_acc_check", "-api_info", L1, "-d", "0", "-n", "2", "--workers", "1", "-o", tmp_path,
                        "--memory-budget", "1K"]) == 0
-    from msprobe.acc_check.backends import TORCH
     from msprobe.acc_check.guard import estimate
+    from msprobe.acc_check.registry import TORCH
 
     data = json.loads(L1.read_text())["data"]
     (path,) = tmp_path.glob("accuracy_checking_result_*_device0.csv")
@@ -410,8 +410,8 @@ def test_op_generate_file_name_too_long(tmp_path, capsys, via):
 
 def test_mindspore_refusal_rows_name_the_directions_present():
     """A refused MindSpore API gets SKIP for the directions its dump records (spec §4.5 cells), like a failure."""
-    from msprobe.acc_check.backends import MINDSPORE
     from msprobe.acc_check.guard import refusal
+    from msprobe.acc_check.registry import MINDSPORE
 
     data = {"Mint.save.0.forward": {}, "Tensor.add.0.backward": {"input": [_tensor([10 ** 12])]},
             "Tensor.add.0.forward": {"input_args": [_tensor([10 ** 12])], "output": [_tensor([10 ** 12])]}}

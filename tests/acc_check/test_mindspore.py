@@ -27,7 +27,7 @@ ms = pytest.importorskip("mindspore", reason="mindspore is not installed (it nee
                                              "tests run in the separate environment of .ci/run)")
 from mindspore import mint  # noqa: E402
 
-from msprobe.acc_check.backends import MINDSPORE  # noqa: E402
+from msprobe.acc_check.registry import MINDSPORE  # noqa: E402
 
 L1 = FIXTURES / "ms_stat_L1_step0" / "dump.json"
 RESULT_HEADER = ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
@@ -62,7 +62,7 @@ def _metrics(bench, tested):
 
 
 def test_mindspore_support_list_is_the_spec():
-    from msprobe.acc_check.backends import ms_checkable, ms_support_lists
+    from msprobe.acc_check.mindspore.apis import ms_checkable, ms_support_lists
 
     lists = ms_support_lists()
     assert len(lists["tensor"]) == 59 and {"masked_fill", "reshape", "to", "zero_"} <= lists["tensor"]
@@ -129,7 +129,7 @@ def test_refdata_l1_dump_random_data(tmp_path, capsys):
 
 
 def test_noise_in_tested_matmul_fails_by_max_abs_err_then_cosine(tmp_path, monkeypatch):
-    import msprobe.acc_check.ms_runner  # noqa: F401  (the benchmark captured the original mint.matmul)
+    import msprobe.acc_check.mindspore.runner  # noqa: F401  (the benchmark captured the original mint.matmul)
 
     original = mint.matmul
     monkeypatch.setattr(mint, "matmul", lambda *a, **k: original(*a, **k) + 1e-3)
@@ -284,7 +284,7 @@ def test_real_data_dump_uses_dumped_outputs(tmp_path, capsys):
 
 
 def test_flash_attention_reference_matches_numpy():
-    from msprobe.acc_check.ms_reference import flash_attention_score
+    from msprobe.acc_check.mindspore.reference import flash_attention_score
 
     generator = np.random.RandomState(3)
     q = generator.normal(size=(2, 4, 5, 8))              # BNSD, 4 query heads
@@ -308,7 +308,7 @@ def test_flash_attention_reference_matches_numpy():
 
 
 def test_save_error_data_writes_a_replayable_tensor_dump(tmp_path, monkeypatch):
-    import msprobe.acc_check.ms_runner  # noqa: F401
+    import msprobe.acc_check.mindspore.runner  # noqa: F401
 
     original = mint.matmul
     monkeypatch.setattr(mint, "matmul", lambda *a, **k: original(*a, **k) + 1e-3)

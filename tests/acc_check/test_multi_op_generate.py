@@ -296,7 +296,7 @@ def test_generated_script_verdicts(name, value, dtype, expected):
     """The verdict of every metric the script prints (spec acc_check.md §8 thresholds; ULP as §7)."""
     import torch
 
-    from msprobe.acc_check.op_script import verdict
+    from msprobe.acc_check.torch.op_script import verdict
 
     assert verdict(name, value, getattr(torch, dtype)) == expected
 
@@ -304,7 +304,7 @@ def test_generated_script_verdicts(name, value, dtype, expected):
 def test_generated_script_overall_verdict():
     import torch
 
-    from msprobe.acc_check.op_script import verdicts
+    from msprobe.acc_check.torch.op_script import verdicts
 
     rows = [("Maximum ULP Error", 900.0), ("Mean ULP Error", 70.0), ("ULP Error Proportion", 0.01)]
     assert verdicts("ulp_compare", torch.float32, rows) == (

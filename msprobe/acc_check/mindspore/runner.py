@@ -23,8 +23,8 @@ import os
 import numpy as np
 
 from msprobe.acc_check.common import RAISE, SKIP, ApiResult, OutputResult, aggregate, first_line, raise_target
-from msprobe.acc_check.ms_compare import MAX_ABS_ERR, Value, compare_values
-from msprobe.acc_check.ms_inputs import (
+from msprobe.acc_check.mindspore.compare import MAX_ABS_ERR, Value, compare_values
+from msprobe.acc_check.mindspore.inputs import (
     FLOATS,
     DtypeLeaf,
     MsInputBuilder,
@@ -86,7 +86,7 @@ _ORIGINALS: dict = {}
 
 def bench_function(api_type: str, name: str):
     if api_type == "Functional" and name == "flash_attention_score":
-        from msprobe.acc_check.ms_reference import flash_attention_score
+        from msprobe.acc_check.mindspore.reference import flash_attention_score
 
         return flash_attention_score
     key = (api_type, name)
@@ -96,7 +96,7 @@ def bench_function(api_type: str, name: str):
 
 
 def _capture_originals() -> None:
-    from msprobe.acc_check.backends import ms_support_lists
+    from msprobe.acc_check.mindspore.apis import ms_support_lists
 
     lists = ms_support_lists()
     for api_type, section in (("Mint", "mint"), ("MintFunctional", "mint_functional"), ("Tensor", "tensor")):

@@ -162,8 +162,8 @@ def extract(config: dict) -> dict:
 
 def script_config(config: dict, entries: dict) -> dict:
     from msprobe.acc_check.guard import side_effect
-    from msprobe.acc_check.inputs import data_names
-    from msprobe.acc_check.standards import standard_of
+    from msprobe.acc_check.torch.inputs import data_names
+    from msprobe.acc_check.torch.standards import standard_of
 
     forward_key = next((k for k in entries if k.endswith(".forward")), None)
     if forward_key is None:
@@ -203,7 +203,7 @@ HEADER = ('"""Replay one dumped PyTorch API on the device under test and on the 
 def render(script: dict) -> str:
     """The script: the fixed text of op_script.py and the CONFIG literal. Nothing of the dump is spliced into the
     code: the records travel as one JSON text, written as a Python string literal (repr) and parsed at run time."""
-    from msprobe.acc_check import op_script
+    from msprobe.acc_check.torch import op_script
 
     with open(op_script.__file__, encoding="utf-8") as handle:
         body = handle.read()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
@@ -16,26 +15,15 @@ from msprobe.acc_check.common import (  # noqa: F401 (ApiResult re-exported)
     raise_target,
     skip_result,
 )
-from msprobe.acc_check.inputs import InputBuilder
-from msprobe.acc_check.standards import compare_output
+from msprobe.acc_check.torch.apis import BLACK_LIST, parse_api, support_lists
+from msprobe.acc_check.torch.inputs import InputBuilder
+from msprobe.acc_check.torch.standards import compare_output
 
-BLACK_LIST = {"to", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_with_format"}
-SKIP_PREFIXES = ("Distributed", "MindSpeed")
 RAISE = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.float32: torch.float64}
 GRAD_INDEX = {"topk": 0, "npu_fusion_attention": 0}
 NO_BACKWARD_DATA = {"repeat_interleave"}
 NO_BACKWARD = {"masked_select"}
 INPLACE_VIEW = {"resize_", "resize_as_", "set_", "transpose_", "t_", "squeeze_", "unsqueeze_"}
-
-
-@functools.lru_cache(maxsize=1)
-def support_lists() -> dict:
-    import yaml
-
-    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "acc_check_pytorch_apis.yaml")
-    with open(path, encoding="utf-8") as handle:
-        lists = yaml.safe_load(handle)
-    return {"Functional": set(lists["functional"]), "Tensor": set(lists["tensor"]), "Torch": set(lists["torch"])}
 
 
 def _resolve(api_type: str, name: str):
@@ -114,18 +102,6 @@ def _leaves(value, out: list) -> None:
             _leaves(element, out)
     else:
         out.append(value)
-
-
-def parse_api(full_name: str):
-    """(api_type, api_name) of 'Type.name.N' or 'Type.p.name.N', or None when not replayable."""
-    parts = full_name.split(".")
-    if parts[0] in SKIP_PREFIXES:
-        return None
-    if len(parts) == 3:
-        return parts[0], parts[1]
-    if len(parts) == 4:
-        return parts[0], f"{parts[1]}.{parts[2]}"
-    return None
 
 
 def _walk(value, fn):
