@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from msprobe.compare import columns as col
 from msprobe.errors import MsprobeError, UsageError
 from msprobe.log import get_logger
 from msprobe.optional import require
@@ -38,7 +39,6 @@ __all__ = ["compare", "diff_analyze", "read_dump", "CompareResult", "PairResult"
 
 FORMATS = ("xlsx", "csv", "html")
 RANK_COLUMN = "Rank"       # the first column of a folder compare's rows: the pair's folder, e.g. rank1, step0/rank1
-CONSISTENT_COLUMN = "Requires_grad Consistent"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -166,8 +166,6 @@ def _text_column(values: list) -> list:
 
 
 def _metric_columns(table) -> frozenset:
-    from msprobe.compare import columns as col
-
     return frozenset(table.numeric_columns) | frozenset(col.STAT_DIFFS)
 
 
@@ -180,7 +178,7 @@ def _data_frame(columns: Sequence[str], cells: dict, metrics: frozenset) -> pand
         values = cells[name]
         if name in metrics:
             data[name] = pandas.Series(_float_column(values), dtype="float64")
-        elif name == CONSISTENT_COLUMN:
+        elif name == col.REQUIRES_GRAD_CONSISTENT:
             data[name] = pandas.Series([v is True or v == "True" for v in values], dtype="bool")
         elif name == RANK_COLUMN:
             data[name] = pandas.Series(values, dtype="object")

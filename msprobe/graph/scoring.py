@@ -14,12 +14,12 @@ from msprobe.table.cells import cell_text, number_or_none
 JSON_COLUMNS = {
     col.STATISTICS: col.STAT_DIFFS,
     col.TENSOR: ["Cosine", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio"],
-    col.MD5: ["Result"],
+    col.MD5: [col.RESULT],
 }
 DB_COLUMNS = {
     col.STATISTICS: col.STAT_DIFFS + col.VERDICT,
     col.TENSOR: col.TENSOR_METRICS + col.VERDICT,
-    col.MD5: ["Result", "Requires_grad Consistent", "Err_message"],
+    col.MD5: [col.RESULT, col.REQUIRES_GRAD_CONSISTENT, col.ERR_MESSAGE],
 }
 TASK = {col.STATISTICS: "summary", col.MD5: "md5", col.TENSOR: "all"}
 VERDICT_INDEX = {"pass": 0, "warning": 0.5, "error": 1}
@@ -69,14 +69,14 @@ def columns_used(mode: str, db: bool) -> list:
     """The columns of the compare core's table that attach_and_score reads."""
     scored = ["MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr", "One Thousandth Err Ratio"]
     values = col.STAT_VALUES if db and mode == col.STATISTICS else []     # the .vis.db's own statistics cells
-    return ["NPU Name", "Bench Name", "Result"] + (DB_COLUMNS if db else JSON_COLUMNS)[mode] + scored + values
+    return [col.NPU_NAME, col.BENCH_NAME, col.RESULT] + (DB_COLUMNS if db else JSON_COLUMNS)[mode] + scored + values
 
 
 def attach_and_score(npu: Graph, cells: dict, mode: str, db: bool) -> None:
     """Give each matched NPU node the compare rows of its parameters (node.rows; the columns shown go to
     npu.cells) and set data.precision_index."""
-    names, bench = cells["NPU Name"], cells["Bench Name"]
-    results = cells["Result"]
+    names, bench = cells[col.NPU_NAME], cells[col.BENCH_NAME]
+    results = cells[col.RESULT]
     if "N/A" in bench:
         row_of: dict = {}
         for index, (name, partner) in enumerate(zip(names, bench)):
@@ -148,7 +148,7 @@ def db_stat_cells(cells: dict) -> dict:
 
 def _scored_columns(cells: dict, mode: str) -> list:
     """The columns the 1.x precision index of the mode reads (relative errors, One Thousandth Err Ratio, Result)."""
-    names = {col.MD5: ("Result",), col.STATISTICS: ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr",
+    names = {col.MD5: (col.RESULT,), col.STATISTICS: ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr",
                                                    "NormRelativeErr")}.get(mode, ("One Thousandth Err Ratio",))
     return [cells[c] for c in names if c in cells]
 
@@ -160,7 +160,7 @@ def _json_index(node, mode: str, columns: list, row_of: dict) -> None:
         rows = [row_of[k] for p in (node.input_data, node.output_data) for k in p if k in row_of]
         same = all(results[r] == "pass" for r in rows) and len(rows) == len(node.input_data) + len(node.output_data)
         node.data["precision_index"] = 1 if same else 0
-        node.data["Result"] = "pass" if same else "Different"
+        node.data[col.RESULT] = "pass" if same else "Different"
     elif mode == col.STATISTICS:
         worst = 0.0
         for key in node.output_data:
