@@ -10,9 +10,18 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from msprobe.acc_check.common import ERROR, decode_numbers
-from msprobe.acc_check.select import CheckOptions
+from msprobe.acc_check.common import ERROR, InputError, decode_numbers
+from msprobe.acc_check.framework import forward_count
+from msprobe.acc_check.guard import default_budget, format_size, refusal, tensor_file_bytes
+from msprobe.acc_check.registry import MINDSPORE, framework_for
+from msprobe.acc_check.results import new_files, resume_files
+from msprobe.acc_check.select import CheckOptions, filter_apis, load_config
+from msprobe.dump.paths import check_input_file, prepare_output_dir, safe_tensor_path
+from msprobe.dump.reader import load_json
 from msprobe.errors import DumpFormatError, MsprobeError, os_error_text
+from msprobe.io import write_text
+from msprobe.log import progress
+from msprobe.scale.stamp import timestamp
 
 
 @dataclass
@@ -36,11 +45,6 @@ class Summary:
 def load_api_dump(path: str) -> tuple:
     """(path, content, API names in dump order) of an L1/mix dump.json; a clear error for anything else. The names
     are those the dump's backend writes rows for (PyTorch: every forward API; MindSpore: the checkable ones)."""
-    from msprobe.acc_check.framework import forward_count
-    from msprobe.acc_check.registry import framework_for
-    from msprobe.dump.paths import check_input_file
-    from msprobe.dump.reader import load_json
-
     path = check_input_file(path, "api_info file")
     content = load_json(path, "api_info file")
     if not isinstance(content, dict) or not isinstance(content.get("data"), dict):
@@ -88,9 +92,6 @@ def open_dump(api_info: str, options: CheckOptions | None = None, config_path: s
     by the 1.x form (`expected_framework`, from `msprobe -f pytorch run_ut`), the options that do not apply to the
     dump's framework, the framework import, the -config file. acc_check and the multi_acc_check driver both
     start here."""
-    from msprobe.acc_check.registry import framework_for
-    from msprobe.acc_check.select import load_config
-
     options = options or CheckOptions()
     path, content, names = load_api_dump(api_info)
     backend = framework_for(content, path)
@@ -113,15 +114,6 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     worker its split) and append their rows to a new pair of result files
     (accuracy_checking_result_<stamp><suffix>.csv) or to the interrupted pair `csv_path`. Every check that can
     refuse the run (open_dump, tensor files, resume files) happens before anything is written."""
-    from msprobe.acc_check.framework import forward_count
-    from msprobe.acc_check.guard import default_budget, format_size, refusal, tensor_file_bytes
-    from msprobe.acc_check.registry import MINDSPORE
-    from msprobe.acc_check.results import new_files, resume_files
-    from msprobe.acc_check.select import filter_apis
-    from msprobe.dump.paths import prepare_output_dir
-    from msprobe.log import progress
-    from msprobe.scale.stamp import timestamp
-
     dump = open_dump(api_info, options, config_path, expected_framework)
     budget = dump.options.memory_budget or default_budget()
     path, content, all_names, backend, real_data, options = (dump.path, dump.content, dump.names, dump.backend,
@@ -245,7 +237,6 @@ def _read_runs(info_path: str) -> list:
 def _write_runs(info_path: str, runs: list) -> None:
     import json
 
-    from msprobe.io import write_text
 
     write_text(info_path, json.dumps({"runs": runs}, indent=2) + "\n")
 
@@ -271,9 +262,6 @@ def merge_info(result_path: str, part_result_paths: list) -> None:
 
 def check_tensor_files(wanted: list, tensor_dir: str) -> None:
     """Refuse a real-data run before anything is written when a tensor file it needs is missing or unsafe."""
-    from msprobe.acc_check.common import InputError
-    from msprobe.dump.paths import safe_tensor_path
-
     missing = [name for name in wanted if safe_tensor_path(tensor_dir, name)[0] is None]
     if missing:
         raise InputError(f"real-data mode: {len(missing)} tensor file(s) of the dump are missing or unsafe in "
@@ -283,8 +271,6 @@ def check_tensor_files(wanted: list, tensor_dir: str) -> None:
 def check_real_data(path: str, content: dict, names: list) -> None:
     """For a real-data dump of any framework, refuse a run of these APIs before anything is written when a tensor
     file it needs is missing (what run_acc_check checks first; for callers that split the APIs over workers)."""
-    from msprobe.acc_check.registry import framework_for
-
     backend = framework_for(content, path)
     if backend.real_data(content):
         check_tensor_files(backend.needed_files(content["data"], names), tensor_directory(path, content))

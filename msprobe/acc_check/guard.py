@@ -10,6 +10,8 @@ import os
 import re
 
 from msprobe.acc_check.common import TENSOR_TYPES
+from msprobe.dump.paths import safe_tensor_path
+from msprobe.frameworks.dtypes import canonical
 
 # API names (any dotted part of the name between the API type and the call index) that read or write files,
 # start processes or threads, load libraries or talk to other processes over the network. Both frameworks.
@@ -57,8 +59,6 @@ def refusal(full_name: str, data: dict, budget: int | None, file_bytes: int = 0)
 
 
 def itemsize(dtype) -> int:
-    from msprobe.frameworks.dtypes import canonical
-
     name = canonical(str(dtype)) or ""
     if name in _ITEMSIZE:
         return _ITEMSIZE[name]
@@ -128,8 +128,6 @@ def memory_refusal(full_name: str, data: dict, budget: int, file_bytes: int = 0)
 def tensor_file_bytes(tensor_dir: str, data_names: list) -> int:
     """Bytes of the tensor files a real-data run loads (missing or unsafe names count 0: they are refused
     elsewhere)."""
-    from msprobe.dump.paths import safe_tensor_path
-
     total = 0
     for name in data_names:
         path, _ = safe_tensor_path(tensor_dir, name)

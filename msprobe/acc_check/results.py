@@ -15,7 +15,9 @@ import os
 import re
 
 from msprobe.acc_check.registry import MINDSPORE, TORCH
+from msprobe.dump.paths import check_input_file
 from msprobe.errors import MsprobeError
+from msprobe.io import atomic_path
 
 RESULT_HEADER = TORCH.result_header      # PyTorch headers (spec §5.8)
 DETAILS_HEADER = TORCH.details_header
@@ -146,7 +148,6 @@ def concatenate(result_path: str, details_path: str, parts: list, backend=TORCH)
     result file always means a complete pair."""
     import shutil
 
-    from msprobe.io import atomic_path
 
     for target, header, index in ((details_path, backend.details_header, 1), (result_path, backend.result_header, 0)):
         with atomic_path(target) as temporary, open(temporary, "wb") as out:
@@ -160,8 +161,6 @@ def concatenate(result_path: str, details_path: str, parts: list, backend=TORCH)
 def resume_files(csv_path: str, api_names: list, suffix: str = "", backend=TORCH) -> tuple:
     """Open an interrupted run's pair of files; returns (ResultFiles, done set, timestamp). `suffix` is the
     `_device<id>` part of a multi_acc_check file name. Nothing is changed when the files are refused."""
-    from msprobe.dump.paths import check_input_file
-
     csv_path = check_input_file(csv_path, "result csv to resume")
     pattern = re.compile(r"^accuracy_checking_result_(\d{14})" + re.escape(suffix) + r"\.csv$")
     match = pattern.match(os.path.basename(csv_path))

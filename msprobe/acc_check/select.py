@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from msprobe.dump.paths import load_json_object
 from msprobe.errors import MsprobeError
 
 CONFIG_SECTIONS = ("acc_check", "run_ut")   # 26.x name first, then the 1.x one
@@ -44,8 +45,6 @@ def load_config(path: str, known_names, framework: str) -> tuple:
     """(ApiLists, error_data_path) of the `acc_check` (1.x: `run_ut`) section of a msprobe config.json. List
     entries must be API names of the framework (`known_names(name)` says whether one is); error_data_path must be
     an existing directory."""
-    from msprobe.dump.paths import load_json_object
-
     path, config = load_json_object(path, "-config file", ConfigError)
     section = next((config[key] for key in CONFIG_SECTIONS if key in config), None)
     if section is None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from msprobe.acc_check.common import InputError, is_tensor_item, number
+from msprobe.dump.tensors import TensorReadError, load_tensor
 
 SEED = 42
 # dump dtype -> numpy dtype of the generated / loaded values (BFloat16 has none: float64, cast by MindSpore)
@@ -85,8 +86,6 @@ class MsInputBuilder:
         return TensorLeaf(random_array(item, dtype, shape), dtype)
 
     def load(self, item: dict, dtype: str, shape: tuple) -> np.ndarray:
-        from msprobe.dump.tensors import TensorReadError, load_tensor
-
         name = item.get("data_name") or item.get("datapath")
         if not name:
             raise InputError("a tensor of this API has no data_name in a tensor dump.")

@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from msprobe.acc_check.common import RAISE, SKIP, ApiResult, OutputResult, aggregate, first_line, raise_target
+from msprobe.acc_check.mindspore.apis import ms_support_lists
 from msprobe.acc_check.mindspore.compare import MAX_ABS_ERR, Value, compare_values
 from msprobe.acc_check.mindspore.inputs import (
     FLOATS,
@@ -32,6 +33,7 @@ from msprobe.acc_check.mindspore.inputs import (
     canonical,
     tensor_dtypes,
 )
+from msprobe.io import write_text
 from msprobe.optional import require
 
 NAMESPACES = {"Mint": "mindspore.mint", "MintFunctional": "mindspore.mint.nn.functional",
@@ -96,8 +98,6 @@ def bench_function(api_type: str, name: str):
 
 
 def _capture_originals() -> None:
-    from msprobe.acc_check.mindspore.apis import ms_support_lists
-
     lists = ms_support_lists()
     for api_type, section in (("Mint", "mint"), ("MintFunctional", "mint_functional"), ("Tensor", "tensor")):
         for name in lists[section]:
@@ -397,7 +397,6 @@ def save_error(directory: str, result: ApiResult) -> None:
     add to the same dump at the same time: dump.json is updated under an exclusive lock."""
     import fcntl
 
-    from msprobe.io import write_text
 
     data_dir = os.path.join(directory, "error_data")
     os.makedirs(data_dir, mode=0o750, exist_ok=True)
