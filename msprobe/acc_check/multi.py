@@ -11,19 +11,11 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from msprobe.acc_check.check import check_real_data, info_path_of, merge_info, open_dump, run_acc_check
-from msprobe.acc_check.guard import default_budget
-from msprobe.acc_check.results import concatenate, details_of, recorded_rows, result_path_of
-from msprobe.acc_check.select import CheckOptions, filter_apis
-from msprobe.dump.paths import check_input_file, prepare_output_dir
 from msprobe.errors import MsprobeError, os_error_text
-from msprobe.io import write_text
-from msprobe.scale.executor import Batch, run_tasks
-from msprobe.scale.resume import resume_in
-from msprobe.scale.stamp import timestamp
-from msprobe.scale.task import Backend, JobFailure
 
 MAX_DEVICE_ID = 4095
+# The CLI reads MAX_SPLITS and DEFAULT_SPLITS when it builds its parser (msprobe -h): the msprobe modules this
+# one runs on are imported inside the functions, so that reading them loads nothing else.
 MAX_SPLITS = 64        # -n/--num_splits: 1..64, default 8 (spec §2.3)
 DEFAULT_SPLITS = 8
 # the result file of a device, or of one split of it while the run is not complete
@@ -141,6 +133,9 @@ def resume_state(csv_path: str, devices: list, splits_plan: list, backend, setti
     """(timestamp, directory, ids of devices whose pair is complete) of the interrupted run that `csv_path` (any
     result file of it: a device's or a split's) belongs to. Every result file of that run must fit this run's
     splits (`settings`: the -d, -n and -f that make them), else the resume is refused before anything runs."""
+    from msprobe.acc_check.results import details_of, recorded_rows
+    from msprobe.dump.paths import check_input_file
+
     csv_path = check_input_file(csv_path, "result csv to resume")
     match = RUN_FILE.match(os.path.basename(csv_path))
     if not match:
@@ -176,6 +171,10 @@ def check_split(job: SplitJob, options: SplitOptions) -> DeviceSummary:
     """acc_check of one split into its pair of files, with the options of the run. A pair that exists already (an
     earlier attempt of this task, or the interrupted run given with -csv_path) is continued: a retry checks no API
     twice."""
+    from msprobe.acc_check.check import run_acc_check
+    from msprobe.acc_check.results import result_path_of
+    from msprobe.acc_check.select import CheckOptions
+
     existing = result_path_of(options.output_dir, options.stamp, job.suffix)
     check_options = CheckOptions(filter_api=options.filter_api, jit_compile=options.jit_compile,
                                  device_id=job.device_id, max_abs_err=options.max_abs_err,
@@ -217,6 +216,16 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
     processes, `workers` of them), with the acc_check options `options` (CheckOptions: -f, -j, --max-abs-err) and
     `config_path` (-config). Everything that can refuse the run is checked before a worker starts. Splits and
     devices completed by an earlier invocation of the same run (-csv_path) are not run again."""
+    from msprobe.acc_check.check import check_real_data, open_dump
+    from msprobe.acc_check.guard import default_budget
+    from msprobe.acc_check.select import CheckOptions, filter_apis
+    from msprobe.dump.paths import prepare_output_dir
+    from msprobe.io import write_text
+    from msprobe.scale.executor import Batch, run_tasks
+    from msprobe.scale.resume import resume_in
+    from msprobe.scale.stamp import timestamp
+    from msprobe.scale.task import Backend, JobFailure
+
     devices = check_devices(devices)
     splits = check_splits(splits)
     options = dataclasses.replace(options or CheckOptions(), device_id=devices[0])
@@ -297,6 +306,10 @@ def _finish_device(device_id: int, mine: list, done: dict, complete: bool, outpu
     """The summary of one device after its splits ran (`mine`: (index, APIs) of its splits; `done`: the task
     results by (device, index)). When none failed, its splits' pairs are joined in order into the device's pair and
     removed; a failed device keeps its split files for -csv_path and is counted from them."""
+    from msprobe.acc_check.check import info_path_of, merge_info
+    from msprobe.acc_check.results import concatenate, details_of, recorded_rows, result_path_of
+    from msprobe.scale.task import JobFailure
+
     parts = [result_path_of(output_dir, stamp, split_suffix(device_id, i)) for i, apis in mine if apis]
     results = [done[(device_id, i)] for i, _ in mine if (device_id, i) in done]
     succeeded = [r for r in results if not isinstance(r, JobFailure)]
