@@ -16,6 +16,7 @@ from msprobe.errors import MsprobeError
 from msprobe.log import get_logger
 from msprobe.scale.stamp import timestamp
 from msprobe.scale.task import JobFailure
+from msprobe.table.cells import NA
 from msprobe.table.model import ResultTable
 from msprobe.table.xlsx_writer import ACCURACY_FILLS
 
@@ -205,7 +206,7 @@ def accuracy(cosine, max_abs) -> str:
         return "Unmatched"
     if cosine is None or max_abs is None:
         return "None"
-    if "N/A" in (cosine, max_abs):
+    if NA in (cosine, max_abs):
         return "No"
     try:
         c, m = float(cosine), float(max_abs)
@@ -299,7 +300,7 @@ def compare_stat_pair(target: KernelItem | None, golden: KernelItem | None) -> l
             diff = n - b
             diffs[index] = diff
             if b == 0:
-                diffs[4 + index] = "N/A"
+                diffs[4 + index] = NA
             elif math.isnan(diff):
                 diffs[4 + index] = "Nan"
             else:

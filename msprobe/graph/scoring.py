@@ -9,7 +9,7 @@ from msprobe.compare import columns as col
 from msprobe.graph import floats
 from msprobe.graph.texts import STAT_CELLS
 from msprobe.graph.tree import COLLECTION, ROOT, Graph
-from msprobe.table.cells import cell_text, number_or_none
+from msprobe.table.cells import NA, cell_text, number_or_none
 
 JSON_COLUMNS = {
     col.STATISTICS: col.STAT_DIFFS,
@@ -77,10 +77,10 @@ def attach_and_score(npu: Graph, cells: dict, mode: str, db: bool) -> None:
     npu.cells) and set data.precision_index."""
     names, bench = cells[col.NPU_NAME], cells[col.BENCH_NAME]
     results = cells[col.RESULT]
-    if "N/A" in bench:
+    if NA in bench:
         row_of: dict = {}
         for index, (name, partner) in enumerate(zip(names, bench)):
-            if partner != "N/A":
+            if partner != NA:
                 row_of.setdefault(name, index)
     else:               # every row paired: the first row of each name (later duplicates give way)
         row_of = dict(zip(reversed(names), range(len(names) - 1, -1, -1)))
@@ -132,14 +132,14 @@ def db_stat_cells(cells: dict) -> dict:
                 diff = n - b
                 diffs.append(repr(diff))
                 if b == 0:
-                    rels.append("N/A")
+                    rels.append(NA)
                     continue
                 divided.append(index)
                 quotients.append(abs(float(diff) / b) * 100)     # float(): integers of any size
                 rels.append(None)
             else:
-                diffs.append("N/A")
-                rels.append("N/A")
+                diffs.append(NA)
+                rels.append(NA)
         for index, text in zip(divided, floats.cell_texts_db(quotients, "%")):
             rels[index] = text
         out[diff_name], out[rel_name] = diffs, rels

@@ -23,7 +23,7 @@ STATISTICS_INDEXES = ["Max diff", "Min diff", "Mean diff", "L2norm diff", "MaxRe
                       "MeanRelativeErr", "NormRelativeErr", col.REQUIRES_GRAD_CONSISTENT]
 TENSOR_INDEXES = ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
                   "Five Thousandths Err Ratio", col.REQUIRES_GRAD_CONSISTENT]
-REPLACED = ("N/A", "unsupported", "Nan")
+REPLACED = (NA, "unsupported", "Nan")
 # Collectives whose outputs must be identical on every rank of their group.
 EQUAL_OUTPUT_APIS = ("all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "broadcast")
 CONSISTENCY_SHEET = "Consistency"
