@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,12 +38,13 @@ MODULE_FLOOR_DTYPE = "bfloat16"
 # Statistics see a tensor's error through four numbers: random errors largely cancel in the norm and the mean,
 # so an input's error is underestimated more than an output's; the amplification is widened by this factor.
 STAT_SLACK = 8.0
+BACKWARD_AMPLIFICATION = 2.0
 
 # kinds of op: (amplification A, rounding units k)
 ELEMENTWISE, LINEAR, ADDITIVE, REDUCTION, NORM, EXPONENTIAL, MODULE, OTHER, DIVISION = range(9)
-KIND_PARAMS = {ELEMENTWISE: (2.0, 2.0), LINEAR: (2.0, 4.0), ADDITIVE: (2.0, 2.0), REDUCTION: (2.0, 8.0),
-               NORM: (4.0, 8.0), EXPONENTIAL: (2.0, 8.0), MODULE: (4.0, 8.0), OTHER: (2.0, 4.0),
-               DIVISION: (2.0, 4.0)}
+KIND_PARAMS = {ELEMENTWISE: (1.5, 1.0), LINEAR: (1.0, 1.0), ADDITIVE: (1.0, 1.0), REDUCTION: (1.5, 2.0),
+               NORM: (1.5, 2.0), EXPONENTIAL: (1.5, 2.0), MODULE: (2.0, 2.0), OTHER: (2.0, 2.0),
+               DIVISION: (2.0, 2.0)}
 _KINDS = {
     LINEAR: "linear matmul mm bmm addmm baddbmm addbmm einsum conv1d conv2d conv3d conv_transpose1d "
             "conv_transpose2d conv_transpose3d bilinear scaled_dot_product_attention npu_fusion_attention "
@@ -61,20 +63,28 @@ _KINDS = {
     DIVISION: "div true_divide divide __truediv__ __itruediv__ __rtruediv__ __div__ __idiv__ __rdiv__ addcdiv "
               "reciprocal rsqrt sqrt log log2 log10 log1p",
 }
+# ops with kinks or masks: their backward passes a gradient or not by the sign (or rank) of a forward value, so
+# the smallest input difference can move a whole element of it
+KINKED = frozenset("relu relu_ relu6 leaky_relu hardtanh threshold abs max_pool1d max_pool2d max_pool3d "
+                   "adaptive_max_pool1d adaptive_max_pool2d max min amax amin clamp clip dropout where masked_fill "
+                   "hardswish hardsigmoid sort topk maximum minimum".split())
 KIND_OF = {name: kind for kind, names in _KINDS.items() for name in names.split()}
 _API = re.compile(r"^(?:[A-Za-z]+)\.(.+)\.(\d+)\.(forward|backward)$")
+
+
+def api_of(entry_name: str) -> str:
+    """The API of an entry name (`Functional.relu.3.backward` -> relu; in-place add_ -> add); "" for others."""
+    match = _API.match(entry_name)
+    if not match:
+        return ""
+    api = match.group(1)
+    return api[:-1] if api.endswith("_") and not api.endswith("__") else api
 
 
 def op_kind(entry_name: str) -> int:
     if entry_name.startswith(("Module.", "Cell.")):
         return MODULE
-    match = _API.match(entry_name)
-    if not match:
-        return OTHER
-    api = match.group(1)
-    if api.endswith("_") and not api.endswith("__"):      # in-place variant: add_ is add
-        api = api[:-1]
-    return KIND_OF.get(api, OTHER)
+    return KIND_OF.get(api_of(entry_name), OTHER)
 
 
 def forward_twin(entry_name: str) -> str | None:
@@ -150,71 +160,54 @@ def row_errors(mode: str, cells: dict) -> tuple:
 
 
 def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, states: list, is_tensor: list,
-                 matched: np.ndarray, dtypes: tuple, shapes: tuple) -> list:
-    """The Error_Origin cell of every row (statistics and tensor modes)."""
+                 matched: np.ndarray, dtypes: tuple, shapes: tuple, trace: list | None = None) -> list:
+    """The Error_Origin cell of every row (statistics and tensor modes); trace, when given, receives
+    (row, e, e_in, A, k, low eps, own eps) of every judged output row."""
     rows = len(entry)
     origin = [NONE] * rows
     if not rows:
         return origin
     errors, g_norm, g_mag, g_high, g_low = row_errors(mode, cells)
-    g_max, g_min = g_high.tolist(), g_low.tolist()
+    view = _View(err=errors.tolist(), norms=g_norm.tolist(), mags=g_mag.tolist(), g_max=g_high.tolist(),
+                 g_min=g_low.tolist(), g_mean=_floats(cells["Bench mean"]).tolist(), shapes=shapes[1])
     t_dtypes = [canonical(d) for d in dtypes[0]]
     g_dtypes = [canonical(d) for d in dtypes[1]]
     matched_list = matched.tolist()
-    err = errors.tolist()
-    norms = g_norm.tolist()
-    mags = g_mag.tolist()
     entry_list = entry.tolist()
-    first_row = {}
-    bounds = []
-    cuts = np.flatnonzero(np.diff(entry)) + 1
-    starts = [0] + cuts.tolist()
-    stops = cuts.tolist() + [rows]
-    for start, stop in zip(starts, stops):
-        first_row.setdefault(entry_names[entry_list[start]], (start, stop))
-        bounds.append((start, stop))
+    cuts = np.flatnonzero(np.diff(entry)).tolist()
+    bounds = list(zip([0] + [c + 1 for c in cuts], [c + 1 for c in cuts] + [rows]))
+    first_rows: dict = {}
+    for start, stop in bounds:
+        first_rows.setdefault(entry_names[entry_list[start]], (start, stop))
     npu_max, bench_max = cells["NPU max"], cells["Bench max"]
+    slack = STAT_SLACK if mode == col.STATISTICS else 1.0
+    err = view.err
     for start, stop in bounds:
         name = entry_names[entry_list[start]]
         inputs, outputs = [], []
         for r in range(start, stop):
-            state = states[r]
-            (outputs if state in ("output", "parameters_grad", "debug") else inputs).append(r)
+            (outputs if states[r] in ("output", "parameters_grad", "debug") else inputs).append(r)
         if not outputs:
             continue
         twin = forward_twin(name)
-        twin_rows = first_row.get(twin) if twin else None
-        extra = range(*twin_rows) if twin_rows else ()
-        e_in = 0.0
-        args_differ = False
-        in_low = 0.0
-        in_norm_sum = 0.0
-        in_mag = 0.0
-        spread = 1.0      # the last tensor input's largest over smallest magnitude (DIVISION)
-        for r in (*inputs, *extra):
-            if not is_tensor[r]:
-                if r in extra:
-                    continue
-                if matched_list[r] and npu_max[r] != bench_max[r] and not _same_value(npu_max[r], bench_max[r]):
-                    args_differ = True
-                continue
+        twin_rows = first_rows.get(twin) if twin else None
+        saved = [r for r in range(*twin_rows) if is_tensor[r]] if twin_rows else []
+        tensors = [r for r in inputs if is_tensor[r]]
+        args_differ = any(matched_list[r] and not _same_value(npu_max[r], bench_max[r])
+                          for r in inputs if not is_tensor[r])
+        e_in, in_low = 0.0, 0.0
+        for r in tensors + saved:
             if not matched_list[r]:
                 e_in = math.inf
                 continue
-            e = err[r]
-            if e == e:
-                e_in = max(e_in, e)
-            low = _low_eps(t_dtypes[r], g_dtypes[r])
-            in_low = max(in_low, low)
-            if r not in extra:
-                if norms[r] == norms[r] and math.isfinite(norms[r]):
-                    in_norm_sum += norms[r] * _broadcast(shapes[1][r], shapes[1][outputs[0]])
-                if math.isfinite(mags[r]):
-                    in_mag = max(in_mag, mags[r])
-                spread = _spread(g_max[r], g_min[r])
+            if err[r] == err[r]:
+                e_in = max(e_in, err[r])
+            in_low = max(in_low, _low_eps(t_dtypes[r], g_dtypes[r]))
         kind = op_kind(name)
+        api = api_of(name)
         amp, units = KIND_PARAMS[kind]
-        slack = STAT_SLACK if mode == col.STATISTICS else 1.0
+        if twin is not None and api in KINKED:
+            amp = math.inf
         for r in outputs:
             if not matched_list[r] or not is_tensor[r]:
                 continue
@@ -233,26 +226,103 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
             if args_differ:
                 origin[r] = INTRODUCED
                 continue
-            a = amp
-            if kind == ADDITIVE and norms[r] and math.isfinite(norms[r]):
-                a = max(a, 1.5 * in_norm_sum / norms[r])
-            elif kind == EXPONENTIAL:
-                a = max(a, 2.0 * in_mag)
-            elif kind == DIVISION:
-                a = max(a, spread)
-            elif kind == REDUCTION and norms[r] and math.isfinite(norms[r]):
-                a = max(a, in_norm_sum / norms[r])
-            carried = slack * a * e_in
+            a = slack * _amplification(kind, api, amp, tensors, r, twin is not None, view)
+            carried = a * e_in if e_in else 0.0
             low = _low_eps(t_dtypes[r], g_dtypes[r])
-            if low and e <= carried + units * low:
+            if trace is not None:
+                trace.append((r, e, e_in, a, units, low, max(own, in_low)))
+            if low and e <= math.hypot(carried, units * low):
                 origin[r] = DTYPE
-            elif e <= carried + units * max(own, in_low):
+            elif e <= math.hypot(carried, units * max(own, in_low)):
                 origin[r] = INHERITED
-            elif kind == MODULE and e <= carried + units * EPS[MODULE_FLOOR_DTYPE]:
+            elif kind == MODULE and e <= math.hypot(carried, units * EPS[MODULE_FLOOR_DTYPE]):
                 origin[r] = DTYPE
             else:
                 origin[r] = INTRODUCED
     return origin
+
+
+@dataclass
+class _View:
+    """Per-row numbers of the golden side that the amplifications read."""
+
+    err: list
+    norms: list
+    mags: list
+    g_max: list
+    g_min: list
+    g_mean: list
+    shapes: list
+
+    def finite_norm(self, row: int) -> float:
+        norm = self.norms[row]
+        return norm if norm == norm and math.isfinite(norm) else 0.0
+
+
+def _amplification(kind: int, api: str, base: float, tensors: list, out: int, backward: bool, view: _View) -> float:
+    """How much this op may plausibly amplify its inputs' relative error into output row out."""
+    a = base
+    out_norm = view.finite_norm(out)
+    if kind == LINEAR and len(tensors) >= 2 and out_norm:
+        count = _contraction(api, view.shapes[tensors[0]], view.shapes[tensors[1]])
+        if count:    # |x| |W| / (sqrt(K) |y|): about 1 for generic data, large where the sums cancel
+            a = max(a, view.finite_norm(tensors[0]) * view.finite_norm(tensors[1]) / (math.sqrt(count) * out_norm))
+    elif kind in (ADDITIVE, REDUCTION) and out_norm:
+        total = sum(view.finite_norm(r) * _broadcast(view.shapes[r], view.shapes[out]) for r in tensors)
+        a = max(a, total / out_norm)
+    elif kind == EXPONENTIAL and tensors:
+        first = tensors[0]
+        a = max(a, 2.0 * _rms(view.norms[first], view.shapes[first], view.mags[first]))
+    elif kind == NORM and tensors:
+        first = tensors[0]
+        a = max(a, a * _centring(view.norms[first], view.shapes[first], view.g_mean[first]))
+    elif kind == DIVISION and tensors:
+        a = max(a, _spread(view.g_max[tensors[-1]], view.g_min[tensors[-1]]))
+    if backward:
+        # a gradient combines the incoming gradient's error with the saved forward tensors' (e(dW) <= e(dy) + e(x))
+        a = max(a, BACKWARD_AMPLIFICATION)
+        if out_norm:     # and a gradient summed over a batch can cancel to ~0 (a bias before a norm)
+            a = max(a, sum(view.finite_norm(r) for r in tensors) / out_norm)
+    return a
+
+
+def _dims(shape) -> list:
+    if not isinstance(shape, str) or not shape.startswith("["):
+        return []
+    try:
+        return [int(part) for part in shape.strip("[]").split(",") if part.strip()]
+    except ValueError:
+        return []
+
+
+def _contraction(api: str, first, second) -> int:
+    """The length of the sums of a matmul-like op (conv: the weight's elements per output channel)."""
+    if api.startswith("conv"):
+        dims = _dims(second)
+        return int(np.prod(dims[1:])) if len(dims) > 1 else 0
+    dims = _dims(first)
+    return dims[-1] if dims else 0
+
+
+def _rms(norm: float, shape, magnitude: float) -> float:
+    """Root mean square of a tensor from its L2 norm and shape (its largest magnitude when the norm is not
+    finite, e.g. logits masked with -inf)."""
+    count = _numel(shape)
+    if math.isfinite(norm) and count > 0:
+        return norm / math.sqrt(count)
+    return magnitude if math.isfinite(magnitude) else 0.0
+
+
+def _centring(norm: float, shape, mean: float) -> float:
+    """rms / std of a tensor: how much subtracting its mean amplifies its relative error (a normalisation)."""
+    count = _numel(shape)
+    if not (math.isfinite(norm) and count > 0 and math.isfinite(mean)):
+        return 1.0
+    square = norm * norm / count
+    variance = square - mean * mean
+    if variance <= square * 1e-6:
+        return 1e3
+    return math.sqrt(square / variance)
 
 
 def _spread(high: float, low: float) -> float:
