@@ -39,6 +39,7 @@ MODULE_FLOOR_DTYPE = "bfloat16"
 # so an input's error is underestimated more than an output's; the amplification is widened by this factor.
 STAT_SLACK = 8.0
 BACKWARD_AMPLIFICATION = 2.0
+MEAN_FLOOR = 1e-5       # statistics: a mean below this share of the largest magnitude is ~0 (not read relatively)
 
 # kinds of op: (amplification A, rounding units k)
 ELEMENTWISE, LINEAR, ADDITIVE, REDUCTION, NORM, EXPONENTIAL, MODULE, OTHER, DIVISION = range(9)
@@ -70,6 +71,12 @@ KINKED = frozenset("relu relu_ relu6 leaky_relu hardtanh threshold abs max_pool1
                    "hardswish hardsigmoid sort topk maximum minimum".split())
 KIND_OF = {name: kind for kind, names in _KINDS.items() for name in names.split()}
 _API = re.compile(r"^(?:[A-Za-z]+)\.(.+)\.(\d+)\.(forward|backward)$")
+
+
+# collectives: an output carries the other ranks' inputs, which this rank's entry does not show
+COLLECTIVE = frozenset("all_reduce reduce all_gather all_gather_into_tensor _all_gather_base broadcast recv irecv "
+                       "scatter reduce_scatter reduce_scatter_tensor _reduce_scatter_base all_to_all "
+                       "all_to_all_single gather batch_isend_irecv".split())
 
 
 def api_of(entry_name: str) -> str:
@@ -127,8 +134,8 @@ def _numel(shape) -> float:
 
 
 def row_errors(mode: str, cells: dict) -> tuple:
-    """Per row: the relative error e (NaN = not measurable), the golden's L2 norm, largest finite magnitude,
-    max and min."""
+    """Per row: the relative error e (NaN = not measurable), the same read as an input's carried error, the
+    golden's L2 norm, largest finite magnitude, max and min."""
     t = [_floats(cells[f"NPU {s}"]) for s in ("max", "min", "mean", "l2norm")]
     g = [_floats(cells[f"Bench {s}"]) for s in ("max", "min", "mean", "l2norm")]
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -151,12 +158,20 @@ def row_errors(mode: str, cells: dict) -> tuple:
         for i in range(4):
             one_sided = np.isfinite(g[i]) & ~np.isfinite(t[i]) & ~np.isnan(g[i])
             errors[one_sided] = np.inf
+        carried = errors
         if mode == col.TENSOR and "EucDist" in cells:
             dist = _floats(cells["EucDist"])
             tensor_rel = np.where(dist == 0, 0.0, dist / g[3])
             usable = np.isfinite(tensor_rel) & (np.isfinite(g[3]) & (g[3] > 0) | (dist == 0))
-            errors = np.where(usable, tensor_rel, errors)
-    return errors, g[3], g_mag, g[0], g[1]
+            errors = carried = np.where(usable, tensor_rel, errors)
+        elif mode == col.STATISTICS:
+            # As an input, a tensor counts with the larger reading that its mean moved relative to itself (where
+            # the mean is not ~0): a small change spread over many elements (a weight after an optimizer step)
+            # leaves the extremes alone but moves the mean, and the op's output with it.
+            mean_rel = np.abs(t[2] - g[2]) / np.abs(g[2])
+            mean_rel = np.where(np.abs(g[2]) >= MEAN_FLOOR * g_mag, mean_rel, 0.0)
+            carried = np.fmax(errors, np.where(np.isfinite(mean_rel), mean_rel, 0.0))
+    return errors, carried, g[3], g_mag, g[0], g[1]
 
 
 def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, states: list, is_tensor: list,
@@ -167,7 +182,8 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
     origin = [NONE] * rows
     if not rows:
         return origin
-    errors, g_norm, g_mag, g_high, g_low = row_errors(mode, cells)
+    errors, carried_errors, g_norm, g_mag, g_high, g_low = row_errors(mode, cells)
+    carried_err = carried_errors.tolist()
     view = _View(err=errors.tolist(), norms=g_norm.tolist(), mags=g_mag.tolist(), g_max=g_high.tolist(),
                  g_min=g_low.tolist(), g_mean=_floats(cells["Bench mean"]).tolist(), shapes=shapes[1])
     t_dtypes = [canonical(d) for d in dtypes[0]]
@@ -200,8 +216,8 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
             if not matched_list[r]:
                 e_in = math.inf
                 continue
-            if err[r] == err[r]:
-                e_in = max(e_in, err[r])
+            if carried_err[r] == carried_err[r]:
+                e_in = max(e_in, carried_err[r])
             in_low = max(in_low, _low_eps(t_dtypes[r], g_dtypes[r]))
         kind = op_kind(name)
         api = api_of(name)
@@ -226,7 +242,14 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
             if args_differ:
                 origin[r] = INTRODUCED
                 continue
+            if api in COLLECTIVE and name.startswith(("Distributed.", "MintDistributed.", "communication.")):
+                origin[r] = INHERITED
+                continue
             a = slack * _amplification(kind, api, amp, tensors, r, twin is not None, view)
+            if twin is not None and slack > 1 and tensors:
+                # statistics: a gradient summed over the batch (a parameter's) sums the per-element errors that
+                # the four numbers of its input hardly show
+                a *= math.sqrt(max(1.0, _numel(view.shapes[tensors[0]]) / max(_numel(view.shapes[r]), 1.0)))
             carried = a * e_in if e_in else 0.0
             low = _low_eps(t_dtypes[r], g_dtypes[r])
             if trace is not None:
@@ -265,8 +288,10 @@ def _amplification(kind: int, api: str, base: float, tensors: list, out: int, ba
     out_norm = view.finite_norm(out)
     if kind == LINEAR and len(tensors) >= 2 and out_norm:
         count = _contraction(api, view.shapes[tensors[0]], view.shapes[tensors[1]])
-        if count:    # |x| |W| / (sqrt(K) |y|): about 1 for generic data, large where the sums cancel
-            a = max(a, view.finite_norm(tensors[0]) * view.finite_norm(tensors[1]) / (math.sqrt(count) * out_norm))
+        if count:    # |x| |W| / (sqrt(K) |y|): about 1 for generic data, large where the sums cancel; short sums
+            # (small K) scatter more around it
+            ratio = view.finite_norm(tensors[0]) * view.finite_norm(tensors[1]) / (math.sqrt(count) * out_norm)
+            a = max(a, ratio) * (1 + 2 / math.sqrt(count))
     elif kind in (ADDITIVE, REDUCTION) and out_norm:
         total = sum(view.finite_norm(r) * _broadcast(view.shapes[r], view.shapes[out]) for r in tensors)
         a = max(a, total / out_norm)
