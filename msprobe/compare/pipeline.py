@@ -215,14 +215,15 @@ def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOpti
     results, messages = judge(judge_input)
     table.cells["Result"] = results
     table.cells["Err_message"] = messages
+    origins = None
     if mode != col.MD5:
-        table.cells[col.ERROR_ORIGIN] = error_origin_column(mode, table, judge_input, t_items, pairs)
+        origins = table.cells[col.ERROR_ORIGIN] = error_origin_column(mode, table, judge_input, t_items, pairs)
     summary = CompareSummary(label=label, mode=mode, rows=len(table), matched=int(pairs.matched.sum()))
     for result in results:
         summary.results[result] = summary.results.get(result, 0) + 1
     summary.tensor_problems = len(judge_input.tensor_problems or ())
     advice = advise(table.cells["NPU Name"], _take(t_items.state, pairs.target), results, messages,
-                    summary.matched)
+                    summary.matched, origins)
     if not summary.matched:
         logger.warning("%sCan't match any op: no target item has a golden partner.", label)
     summary.advice = advice

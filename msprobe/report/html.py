@@ -409,6 +409,11 @@ def diff_analyze_lines(path: str) -> list:
         raise MsprobeError(f"{path} is not a diff_analyze result (expected an object keyed by rank).")
     lines = []
     for rank, nodes in content.items():
+        if rank == "dtype_aware" and isinstance(nodes, dict):
+            name = nodes.get("op_name")
+            lines.append(f"dtype-aware: {name} on rank {nodes.get('rank')} (first introduced error)" if name else
+                         "dtype-aware: none (every difference is carried from inputs or within dtype precision)")
+            continue
         for node in nodes if isinstance(nodes, list) else []:
             if not isinstance(node, dict) or "op_name" not in node:
                 continue
