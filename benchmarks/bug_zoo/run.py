@@ -113,35 +113,37 @@ def diff_analyze(target: str, golden: str, out: str) -> dict:
 
 
 def reference_answer(exe: str, target: str, golden: str, out: str) -> str:
-    """The reference's -da origin, or its first error row when its -da names nothing."""
-    os.makedirs(out, exist_ok=True)
-    proc = subprocess.run([exe, "compare", "-tp", target, "-gp", golden, "-o", out, "-da"],
-                          capture_output=True, text=True, timeout=600)
-    found = glob.glob(os.path.join(out, "diff_analyze*.json"))
-    if proc.returncode == 0 and found:
-        data = json.load(open(found[0]))
+    """The reference's -da origin, or its first error row when its -da names nothing. Its -da reads step folders of
+    rank folders only, so both dumps are copied into <out>/{target,golden}/step0/rank0 first; it runs without our
+    PYTHONPATH (both packages are called msprobe)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    steps = []
+    for side, dump_file in (("target", target), ("golden", golden)):
+        rank = os.path.join(out, side, "step0", "rank0")
+        shutil.copytree(os.path.dirname(dump_file), rank, dirs_exist_ok=True)
+        steps.append(os.path.dirname(rank))
+    da_out = os.path.join(out, "da")
+    subprocess.run([exe, "compare", "-tp", steps[0], "-gp", steps[1], "-o", da_out, "-da"], capture_output=True,
+                   text=True, timeout=900, env=env)
+    for found in glob.glob(os.path.join(da_out, "**", "diff_analyze*.json"), recursive=True):
+        with open(found) as handle:
+            data = json.load(handle)
         for nodes in data.values():
-            if isinstance(nodes, list) and nodes:
-                return nodes[0].get("op_name") or "?"
-    table_dir = out + "_table"
-    os.makedirs(table_dir, exist_ok=True)
-    subprocess.run([exe, "compare", "-tp", target, "-gp", golden, "-o", table_dir], capture_output=True,
-                   text=True, timeout=600)
-    import csv
-    for name in glob.glob(os.path.join(table_dir, "compare_result_*.csv")):
-        for row in csv.DictReader(open(name, newline="")):
-            if row.get("Result") == "error":
-                return row["NPU Name"]
+            if isinstance(nodes, list) and nodes and nodes[0].get("op_name"):
+                return nodes[0]["op_name"]
+    table_dir = os.path.join(out, "table")
+    subprocess.run([exe, "compare", "-tp", target, "-gp", golden, "-o", table_dir], capture_output=True, text=True,
+                   timeout=900, env=env)
+    for name in glob.glob(os.path.join(table_dir, "compare_result_*.xlsx")):
+        import openpyxl
+
+        sheet = openpyxl.load_workbook(name, read_only=True).active
+        rows = sheet.iter_rows(values_only=True)
+        header = list(next(rows))
+        for row in rows:
+            if row[header.index("Result")] == "error":
+                return f"{row[0]} (first error row)"
     return "-"
-
-
-def entry_of(item: str | None) -> str | None:
-    if not item:
-        return item
-    for marker in (".forward", ".backward"):
-        if marker in item:
-            return item[:item.index(marker) + len(marker)]
-    return item
 
 
 def main() -> int:
@@ -173,8 +175,8 @@ def main() -> int:
                     score[mode]["clean" if bug is None else "bug"][1] += 1
                     reference = ""
                     if args.reference:
-                        reference = entry_of(reference_answer(args.reference, dump_json(os.path.join(case_dir, "target")),
-                                                              dump_json(golden), os.path.join(case_dir, "ref")))
+                        reference = reference_answer(args.reference, dump_json(os.path.join(case_dir, "target")),
+                                                     dump_json(golden), os.path.join(case_dir, "ref"))
                     rows.append((family, label, mode, injected or "-", named or "null", first or "-",
                                  "yes" if ok else "NO", reference))
                     print(" | ".join(str(c) for c in rows[-1]), flush=True)
