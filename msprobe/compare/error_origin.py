@@ -20,8 +20,8 @@ rounding it may add (docs/compare.md lists both per kind of op, with their calib
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -70,7 +70,6 @@ KINKED = frozenset("relu relu_ relu6 leaky_relu hardtanh threshold abs max_pool1
                    "adaptive_max_pool1d adaptive_max_pool2d max min amax amin clamp clip dropout where masked_fill "
                    "hardswish hardsigmoid sort topk maximum minimum".split())
 KIND_OF = {name: kind for kind, names in _KINDS.items() for name in names.split()}
-_API = re.compile(r"^(?:[A-Za-z]+)\.(.+)\.(\d+)\.(forward|backward)$")
 
 
 # collectives: an output carries the other ranks' inputs, which this rank's entry does not show
@@ -81,10 +80,13 @@ COLLECTIVE = frozenset("all_reduce reduce all_gather all_gather_into_tensor _all
 
 def api_of(entry_name: str) -> str:
     """The API of an entry name (`Functional.relu.3.backward` -> relu; in-place add_ -> add); "" for others."""
-    match = _API.match(entry_name)
-    if not match:
+    head, _, direction = entry_name.rpartition(".")
+    if direction not in ("forward", "backward"):
         return ""
-    api = match.group(1)
+    head, _, index = head.rpartition(".")
+    prefix, _, api = head.partition(".")
+    if not (index.isdigit() and api and prefix.isalpha()):
+        return ""
     return api[:-1] if api.endswith("_") and not api.endswith("__") else api
 
 
@@ -105,12 +107,10 @@ def forward_twin(entry_name: str) -> str | None:
 
 
 def _floats(values: list) -> np.ndarray:
-    """Cells as float64 (NaN where not a number); numpy converts plain numbers and None at C speed."""
-    try:
-        array = np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        array = np.array([_number(v) for v in values], dtype=np.float64)
-    return array
+    """Cells as float64 (NaN where not a number), in one pass; ints, texts and the rest through _number."""
+    nan = math.nan
+    return np.array([v if type(v) is float else nan if v is None else _number(v) for v in values],
+                    dtype=np.float64)
 
 
 def _number(value) -> float:
@@ -120,6 +120,7 @@ def _number(value) -> float:
     return math.nan if number is None else number
 
 
+@lru_cache(maxsize=4096)
 def _numel(shape) -> float:
     if not isinstance(shape, str) or not shape.startswith("["):
         return math.nan
@@ -135,7 +136,7 @@ def _numel(shape) -> float:
 
 def row_errors(mode: str, cells: dict) -> tuple:
     """Per row: the relative error e (NaN = not measurable), the same read as an input's carried error, the
-    golden's L2 norm, largest finite magnitude, max and min."""
+    golden's L2 norm, largest finite magnitude, max, min and mean."""
     t = [_floats(cells[f"NPU {s}"]) for s in ("max", "min", "mean", "l2norm")]
     g = [_floats(cells[f"Bench {s}"]) for s in ("max", "min", "mean", "l2norm")]
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -171,98 +172,203 @@ def row_errors(mode: str, cells: dict) -> tuple:
             mean_rel = np.abs(t[2] - g[2]) / np.abs(g[2])
             mean_rel = np.where(np.abs(g[2]) >= MEAN_FLOOR * g_mag, mean_rel, 0.0)
             carried = np.fmax(errors, np.where(np.isfinite(mean_rel), mean_rel, 0.0))
-    return errors, carried, g[3], g_mag, g[0], g[1]
+    return errors, carried, g[3], g_mag, g[0], g[1], g[2]
+
+
+OUT_STATES = frozenset({"output", "parameters_grad", "debug"})
+STATE_CODES = {"output": 1, "debug": 1, "parameters_grad": 2}     # 0: an input
 
 
 def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, states: list, is_tensor: list,
-                 matched: np.ndarray, dtypes: tuple, shapes: tuple, trace: list | None = None) -> list:
+                 matched: np.ndarray, dtypes: tuple, shapes: tuple, trace: list | None = None,
+                 exact: bool = False) -> list:
     """The Error_Origin cell of every row (statistics and tensor modes); trace, when given, receives
-    (row, e, e_in, A, k, low eps, own eps) of every judged output row."""
+    (row, e, e_in, A, k, low eps, own eps) of every row judged exactly (exact: every entry).
+
+    A vectorised first pass settles the rows that the smallest amplification of their kind and the inputs'
+    own errors already explain (and the negligible ones); only the entries with another row go through the
+    exact per-entry judgement."""
     rows = len(entry)
     origin = [NONE] * rows
     if not rows:
         return origin
-    errors, carried_errors, g_norm, g_mag, g_high, g_low = row_errors(mode, cells)
-    carried_err = carried_errors.tolist()
-    view = _View(err=errors.tolist(), norms=g_norm.tolist(), mags=g_mag.tolist(), g_max=g_high.tolist(),
-                 g_min=g_low.tolist(), g_mean=_floats(cells["Bench mean"]).tolist(), shapes=shapes[1])
-    t_dtypes = [canonical(d) for d in dtypes[0]]
-    g_dtypes = [canonical(d) for d in dtypes[1]]
-    matched_list = matched.tolist()
-    entry_list = entry.tolist()
-    cuts = np.flatnonzero(np.diff(entry)).tolist()
-    bounds = list(zip([0] + [c + 1 for c in cuts], [c + 1 for c in cuts] + [rows]))
-    first_rows: dict = {}
-    for start, stop in bounds:
-        first_rows.setdefault(entry_names[entry_list[start]], (start, stop))
-    npu_max, bench_max = cells["NPU max"], cells["Bench max"]
+    tensor = np.array(is_tensor, dtype=bool)
+    errors, carried_errors, g_norm, g_mag, g_high, g_low, g_mean = row_errors(mode, cells)
     slack = STAT_SLACK if mode == col.STATISTICS else 1.0
-    err = view.err
-    for start, stop in bounds:
-        name = entry_names[entry_list[start]]
-        inputs, outputs = [], []
-        for r in range(start, stop):
-            (outputs if states[r] in ("output", "parameters_grad", "debug") else inputs).append(r)
-        if not outputs:
-            continue
-        twin = forward_twin(name)
-        twin_rows = first_rows.get(twin) if twin else None
-        saved = [r for r in range(*twin_rows) if is_tensor[r]] if twin_rows else []
-        tensors = [r for r in inputs if is_tensor[r]]
-        args_differ = any(matched_list[r] and not _same_value(npu_max[r], bench_max[r])
-                          for r in inputs if not is_tensor[r])
-        e_in, in_low = 0.0, 0.0
-        for r in tensors + saved:
-            if not matched_list[r]:
-                e_in = math.inf
-                continue
-            if carried_err[r] == carried_err[r]:
-                e_in = max(e_in, carried_err[r])
-            in_low = max(in_low, _low_eps(t_dtypes[r], g_dtypes[r]))
-        kind = op_kind(name)
-        api = api_of(name)
-        amp, units = KIND_PARAMS[kind]
-        if twin is not None and api in KINKED:
-            amp = math.inf
-        for r in outputs:
-            if not matched_list[r] or not is_tensor[r]:
-                continue
-            e = err[r]
-            if e != e or e == 0:
-                continue
-            own = _eps(t_dtypes[r])
-            if not own:                     # integers, booleans: any difference is carried or made here
-                origin[r] = INHERITED if e_in > 0 else INTRODUCED
-                continue
-            if e <= units * min(own, _eps(g_dtypes[r]) or own):
-                continue
-            if states[r] == "parameters_grad":
-                origin[r] = _passive(e, t_dtypes[r], g_dtypes[r], units)
-                continue
-            if args_differ:
-                origin[r] = INTRODUCED
-                continue
-            if api in COLLECTIVE and name.startswith(("Distributed.", "MintDistributed.", "communication.")):
-                origin[r] = INHERITED
-                continue
-            a = slack * _amplification(kind, api, amp, tensors, r, twin is not None, view)
-            if twin is not None and slack > 1 and tensors:
-                # statistics: a gradient summed over the batch (a parameter's) sums the per-element errors that
-                # the four numbers of its input hardly show
-                a *= math.sqrt(max(1.0, _numel(view.shapes[tensors[0]]) / max(_numel(view.shapes[r]), 1.0)))
-            carried = a * e_in if e_in else 0.0
-            low = _low_eps(t_dtypes[r], g_dtypes[r])
-            if trace is not None:
-                trace.append((r, e, e_in, a, units, low, max(own, in_low)))
-            if low and e <= math.hypot(carried, units * low):
-                origin[r] = DTYPE
-            elif e <= math.hypot(carried, units * max(own, in_low)):
-                origin[r] = INHERITED
-            elif kind == MODULE and e <= math.hypot(carried, units * EPS[MODULE_FLOOR_DTYPE]):
-                origin[r] = DTYPE
-            else:
-                origin[r] = INTRODUCED
+    cuts = np.flatnonzero(np.diff(entry)) + 1
+    starts = np.concatenate(([0], cuts))
+    stops = np.concatenate((cuts, [rows]))
+    entry_list = entry.tolist()
+    # per row: eps of both dtypes, output flag, the base (A, k) of its entry's kind
+    t_eps = _eps_array(dtypes[0])
+    g_eps = _eps_array(dtypes[1])
+    state_codes = np.array([STATE_CODES.get(s, 0) for s in states], dtype=np.int8)
+    is_out = state_codes > 0
+    plain_out = state_codes == 1
+    kinds = [_entry_kind(entry_names[entry_list[a]]) for a in starts.tolist()]
+    base = np.array([KIND_PARAMS[kind] for kind, _ in kinds], dtype=np.float64).reshape(-1, 2)
+    lengths = stops - starts
+    amp = np.repeat(base[:, 0], lengths)
+    units = np.repeat(base[:, 1], lengths)
+    inputs = tensor & ~is_out
+    carried = np.where(np.isnan(carried_errors), 0.0, carried_errors)
+    carried = np.where(inputs & matched, carried, np.where(inputs & ~matched, np.inf, 0.0))
+    e_in = np.repeat(np.maximum.reduceat(carried, starts), lengths)
+    low = np.where((t_eps != g_eps) & (t_eps > 0) & (g_eps > 0), np.fmax(t_eps, g_eps), 0.0)
+    high = np.where(g_eps > 0, np.fmin(t_eps, g_eps), t_eps)
+    with np.errstate(invalid="ignore", over="ignore"):
+        carried_out = np.where(e_in > 0, slack * amp * e_in, 0.0)
+        judged = is_out & tensor & matched & (errors > 0) & (t_eps > 0)
+        negligible = judged & (errors <= units * high)
+        simple = judged & plain_out & ~negligible
+        as_dtype = simple & (low > 0) & (errors <= np.hypot(carried_out, units * low))
+        as_inherited = simple & (low == 0) & (errors <= np.hypot(carried_out, units * t_eps))
+    special = {i for i, (kind, collective) in enumerate(kinds) if collective}
+    special.update(_entries_with_differing_arguments(cells, entry, states, is_tensor, matched, inputs))
+    settled = negligible | as_dtype | as_inherited
+    open_rows = (is_out & tensor & matched & (errors > 0)) & ~settled
+    open_entries = set(np.unique(np.searchsorted(starts, np.flatnonzero(open_rows), side="right") - 1).tolist())
+    open_entries |= {i for i in special if (is_out[starts[i]:stops[i]] & tensor[starts[i]:stops[i]]).any()}
+    if exact:
+        open_entries = set(range(len(starts)))
+    for row in np.flatnonzero(as_dtype).tolist():
+        origin[row] = DTYPE
+    for row in np.flatnonzero(as_inherited).tolist():
+        origin[row] = INHERITED
+    if not open_entries:
+        return origin
+    first_rows: dict = {}
+    for a, b in zip(starts.tolist(), stops.tolist()):
+        first_rows.setdefault(entry_names[entry_list[a]], (a, b))
+    # few entries come here: the per-row numbers stay numpy arrays, read by index
+    view = _View(err=errors, norms=g_norm, mags=g_mag, g_max=g_high, g_min=g_low, g_mean=g_mean, shapes=shapes[1])
+    context = _Context(view, carried_errors, [canonical(d) for d in dtypes[0]],
+                       [canonical(d) for d in dtypes[1]], matched.tolist(), states, is_tensor, cells["NPU max"],
+                       cells["Bench max"], slack, first_rows, trace)
+    for index in sorted(open_entries):
+        a, b = int(starts[index]), int(stops[index])
+        _judge_entry(entry_names[entry_list[a]], a, b, context, origin)
     return origin
+
+
+@dataclass
+class _Context:
+    view: "_View"
+    carried_err: list
+    t_dtypes: list
+    g_dtypes: list
+    matched: list
+    states: list
+    is_tensor: list
+    npu_max: list
+    bench_max: list
+    slack: float
+    first_rows: dict
+    trace: list | None
+
+
+def _judge_entry(name: str, start: int, stop: int, ctx: _Context, origin: list) -> None:
+    """The exact judgement of one entry's output rows (written into origin)."""
+    view, err, carried_err = ctx.view, ctx.view.err, ctx.carried_err
+    t_dtypes, g_dtypes, matched_list, states, is_tensor = (ctx.t_dtypes, ctx.g_dtypes, ctx.matched, ctx.states,
+                                                          ctx.is_tensor)
+    inputs, outputs = [], []
+    for r in range(start, stop):
+        (outputs if states[r] in OUT_STATES else inputs).append(r)
+    if not outputs:
+        return
+    twin = forward_twin(name)
+    twin_rows = ctx.first_rows.get(twin) if twin else None
+    saved = [r for r in range(*twin_rows) if is_tensor[r]] if twin_rows else []
+    tensors = [r for r in inputs if is_tensor[r]]
+    args_differ = any(matched_list[r] and not _same_value(ctx.npu_max[r], ctx.bench_max[r])
+                      for r in inputs if not is_tensor[r])
+    e_in, in_low = 0.0, 0.0
+    for r in tensors + saved:
+        if not matched_list[r]:
+            e_in = math.inf
+            continue
+        if carried_err[r] == carried_err[r]:
+            e_in = max(e_in, carried_err[r])
+        in_low = max(in_low, _low_eps(t_dtypes[r], g_dtypes[r]))
+    kind = op_kind(name)
+    api = api_of(name)
+    amp, units = KIND_PARAMS[kind]
+    if twin is not None and api in KINKED:
+        amp = math.inf
+    for r in outputs:
+        origin[r] = NONE
+        if not matched_list[r] or not is_tensor[r]:
+            continue
+        e = err[r]
+        if e != e or e == 0:
+            continue
+        own = _eps(t_dtypes[r])
+        if not own:                     # integers, booleans: any difference is carried or made here
+            origin[r] = INHERITED if e_in > 0 else INTRODUCED
+            continue
+        if e <= units * min(own, _eps(g_dtypes[r]) or own):
+            continue
+        if states[r] == "parameters_grad":
+            origin[r] = _passive(e, t_dtypes[r], g_dtypes[r], units)
+            continue
+        if args_differ:
+            origin[r] = INTRODUCED
+            continue
+        if _is_collective(name, api):
+            origin[r] = INHERITED
+            continue
+        a = ctx.slack * _amplification(kind, api, amp, tensors, r, twin is not None, view)
+        if twin is not None and ctx.slack > 1 and tensors:
+            # statistics: a gradient summed over the batch (a parameter's) sums the per-element errors that
+            # the four numbers of its input hardly show
+            a *= math.sqrt(max(1.0, _numel(view.shapes[tensors[0]]) / max(_numel(view.shapes[r]), 1.0)))
+        carried = a * e_in if e_in else 0.0
+        low = _low_eps(t_dtypes[r], g_dtypes[r])
+        if ctx.trace is not None:
+            ctx.trace.append((r, e, e_in, a, units, low, max(own, in_low)))
+        if low and e <= math.hypot(carried, units * low):
+            origin[r] = DTYPE
+        elif e <= math.hypot(carried, units * max(own, in_low)):
+            origin[r] = INHERITED
+        elif kind == MODULE and e <= math.hypot(carried, units * EPS[MODULE_FLOOR_DTYPE]):
+            origin[r] = DTYPE
+        else:
+            origin[r] = INTRODUCED
+
+
+def _is_collective(name: str, api: str) -> bool:
+    return api in COLLECTIVE and name.startswith(("Distributed.", "MintDistributed.", "communication."))
+
+
+@lru_cache(maxsize=4096)
+def _entry_kind(name: str) -> tuple:
+    """(kind, is a collective) of an entry name. The first pass may settle backward entries too: the exact
+    judgement only adds inputs (the forward entry's) and amplification to theirs."""
+    if name.startswith(("Module.", "Cell.")):
+        return MODULE, False
+    api = api_of(name)
+    return KIND_OF.get(api, OTHER), _is_collective(name, api)
+
+
+def _eps_array(dtypes: list) -> np.ndarray:
+    """eps of every row's dtype (0 for non-float dtypes and non-tensors)."""
+    eps = {d: (_eps(canonical(d)) if isinstance(d, str) else 0.0) for d in set(dtypes)}
+    return np.array([eps[d] for d in dtypes], dtype=np.float64)
+
+
+def _entries_with_differing_arguments(cells: dict, entry: np.ndarray, states: list, is_tensor: list,
+                                      matched: np.ndarray, inputs: np.ndarray) -> set:
+    """Positions (in the run order) of entries with a matched non-tensor input whose values differ."""
+    npu_max, bench_max = cells["NPU max"], cells["Bench max"]
+    rows = np.flatnonzero(~np.array(is_tensor, dtype=bool) & matched
+                          & np.array([s not in OUT_STATES for s in states], dtype=bool))
+    differing = [r for r in rows.tolist() if not _same_value(npu_max[r], bench_max[r])]
+    if not differing:
+        return set()
+    cuts = np.flatnonzero(np.diff(entry)) + 1
+    starts = np.concatenate(([0], cuts))
+    return set((np.searchsorted(starts, np.asarray(differing), side="right") - 1).tolist())
 
 
 @dataclass
@@ -277,9 +383,21 @@ class _View:
     g_mean: list
     shapes: list
 
+    totals: dict = field(default_factory=dict)   # (first input row, output shape) -> summed input norms
+
     def finite_norm(self, row: int) -> float:
         norm = self.norms[row]
         return norm if norm == norm and math.isfinite(norm) else 0.0
+
+    def input_total(self, tensors: list, out: int) -> float:
+        """Sum of the inputs' norms, each grown by its broadcast into the output's shape (once per entry and
+        output shape: an entry may have hundreds of inputs)."""
+        key = (tensors[0] if tensors else -1, len(tensors), self.shapes[out])
+        total = self.totals.get(key)
+        if total is None:
+            shape = self.shapes[out]
+            total = self.totals[key] = sum(self.finite_norm(r) * _broadcast(self.shapes[r], shape) for r in tensors)
+        return total
 
 
 def _amplification(kind: int, api: str, base: float, tensors: list, out: int, backward: bool, view: _View) -> float:
@@ -293,8 +411,7 @@ def _amplification(kind: int, api: str, base: float, tensors: list, out: int, ba
             ratio = view.finite_norm(tensors[0]) * view.finite_norm(tensors[1]) / (math.sqrt(count) * out_norm)
             a = max(a, ratio) * (1 + 2 / math.sqrt(count))
     elif kind in (ADDITIVE, REDUCTION) and out_norm:
-        total = sum(view.finite_norm(r) * _broadcast(view.shapes[r], view.shapes[out]) for r in tensors)
-        a = max(a, total / out_norm)
+        a = max(a, view.input_total(tensors, out) / out_norm)
     elif kind == EXPONENTIAL and tensors:
         first = tensors[0]
         a = max(a, 2.0 * _rms(view.norms[first], view.shapes[first], view.mags[first]))
@@ -307,17 +424,22 @@ def _amplification(kind: int, api: str, base: float, tensors: list, out: int, ba
         # a gradient combines the incoming gradient's error with the saved forward tensors' (e(dW) <= e(dy) + e(x))
         a = max(a, BACKWARD_AMPLIFICATION)
         if out_norm:     # and a gradient summed over a batch can cancel to ~0 (a bias before a norm)
-            a = max(a, sum(view.finite_norm(r) for r in tensors) / out_norm)
+            key = (tensors[0] if tensors else -1, len(tensors), None)
+            plain = view.totals.get(key)
+            if plain is None:
+                plain = view.totals[key] = sum(view.finite_norm(r) for r in tensors)
+            a = max(a, plain / out_norm)
     return a
 
 
-def _dims(shape) -> list:
+@lru_cache(maxsize=4096)
+def _dims(shape) -> tuple:
     if not isinstance(shape, str) or not shape.startswith("["):
-        return []
+        return ()
     try:
-        return [int(part) for part in shape.strip("[]").split(",") if part.strip()]
+        return tuple(int(part) for part in shape.strip("[]").split(",") if part.strip())
     except ValueError:
-        return []
+        return ()
 
 
 def _contraction(api: str, first, second) -> int:
