@@ -175,8 +175,9 @@ def row_errors(mode: str, cells: dict) -> tuple:
     return errors, carried, g[3], g_mag, g[0], g[1], g[2]
 
 
-OUT_STATES = frozenset({"output", "parameters_grad", "debug"})
-STATE_CODES = {"output": 1, "debug": 1, "parameters_grad": 2}     # 0: an input
+# debug.json saves (state "debug") have no op around them, nothing to explain them by: they are not judged
+OUT_STATES = frozenset({"output", "parameters_grad"})
+STATE_CODES = {"output": 1, "parameters_grad": 2}     # 0: an input (or a debug save)
 
 
 def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, states: list, is_tensor: list,

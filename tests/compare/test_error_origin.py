@@ -148,3 +148,8 @@ def test_advisor_names_the_first_introduced_row():
     none = advise(names, ["output"] * 3, ["pass"] * 3, [""] * 3, 3, ["dtype", "", "inherited"])
     assert none.introduced_row is None and none.lines()[3].startswith("Error_Origin: no row is introduced")
     assert len(advise(names, ["output"] * 3, ["pass"] * 3, [""] * 3, 3).lines()) == 3     # md5: no line
+
+
+def test_debug_saves_are_not_judged():
+    rows = [(0, "debug", True, FP32, FP32, "[4]", (1.5, -1.0, 0.25, 4.0), GOLDEN)]
+    assert judge(rows, ["x.debug"]) == [""]
