@@ -321,7 +321,9 @@ def summary_from_table(columns: list, cells: dict, source: str) -> dict:
     bench = cells.get("Bench Name")
     matched = n if bench is None else sum(1 for v in bench if v not in (NA, None, ""))
     messages = [_text(v) for v in cells.get("Err_message", [""] * n)]
-    advice = advise(names, [_state(x) for x in names], results, messages, matched)
+    origins = cells.get("Error_Origin")
+    advice = advise(names, [_state(x) for x in names], results, messages, matched,
+                    None if origins is None else [_text(v) for v in origins])
     return {"rows": n, "matched": matched, "results": {k: counts.get(k, 0) for k in ("pass", "warning", "error")},
             "first_error": advice.node if advice.row is not None else None, "first_error_row": advice.row,
             "advice": advice.text, "mode": detect_mode(columns), "source": source}
