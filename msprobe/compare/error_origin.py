@@ -87,6 +87,7 @@ def api_of(entry_name: str) -> str:
     prefix, _, api = head.partition(".")
     if not (index.isdigit() and api and prefix.isalpha()):
         return ""
+    api = api[len("comm_func."):] if api.startswith("comm_func.") else api     # MindSpore communication
     return api[:-1] if api.endswith("_") and not api.endswith("__") else api
 
 
@@ -182,9 +183,11 @@ STATE_CODES = {"output": 1, "parameters_grad": 2}     # 0: an input (or a debug 
 
 def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, states: list, is_tensor: list,
                  matched: np.ndarray, dtypes: tuple, shapes: tuple, trace: list | None = None,
-                 exact: bool = False) -> list:
+                 exact: bool = False, entry_ops: list | None = None) -> list:
     """The Error_Origin cell of every row (statistics and tensor modes); trace, when given, receives
-    (row, e, e_in, A, k, low eps, own eps) of every row judged exactly (exact: every entry).
+    (row, e, e_in, A, k, low eps, own eps) of every row judged exactly (exact: every entry). entry_ops, when
+    given, holds each entry's name without call count and direction (`Functional.linear`), from which the kind
+    of op is read faster than from the full names.
 
     A vectorised first pass settles the rows that the smallest amplification of their kind and the inputs'
     own errors already explain (and the negligible ones); only the entries with another row go through the
@@ -206,7 +209,10 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
     state_codes = np.array([STATE_CODES.get(s, 0) for s in states], dtype=np.int8)
     is_out = state_codes > 0
     plain_out = state_codes == 1
-    kinds = [_entry_kind(entry_names[entry_list[a]]) for a in starts.tolist()]
+    if entry_ops is not None:
+        kinds = [_op_kind(entry_ops[entry_list[a]]) for a in starts.tolist()]
+    else:
+        kinds = [_entry_kind(entry_names[entry_list[a]]) for a in starts.tolist()]
     base = np.array([KIND_PARAMS[kind] for kind, _ in kinds], dtype=np.float64).reshape(-1, 2)
     lengths = stops - starts
     amp = np.repeat(base[:, 0], lengths)
@@ -350,6 +356,19 @@ def _entry_kind(name: str) -> tuple:
         return MODULE, False
     api = api_of(name)
     return KIND_OF.get(api, OTHER), _is_collective(name, api)
+
+
+@lru_cache(maxsize=4096)
+def _op_kind(op: str) -> tuple:
+    """(kind, is a collective) from an entry's name without call count and direction (`Tensor.add_`)."""
+    if op.startswith(("Module.", "Cell.")):
+        return MODULE, False
+    prefix, _, api = op.partition(".")
+    api = api[len("comm_func."):] if api.startswith("comm_func.") else api
+    if api.endswith("_") and not api.endswith("__"):
+        api = api[:-1]
+    collective = api in COLLECTIVE and prefix in ("Distributed", "MintDistributed", "communication")
+    return KIND_OF.get(api, OTHER), collective
 
 
 def _eps_array(dtypes: list) -> np.ndarray:

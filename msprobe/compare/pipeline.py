@@ -277,9 +277,11 @@ def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOpti
 
 def error_origin_column(mode: str, table: ResultTable, judge_input: JudgeInput, t_items: Items, pairs: Pairs) -> list:
     """The Error_Origin cell of every row (compare/error_origin.py)."""
+    ops = [parts.op_no_number for parts in t_items.entry_parts] if len(t_items.entry_parts) == len(
+        t_items.entry_names) else None
     return judge_origin(mode, table.cells, judge_input.entry, judge_input.entry_names,
                         _take(t_items.state, pairs.target), _take(t_items.is_tensor, pairs.target),
-                        judge_input.matched, judge_input.dtypes, judge_input.shapes)
+                        judge_input.matched, judge_input.dtypes, judge_input.shapes, entry_ops=ops)
 
 
 def match_items(target: Dump, golden: Dump, t_items: Items, g_items: Items, options: CompareOptions,
