@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from msprobe.cli.compare import banner
+    from msprobe.compare import columns as col
     from msprobe.dump.paths import check_input_dir, prepare_output_dir
     from msprobe.log import get_logger
     from msprobe.merge.merge_result import (
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     write_workbook([Sheet(name, table, "Consistent" if name == CONSISTENCY_SHEET else None,
                           CONSISTENCY_FILLS if name == CONSISTENCY_SHEET else None) for name, table in sheets], path)
     consistency = sheets[-1][1]
-    broken = [n for n, ok in zip(consistency.cells["NPU Name"], consistency.cells["Consistent"]) if not ok]
+    broken = [n for n, ok in zip(consistency.cells[col.NPU_NAME], consistency.cells["Consistent"]) if not ok]
     rows = len(sheets[0][1])
     logger.info("%d rows x %d ranks in %d index sheets; %d collective outputs checked for consistency, %d "
                 "inconsistent%s.", rows, len(sheets[0][1].columns) - 1, len(sheets) - 1, len(consistency),

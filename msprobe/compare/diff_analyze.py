@@ -10,12 +10,22 @@ import time
 from dataclasses import dataclass, field, replace
 
 from msprobe.compare import columns as col
-from msprobe.compare.pipeline import CompareOptions, build_table, detect_mode, match_items, read_side
+from msprobe.compare.error_origin import INTRODUCED
+from msprobe.compare.pipeline import (
+    CompareOptions,
+    build_table,
+    dump_mode,
+    error_origin_column,
+    match_items,
+    read_side,
+)
 from msprobe.dump.locate import Job
 from msprobe.errors import MsprobeError
 from msprobe.io import write_text
 from msprobe.log import get_logger
-from msprobe.table.cells import NA
+from msprobe.scale.stamp import timestamp
+from msprobe.scale.task import JobFailure
+from msprobe.table.cells import NA, number_or_none
 
 COMM_PREFIXES = ("Distributed.", "MintDistributed.", "communication.comm_func")
 COLLECTIVES = frozenset({"send", "recv", "broadcast", "all_reduce", "reduce", "all_gather", "gather", "isend",
@@ -29,7 +39,7 @@ IGNORED_OUTPUTS = {"npu_fusion_attention": (4, 5)}
 
 
 @dataclass
-class Node:
+class EntryDigest:
     """The digest of one entry of one rank."""
 
     name: str
@@ -43,16 +53,19 @@ class Node:
     group: str = ""          # rank group of a communication op, e.g. "[0, 1, 2, 3]"
     data_info: dict = field(default_factory=dict)
     stack: list | None = None
+    introduced: bool = False  # some output's Error_Origin is "introduced" (not explained by inputs or dtypes)
 
 
 @dataclass
 class RankDigest:
     label: str
     rank: int
-    first: Node | None
-    first_large: Node | None
+    first: EntryDigest | None
+    first_large: EntryDigest | None
     json_file: str
     entries: int
+    first_introduced: EntryDigest | None = None   # the dtype-aware answer (issue 21)
+    origin_judged: bool = True             # False for md5 dumps: no magnitudes, no Error_Origin
 
 
 def rank_number(job: Job) -> int:
@@ -62,9 +75,6 @@ def rank_number(job: Job) -> int:
 
 def analyze_job(job: Job, options: CompareOptions):
     """Diff-mode table of one rank, written as JSON (named with options.stamp); returns the rank's digest."""
-    from msprobe.compare.pipeline import timestamp
-    from msprobe.scale.task import JobFailure
-
     output_dir = os.path.join(options.output_dir, job.out_subdir) if job.out_subdir else options.output_dir
     try:
         if options.write_output:
@@ -82,7 +92,7 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
     needs_construct = options.fuzzy or options.mapping.layer is not None
     target_side = read_side(job.target, "target", with_stack=True, with_construct=needs_construct)
     golden_side = read_side(job.golden, "golden", with_stack=False, with_construct=needs_construct)
-    mode = detect_mode(target_side, golden_side)
+    mode = dump_mode(target_side, golden_side)
     table_mode = col.MD5 if mode == col.MD5 else col.STATISTICS   # tensor dumps are analysed by statistics
     t_items, g_items = target_side.items, golden_side.items
     target, golden = target_side.dump, golden_side.dump
@@ -90,13 +100,16 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
     table, judge_input = build_table(table_mode, target, golden, t_items, g_items, pairs, options, job.label)
     rows = len(table)
     cells = table.cells
+    origin = _error_origin(mode, table, judge_input, target, golden, t_items, g_items, pairs, options, job.label)
+    if origin is not None:
+        cells[col.ERROR_ORIGIN] = origin
     states = [t_items.state[i] for i in pairs.target.tolist()]
     matched = pairs.matched.tolist()
     row_differs = _row_differences(table_mode, cells, matched, rows)
     rel_columns = [cells[name] for name in col.STAT_DIFFS[4:]] if table_mode == col.STATISTICS else []
     stacks = target.stack or {}
     entries: dict = {}
-    nodes: list[Node] = []
+    nodes: list[EntryDigest] = []
     layer = 0
     entry_of_row = judge_input.entry.tolist()
     start = 0
@@ -108,6 +121,7 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
         name = t_items.entry_names[entry]
         node, items = _entry_node(name, start, stop, len(nodes), layer, table_mode, cells, states, matched,
                                   row_differs, rel_columns, stacks, t_items, g_items, pairs, table.columns)
+        node.introduced = origin is not None and INTRODUCED in origin[start:stop]
         if name.count(".") >= 3 or target.is_debug:
             entries[name] = {"is_same": not node.differs, "op_items": items}
         nodes.append(node)
@@ -122,28 +136,37 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
     candidates = [n for n in nodes if not n.name.startswith(SKIPPED)]
     first = next((n for n in candidates if n.differs), None)
     first_large = next((n for n in candidates if n.large), None)
+    first_introduced = next((n for n in candidates if n.introduced), None)
     for node in nodes:
-        if node is not first and node is not first_large:
+        if node is not first and node is not first_large and node is not first_introduced:
             node.data_info = {}
             node.stack = None
-    return RankDigest(job.label, rank_number(job), first, first_large, json_file, len(nodes))
+    return RankDigest(job.label, rank_number(job), first, first_large, json_file, len(nodes), first_introduced,
+                      origin is not None)
+
+
+def _error_origin(mode, table, judge_input, target, golden, t_items, g_items, pairs, options, label):
+    """Error_Origin of every row: from the statistics table, or for real-data dumps from the tensors themselves
+    (read here for this judgement only; the first divergence stays the statistics' answer); None for md5."""
+    if mode == col.MD5:
+        return None
+    if mode == col.TENSOR:
+        table, judge_input = build_table(col.TENSOR, target, golden, t_items, g_items, pairs, options, label)
+    return error_origin_column(mode, table, judge_input, t_items, pairs)
 
 
 def _row_differences(mode: str, cells: dict, matched: list, rows: int) -> list:
     if mode == col.MD5:
-        return [m and a != b for m, a, b in zip(matched, cells["NPU MD5"], cells["BENCH MD5"])]
+        return [m and a != b for m, a, b in zip(matched, cells[col.NPU_MD5], cells[col.BENCH_MD5])]
     diffs = [cells[name] for name in col.STAT_DIFFS[:4]]
     return [matched[r] and any(d[r] != "0" for d in diffs) for r in range(rows)]
 
 
 def _relative(text) -> float:
-    if isinstance(text, str) and text.endswith("%"):
-        try:
-            return float(text[:-1]) / 100
-        except ValueError:
-            return 0.0
-    if text in ("inf", "-inf"):
-        return float("inf")
+    """A relative-error cell of the statistics table as a fraction: a percent or an infinity, else 0."""
+    if isinstance(text, str) and (text.endswith("%") or text in ("inf", "-inf")):
+        number = number_or_none(text)
+        return 0.0 if number is None else number
     return 0.0
 
 
@@ -175,7 +198,7 @@ def _entry_node(name, start, stop, position, layer, mode, cells, states, matched
             output_index += 1
         else:
             skip = False
-        item_name = cells["NPU Name"][row]
+        item_name = cells[col.NPU_NAME][row]
         if item_name.endswith(".group") and cells["NPU max"][row] not in (None, NA):
             group = str(cells["NPU max"][row])
         if row_differs[row] and not skip:
@@ -193,26 +216,26 @@ def _entry_node(name, start, stop, position, layer, mode, cells, states, matched
         golden_row = int(pairs.golden[row])
         golden_extra = g_items.extra.get(golden_row, {}) if golden_row >= 0 else {}
         record = {column: cells[column][row] if column in cells else "" for column in columns}
-        if "NPU_Stack_Info" in record:
+        if col.STACK in record:
             lines = stacks.get(name)
-            record["NPU_Stack_Info"] = lines if row == start and lines is not None else NA
-        record["Result"] = ("Different" if row_differs[row] else "pass") if mode == col.MD5 else ""
-        record["Err_message"] = "" if matched[row] else "No bench data matched."
+            record[col.STACK] = lines if row == start and lines is not None else NA
+        record[col.RESULT] = ("Different" if row_differs[row] else "pass") if mode == col.MD5 else ""
+        record[col.ERR_MESSAGE] = "" if matched[row] else "No bench data matched."
         if matched[row] and cells["NPU Requires_grad"][row] != cells["Bench Requires_grad"][row] \
                 and NA not in (cells["NPU Requires_grad"][row], cells["Bench Requires_grad"][row]):
-            record["Err_message"] = "Requires_grad inconsistent. "
+            record[col.ERR_MESSAGE] = "Requires_grad inconsistent. "
         record.update({"state": state, "api_origin_name": name, "NPU P2POp op": str(extra.get("op")),
                        "Bench P2POp op": str(golden_extra.get("op")) if golden_row >= 0 else NA,
                        "NPU P2POp peer": str(extra.get("peer")),
                        "Bench P2POp peer": str(golden_extra.get("peer")) if golden_row >= 0 else NA})
         items.append(record)
         if mode == col.MD5:
-            info = {"NPU MD5": cells["NPU MD5"][row]}
+            info = {col.NPU_MD5: cells[col.NPU_MD5][row]}
         else:
             info = {f"NPU {s}": cells[f"NPU {s}"][row] for s in ("max", "min", "mean", "l2norm")}
             info[peer_key] = record[peer_key]
         data_info["output" if is_output else "input"][item_name] = info
-    node = Node(name, position, layer, is_communication(name), differs, inputs_differ, large, max_relative, group,
+    node = EntryDigest(name, position, layer, is_communication(name), differs, inputs_differ, large, max_relative, group,
                 data_info, stacks.get(name))
     return node, items
 
@@ -224,6 +247,8 @@ class Finding:
     origin: list           # RankDigest of the rank(s) where the divergence starts
     received: list         # RankDigest of ranks whose first divergence came through a communication op
     clean: list            # ranks without divergence
+    aware: RankDigest | None = None   # the rank of the first divergence the dtypes do not explain
+    judged: bool = True               # Error_Origin was judged (not md5)
 
 
 def find_origin(digests: list) -> Finding:
@@ -232,14 +257,32 @@ def find_origin(digests: list) -> Finding:
     own = [d for d in diverged if not (d.first.is_comm and not d.first.inputs_differ)]
     received = [d for d in diverged if d not in own]
     pool = own or received
+    introduced = [d for d in digests if d.first_introduced is not None]
+    aware = min(introduced, key=lambda d: (d.first_introduced.layer, d.first_introduced.position, d.rank),
+                default=None)
+    judged = all(d.origin_judged for d in digests)
     if not pool:
-        return Finding([], [], clean)
+        return Finding([], [], clean, aware, judged)
     best = min((d.first.layer, d.first.position) for d in pool)
     origin = [d for d in pool if (d.first.layer, d.first.position) == best]
-    return Finding(origin, [d for d in diverged if d not in origin], clean)
+    return Finding(origin, [d for d in diverged if d not in origin], clean, aware, judged)
 
 
-def node_record(node: Node, role: str) -> dict:
+def dtype_aware_record(finding: Finding) -> dict:
+    """The first divergence that the dtypes do not explain: the first entry (in execution order, the earliest
+    communication layer over ranks) with an `introduced` output; op_name null when there is none."""
+    digest = finding.aware
+    if digest is None:
+        reason = ("every difference is within what the inputs and the dtypes' precision explain" if finding.judged
+                  else "md5 dumps hold no magnitudes: Error_Origin is not judged")
+        return {"op_name": None, "rank": None, "reason": reason}
+    node = digest.first_introduced
+    return {"op_name": node.name, "rank": digest.rank, "entry": node.position + 1,
+            "communication_layer": node.layer, "max_output_relative_error": node.max_relative,
+            "data_info": node.data_info, "stack_info": node.stack}
+
+
+def node_record(node: EntryDigest, role: str) -> dict:
     return {"op_name": node.name, "data_info": node.data_info, "stack_info": node.stack, "role": role,
             "communication_layer": node.layer, "max_output_relative_error": node.max_relative}
 
@@ -267,6 +310,7 @@ def analysis_record(finding: Finding) -> dict:
         role = ("received through communication" if digest.first.is_comm and not digest.first.inputs_differ
                 else "diverged later")
         result.setdefault(f"rank_{digest.rank}", []).append(node_record(digest.first, role))
+    result["dtype_aware"] = dtype_aware_record(finding)
     return result
 
 
@@ -297,4 +341,18 @@ def describe(finding: Finding) -> list:
             lines.append(f"{rank} diverges later at {node.name} (after {node.layer} communication ops).")
     for digest in finding.clean:
         lines.append(f"{digest.label.strip('[] ') or 'rank ' + str(digest.rank)}: no divergence.")
+    lines.append(dtype_aware_line(finding))
     return lines
+
+
+def dtype_aware_line(finding: Finding) -> str:
+    digest = finding.aware
+    if digest is None:
+        if not finding.judged:
+            return "Dtype-aware: not judged (md5 dumps hold no magnitudes)."
+        return ("Dtype-aware: no op introduces error beyond what its inputs and the dtypes' precision explain "
+                "(every difference is dtype rounding or carried from upstream).")
+    node = digest.first_introduced
+    rank = digest.label.strip("[] ") or f"rank {digest.rank}"
+    return (f"Dtype-aware: first divergence not explained by the dtypes: {node.name} on {rank} "
+            f"(entry {node.position + 1}): its output error exceeds what its inputs and dtypes explain.")

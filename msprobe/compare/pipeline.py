@@ -11,6 +11,7 @@ import numpy as np
 
 from msprobe.compare import columns as col
 from msprobe.compare.advisor import Advice, advise
+from msprobe.compare.error_origin import judge_origin
 from msprobe.compare.mapping import MappingOptions, build_mappings, write_data_mapping
 from msprobe.compare.match import Pairs, match_exact, match_fuzzy, match_mapped
 from msprobe.compare.rules import JudgeInput, judge
@@ -102,7 +103,7 @@ def read_sides(target_path: str, golden_path: str, with_construct: bool,
             read_side(golden_path, "golden", False, with_construct))
 
 
-def detect_mode(target: Side, golden: Side) -> str:
+def dump_mode(target: Side, golden: Side) -> str:
     """statistics, md5 or tensor from the two dumps' task and content (spec §3.2)."""
     if target.dump.is_debug != golden.dump.is_debug:
         raise MsprobeError("The target and golden must both be dump.json or both be debug.json dumps.")
@@ -239,7 +240,7 @@ def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOpti
     logger = get_logger()
     target = target if isinstance(target, Side) else side_of(target)
     golden = golden if isinstance(golden, Side) else side_of(golden)
-    mode = detect_mode(target, golden)
+    mode = dump_mode(target, golden)
     logger.info("%sCompare mode: %s.", label, "real data" if mode == col.TENSOR else mode)
     t_items, g_items = target.items, golden.items
     target, golden = target.dump, golden.dump
@@ -251,20 +252,32 @@ def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOpti
     logger.info("%sAPIs/Modules match done: %d rows, %d matched.", label, len(pairs), int(pairs.matched.sum()))
     table, judge_input = build_table(mode, target, golden, t_items, g_items, pairs, options, label)
     results, messages = judge(judge_input)
-    table.cells["Result"] = results
-    table.cells["Err_message"] = messages
+    table.cells[col.RESULT] = results
+    table.cells[col.ERR_MESSAGE] = messages
+    origins = None
+    if mode != col.MD5:
+        origins = table.cells[col.ERROR_ORIGIN] = error_origin_column(mode, table, judge_input, t_items, pairs)
     summary = CompareSummary(label=label, mode=mode, rows=len(table), matched=int(pairs.matched.sum()))
     for result in results:
         summary.results[result] = summary.results.get(result, 0) + 1
     summary.tensor_problems = len(judge_input.tensor_problems or ())
-    advice = advise(table.cells["NPU Name"], _take(t_items.state, pairs.target), results, messages,
-                    summary.matched)
+    advice = advise(table.cells[col.NPU_NAME], _take(t_items.state, pairs.target), results, messages,
+                    summary.matched, origins)
     if not summary.matched:
         logger.warning("%sCan't match any op: no target item has a golden partner.", label)
     summary.advice = advice
     if advice.row is not None:
         summary.first_error, summary.first_error_row = advice.node, advice.row
     return table, summary
+
+
+def error_origin_column(mode: str, table: ResultTable, judge_input: JudgeInput, t_items: Items, pairs: Pairs) -> list:
+    """The Error_Origin cell of every row (compare/error_origin.py)."""
+    ops = [parts.op_no_number for parts in t_items.entry_parts] if len(t_items.entry_parts) == len(
+        t_items.entry_names) else None
+    return judge_origin(mode, table.cells, judge_input.entry, judge_input.entry_names,
+                        _take(t_items.state, pairs.target), _take(t_items.is_tensor, pairs.target),
+                        judge_input.matched, judge_input.dtypes, judge_input.shapes, entry_ops=ops)
 
 
 def match_items(target: Dump, golden: Dump, t_items: Items, g_items: Items, options: CompareOptions,
@@ -285,7 +298,7 @@ def match_items(target: Dump, golden: Dump, t_items: Items, g_items: Items, opti
     return match_exact(t_items, g_items, renumber_backward=not debug, cross_framework=cross)
 
 
-def write_table(table: ResultTable, path: str, highlight_column: str = "Result", fills: dict | None = None) -> None:
+def write_table(table: ResultTable, path: str, highlight_column: str = col.RESULT, fills: dict | None = None) -> None:
     """CSV or XLSX by the path's extension; xlsx rows are filled by the value of highlight_column."""
     if path.endswith(".csv"):
         from msprobe.table.csv_writer import write_csv
@@ -305,8 +318,8 @@ def build_table(mode: str, target: Dump, golden: Dump, t_items: Items, g_items: 
     with_stack = target.stack is not None
     columns = col.columns_for(mode, with_stack)
     cells: dict = {}
-    cells["NPU Name"] = _take(t_items.name, t)
-    cells["Bench Name"] = _take_or(g_items.name, g, NA)
+    cells[col.NPU_NAME] = _take(t_items.name, t)
+    cells[col.BENCH_NAME] = _take_or(g_items.name, g, NA)
     t_dtype, g_dtype = _take(t_items.dtype, t), _take_or(g_items.dtype, g, None)
     t_shape, g_shape = _take(t_items.shape, t), _take_or(g_items.shape, g, None)
     t_grad, g_grad = _take(t_items.requires_grad, t), _take_or(g_items.requires_grad, g, None)
@@ -319,11 +332,11 @@ def build_table(mode: str, target: Dump, golden: Dump, t_items: Items, g_items: 
     for stat, values_t, values_g in zip(stat_names, stat_lists_t, stat_lists_g):
         cells[f"NPU {stat}"] = _take(values_t, t)
         cells[f"Bench {stat}"] = _take_or(values_g, g, NA)
-    cells["Requires_grad Consistent"] = [a is None or b is None or a == b for a, b in zip(t_grad, g_grad)]
+    cells[col.REQUIRES_GRAD_CONSISTENT] = [a is None or b is None or a == b for a, b in zip(t_grad, g_grad)]
     judge_input = JudgeInput(
         mode=mode, entry=np.asarray(_take(t_items.entry, t), dtype=np.int64), entry_names=t_items.entry_names,
         is_output=np.asarray([s == "output" for s in _take(t_items.state, t)], dtype=bool), matched=matched,
-        bench_names=cells["Bench Name"], dtypes=(t_dtype, g_dtype), shapes=(t_shape, g_shape),
+        bench_names=cells[col.BENCH_NAME], dtypes=(t_dtype, g_dtype), shapes=(t_shape, g_shape),
         grads=(t_grad, g_grad), npu_max=cells["NPU max"], npu_min=cells["NPU min"],
         bench_max=cells["Bench max"], bench_min=cells["Bench min"])
     numeric = set(col.STAT_VALUES)
@@ -334,9 +347,9 @@ def build_table(mode: str, target: Dump, golden: Dump, t_items: Items, g_items: 
             if stat == "l2norm":
                 judge_input.norm_rel = fractions
     elif mode == col.MD5:
-        cells["NPU MD5"] = _na_if_none(_take(t_items.md5, t))
-        cells["BENCH MD5"] = _take_or(g_items.md5, g, NA, none_as=NA)
-        judge_input.md5 = (cells["NPU MD5"], cells["BENCH MD5"])
+        cells[col.NPU_MD5] = _na_if_none(_take(t_items.md5, t))
+        cells[col.BENCH_MD5] = _take_or(g_items.md5, g, NA, none_as=NA)
+        judge_input.md5 = (cells[col.NPU_MD5], cells[col.BENCH_MD5])
     else:
         results, problems = measure_tensors(target, golden, t_items, g_items, pairs, options, label)
         for index, name in enumerate(METRICS):

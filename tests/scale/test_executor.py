@@ -140,11 +140,11 @@ def test_ray_backend_without_ray_says_how_to_install(ranks, tmp_path, capsys, mo
 
 def test_marker_codec_keeps_summaries_and_refuses_other_classes():
     from msprobe.compare.advisor import Advice
-    from msprobe.compare.diff_analyze import Node, RankDigest
+    from msprobe.compare.diff_analyze import EntryDigest, RankDigest
 
     summary = CompareSummary("[rank1] ", "statistics", 10, 9, {"pass": 9, "error": 1}, "x.0.forward", 3,
                              "/o/r.csv", advice=Advice(3, "x", "text"))
-    node = Node("Distributed.all_reduce.0.forward", 4, 1, True, True, False, True, 0.7, "[0, 1]",
+    node = EntryDigest("Distributed.all_reduce.0.forward", 4, 1, True, True, False, True, 0.7, "[0, 1]",
                 {"output": [(1, 2.5)]}, ["File a.py, line 1"])
     digest = RankDigest("[rank1] ", 1, node, None, "/o/r.json", 12)
     for value in (summary, digest, {1: (2, 3), "__x": None}, [float("inf")]):
