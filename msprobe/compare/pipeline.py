@@ -83,9 +83,12 @@ class Side:
     has_md5: bool
 
 
-def side_of(dump: Dump) -> Side:
-    """Flatten a read dump and release its parsed data."""
+def side_of(dump: Dump, records: bool = False) -> Side:
+    """Flatten a read dump and release its parsed data; with `records` the items keep every leaf's parsed dict
+    (Items.record, read by the graph), else those go with the parsed data."""
     items = flatten(dump.data, dump.path, dump.is_debug)
+    if not records:
+        items.record = []
     return Side(replace(dump, data={}), items, _has_md5(dump))
 
 

@@ -118,7 +118,7 @@ def read_graph(path: str, role: str, simplify_stacks: bool = True) -> tuple:
 
 
     dump = read_dump(path, role, with_stack=True, with_construct=True)
-    side = side_of(dump)      # side_of releases the parsed data of its copy of the dump; the tree needs it
+    side = side_of(dump, records=True)      # side_of releases the parsed data of its copy of the dump; the tree needs it
     graph = build_graph(dump, entry_params(side.items, dump.path), simplify_stacks)
     side.items.record = []    # the nodes have their parameters: the parsed leaves can go
     # the compare core would give the target's rows their stacks, which the graph does not show
