@@ -82,6 +82,7 @@ class PrecisionDebugger:
         if not self._running:
             return
         self._running = False
+        self.collector.finish_modules()
         self.collector.uninstall()
         self.collector.writer.write()
 
