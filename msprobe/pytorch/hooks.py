@@ -12,10 +12,11 @@ import traceback
 
 import torch
 import torch.nn.functional as F  # noqa: N812
+from torch._guards import CompileContext
 from torch.overrides import TorchFunctionMode
 
 from msprobe.log import get_logger
-from msprobe.pytorch.module_hooks import ModuleHooks
+from msprobe.pytorch.module_hooks import ModuleHooks, guard_compiled
 from msprobe.pytorch.stats import tensor_record, value_record
 from msprobe.pytorch.writer import StepWriter
 
@@ -233,7 +234,7 @@ class Collector:
             return {str(k): self.record(v, f"{prefix}.{k}", depth + 1) for k, v in value.items()}
         return value_record(value)
 
-    def _log_once(self, key, message: str, *args) -> None:
+    def log_once(self, key, message: str, *args) -> None:
         if key not in self._errors_logged:
             self._errors_logged.add(key)
             get_logger().warning(message, *args)
@@ -243,7 +244,7 @@ class Collector:
         try:
             return func()
         except Exception as exc:  # noqa: BLE001 - the user's training must go on
-            self._log_once((type(exc).__name__, what),
+            self.log_once((type(exc).__name__, what),
                            "msprobe dump: recording %s of %s failed (%s: %s); the entry is marked with dump_error "
                            "and training continues", what, name, type(exc).__name__, exc)
             body["dump_error"] = f"{what}: {type(exc).__name__}: {exc}"
@@ -258,7 +259,7 @@ class Collector:
         try:
             yield
         except Exception as exc:  # noqa: BLE001 - the user's training must go on
-            self._log_once((type(exc).__name__, "hook"),
+            self.log_once((type(exc).__name__, "hook"),
                            "msprobe dump: a hook failed in %s (%s: %s); what it was recording is skipped and "
                            "training continues", what, type(exc).__name__, exc)
         finally:
@@ -290,6 +291,8 @@ class Collector:
 
     # ------------------------------------------------------------------ APIs
     def run_api(self, prefix: str, name: str, func, args, kwargs, collective: bool = False):
+        if CompileContext.try_get() is not None:     # torch.compile's own machinery at work (not its tracing)
+            return func(*args, **kwargs)
         key = f"{prefix}.{name}"
         index = self.api_counts.get(key, 0)
         self.api_counts[key] = index + 1
@@ -434,6 +437,9 @@ class Collector:
         self._handles = []
 
     # ------------------------------------------------------------------ modules
+    def guard_compiled(self, models) -> None:
+        guard_compiled(self, models, self._handles)
+
     def install_module_hooks(self, models) -> None:
         self.modules.install(models, self._handles)
         self.module_active = True

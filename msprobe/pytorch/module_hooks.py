@@ -25,8 +25,6 @@ from __future__ import annotations
 import torch
 from torch.autograd.graph import get_gradient_edge
 
-from msprobe.log import get_logger
-
 _MAX_DEPTH = 32
 
 
@@ -53,6 +51,35 @@ def compiled_paths(model: torch.nn.Module) -> list:
         if hasattr(module, "_orig_mod") or getattr(module, "_compiled_call_impl", None) is not None:
             paths.append(path)
     return paths
+
+
+def guard_compiled(collector, models, handles: list) -> None:
+    """Leave torch.compile'd modules alone: nothing is recorded while one runs (its compiled code calls kernels
+    such as torch.addmm that would otherwise show up as APIs), and the log says so once."""
+    for model in models:
+        compiled = compiled_paths(model)
+        roots = [p for p in compiled if not _inside(p, [r for r in compiled if r != p])]
+        if not roots:
+            continue
+        named = dict(model.named_modules())
+        where = ", ".join(p or "the whole model" for p in roots)
+        collector.log_once(("compiled", where), "msprobe dump: %s runs under torch.compile (%s): the modules and APIs "
+                           "inside compiled code are not dumped, since observing them would change what the compiler "
+                           "generates", type(getattr(model, "_orig_mod", model)).__name__, where)
+        for path in roots:
+            saved: list = []
+
+            def enter(_mod, _args, saved=saved):
+                if not torch.compiler.is_compiling():       # Module.compile() traces its own hooks
+                    saved.append(collector.busy)
+                    collector.busy = True
+
+            def leave(_mod, _args, _out, saved=saved):
+                if saved and not torch.compiler.is_compiling():
+                    collector.busy = saved.pop()
+
+            handles.append(named[path].register_forward_pre_hook(enter))
+            handles.append(named[path].register_forward_hook(leave, always_call=True))
 
 
 def _inside(path: str, roots: list) -> bool:
@@ -105,11 +132,6 @@ class ModuleHooks:
         many = len(models) > 1
         for model_index, model in enumerate(models):
             compiled = compiled_paths(model)
-            if compiled:
-                get_logger().warning(
-                    "msprobe dump: %s runs under torch.compile (%s): the modules and APIs inside compiled code are "
-                    "not dumped, since observing them would change what the compiler generates",
-                    type(model).__name__, ", ".join(p or "the whole model" for p in compiled))
             for path, module in model.named_modules():
                 if not path or _inside(path, compiled):
                     continue
