@@ -19,3 +19,10 @@ class DumpFormatError(MsprobeError):
 
 class PathError(MsprobeError):
     """A path is missing, of the wrong kind, unsafe or not accessible."""
+
+
+def os_error_text(exc: OSError) -> str:
+    """An OSError in one line: `<why>: <file>` (disk full, read-only storage, a name too long...)."""
+    files = [str(f) for f in (exc.filename, getattr(exc, "filename2", None)) if f]
+    why = exc.strerror or str(exc) or type(exc).__name__
+    return f"{why}: {' -> '.join(files)}" if files else why

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 
 LOGGER_NAME = "msprobe"
@@ -15,11 +16,19 @@ def get_logger() -> logging.Logger:
 
 
 class _StdoutHandler(logging.StreamHandler):
-    """Writes to whatever sys.stdout is at the time of the record (redirections and test captures)."""
+    """Writes to whatever sys.stdout is at the time of the record (redirections and test captures); a lone
+    surrogate in a message (a name from a dump with a `\\ud800` escape) is written as the text `\\ud800`."""
 
     def emit(self, record):
         self.stream = sys.stdout
         super().emit(record)
+
+    def format(self, record) -> str:
+        text = super().format(record)
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _SURROGATE.search(text) else text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def setup_logging() -> None:

@@ -64,14 +64,14 @@ def error_lines(err: str) -> list:
     return [line for line in err.splitlines() if line.strip()]
 
 
-def assert_one_error_line(run: Run, *keywords: str, codes=(1,)) -> str:
-    """Non-zero exit code among `codes`, exactly one non-empty stderr line `msprobe compare: error: ...`
+def assert_one_error_line(run: Run, *keywords: str, codes=(1,), command: str = "compare") -> str:
+    """Non-zero exit code among `codes`, exactly one non-empty stderr line `msprobe <command>: error: ...`
     holding every keyword (case-insensitive), no traceback, no internal error."""
     assert "Traceback" not in run.err and "Traceback" not in run.out, run.err + run.out
     lines = error_lines(run.err)
     assert len(lines) == 1, f"exit code {run.code}; expected exactly one stderr line, got {len(lines)}:\n{run.err}"
     line = lines[0]
-    assert line.startswith("msprobe compare: error: "), line
+    assert line.startswith(f"msprobe {command}: error: "), line
     assert "internal error" not in line, line
     for word in keywords:
         assert word.lower() in line.lower(), f"{word!r} not in {line!r}"
@@ -233,3 +233,37 @@ def rows_with_data_name(rows: list, text: str) -> list:
 
 METRIC_COLUMNS = ("Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
                   "Five Thousandths Err Ratio")
+
+
+# ----------------------------------------------------------------------------------------------- runs and files
+def two_step_dumps(root: Path, ranks: int = 2) -> Path:
+    """root/{target,golden}/step{0,1}/rank<N>/{dump,stack,construct}.json from stats_mix; step1's golden
+    differs from step0's (one output's Max scaled), so that the two steps' tables differ."""
+    import shutil
+
+    for step in (0, 1):
+        for rank in range(ranks):
+            for side in ("target", "golden"):
+                folder = root / side / f"step{step}" / f"rank{rank}"
+                folder.mkdir(parents=True)
+                for name in ("dump.json", "stack.json", "construct.json"):
+                    shutil.copy(STATS_MIX / side / name, folder / name)
+    changed = root / "golden" / "step1" / "rank0" / "dump.json"
+    content = json.loads(changed.read_text())
+    output = content["data"]["Functional.linear.0.forward"]["output"][0]
+    output["Max"] = output["Max"] * 3 + 1
+    changed.write_text(json.dumps(content))
+    return root
+
+
+def file_hashes(directory) -> dict:
+    """Name -> sha256 of every visible file directly in `directory`."""
+    return {n: hashlib.sha256((Path(directory) / n).read_bytes()).hexdigest() for n in listing(directory)
+            if not n.startswith(".") and (Path(directory) / n).is_file()}
+
+
+def dead_pid() -> int:
+    """The pid of a process of this machine that has ended."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid

@@ -8,8 +8,10 @@ Each error case runs in-process (main(argv)) and in a fresh `python -m msprobe` 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,8 +29,10 @@ from helpers_bad_input import (
     assert_outputs,
     assert_success,
     copy_fixture_dump,
+    dead_pid,
     default_arrays,
     extract_tensor_fixture,
+    file_hashes,
     listing,
     npy_name,
     read_csv_rows,
@@ -38,6 +42,7 @@ from helpers_bad_input import (
     snapshot,
     stats_dump,
     tensor_record,
+    two_step_dumps,
     write_json,
     write_tensor_side,
 )
@@ -649,3 +654,440 @@ def test_help_and_version_in_a_subprocess(tmp_path):
                               text=True, timeout=60)
         assert proc.returncode == 0 and proc.stderr == "", (argv, proc.stderr)
         assert proc.stdout.strip()
+
+
+# ------------------------------------------------------------------------------------------ 13. runs into one -o
+def _tables(out) -> list:
+    return sorted(n for n in listing(out) if n.startswith("compare_result_"))
+
+
+@VIA
+def test_another_steps_run_never_takes_or_replaces_the_earlier_results(tmp_path, capsys, monkeypatch, via):
+    """issue 18 §3: step0 then step1 into one -o used to replace step0's tables under step0's timestamp."""
+    monkeypatch.chdir(tmp_path)
+    root = two_step_dumps(tmp_path / "mr")
+    out = tmp_path / "seq"
+
+    def compare(step):
+        return run_cli(via, ["compare", "-tp", root / "target" / step, "-gp", root / "golden" / step, "-o", out,
+                             "--csv", "-j", "2"], capsys, tmp_path)
+
+    assert_success(compare("step0"))
+    step0 = file_hashes(out)
+    assert len(_tables(out)) == 2
+    run = compare("step1")
+    assert_success(run)
+    assert "(0 from an earlier run" in run.out      # nothing of step0 is taken for step1
+    after = file_hashes(out)
+    assert {n: after.get(n) for n in step0} == step0     # step0's files are all there, unchanged
+    step1 = sorted(set(after) - set(step0))
+    assert len([n for n in step1 if n.startswith("compare_result_rank")]) == 2
+    stamps = {n.rsplit("_", 1)[1].split(".")[0] for n in after}
+    assert len(stamps) == 2                         # each run has its own timestamp
+    rows = {n: read_csv_rows(out / n) for n in _tables(out) if "rank0" in n}
+    first, second = (rows[n] for n in sorted(rows))
+    assert [r["Bench max"] for r in first] != [r["Bench max"] for r in second]   # step1's own data
+    # each run keeps its own resume state: step0 again is complete, nothing rewritten
+    run = compare("step0")
+    assert_success(run)
+    assert "2 of 2 tasks were completed by an earlier run" in run.out
+    assert file_hashes(out) == after
+
+
+@VIA
+def test_graph_of_another_dump_never_replaces_the_earlier_graphs(tmp_path, capsys, monkeypatch, via):
+    monkeypatch.chdir(tmp_path)
+    root = two_step_dumps(tmp_path / "mr")
+    out = tmp_path / "vis"
+    args = ["graph", "-o", out, "-j", "1", "-tp"]
+    assert_success(run_cli(via, [*args, root / "target" / "step0"], capsys, tmp_path))
+    first = file_hashes(out)
+    assert len(first) == 2
+    assert_success(run_cli(via, [*args, root / "golden" / "step1"], capsys, tmp_path))
+    after = file_hashes(out)
+    assert {n: after.get(n) for n in first} == first and len(after) == 4
+
+
+@VIA
+def test_compares_into_one_directory_in_one_second_keep_their_results(tmp_path, capsys, monkeypatch, via, good_pair):
+    """Two (sequential, in-process) or four (concurrent processes) compares in the same second: one table each,
+    named compare_result_<14 digits>.csv."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    argv = ["compare", "-tp", good_pair[0], "-gp", good_pair[1], "-o", out, "--csv", "-c"]
+    if via == "inproc":
+        for _ in range(2):
+            assert_success(run_inproc(argv, capsys))
+        expected = 2
+    else:
+        env = {k: v for k, v in os.environ.items() if k != "MSPROBE_DEBUG"}
+        runs = [subprocess.Popen([sys.executable, "-m", "msprobe", *map(str, argv)], cwd=tmp_path, env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        assert all(r.wait(timeout=120) == 0 for r in runs), [r.stderr.read() for r in runs]
+        expected = 4
+    names = listing(out)
+    assert len(names) == expected and all(re.fullmatch(r"compare_result_\d{14}\.csv", n) for n in names), names
+    assert all(len(read_csv_rows(out / n)) == len(read_csv_rows(out / names[0])) > 0 for n in names)
+
+
+def test_a_stamp_that_a_file_or_a_live_run_holds_is_not_taken(tmp_path):
+    import time
+
+    from msprobe.report.atomic import host_tag
+    from msprobe.scale import stamp as stamps
+
+    clock = iter(range(1_800_000_000, 1_800_000_100))
+    seconds = [time.strftime("%Y%m%d%H%M%S", time.localtime(1_800_000_000 + i)) for i in range(4)]
+    (tmp_path / f"compare_result_{seconds[0]}.csv").write_text("earlier result")
+    (tmp_path / stamps.lock_name(seconds[1])).write_text(f"{os.getppid()}@{host_tag()}\n")    # a live run
+    (tmp_path / stamps.lock_name(seconds[2])).write_text(f"{dead_pid()}@{host_tag()}\n")      # a killed one
+    try:
+        assert stamps.claim_stamp([str(tmp_path)], now=lambda: float(next(clock))) == seconds[2]
+        assert os.path.exists(tmp_path / stamps.lock_name(seconds[2]))
+    finally:
+        stamps.release_claims()
+    assert sorted(listing(tmp_path)) == sorted([f"compare_result_{seconds[0]}.csv", stamps.lock_name(seconds[1])])
+
+
+# ------------------------------------------------------------------------------------------ 14. killed runs
+def _fake_temporaries(directory: Path) -> dict:
+    from msprobe.report.atomic import host_tag
+
+    directory.mkdir(parents=True, exist_ok=True)
+    names = {"dead": f".tmp-0123456789ab-{dead_pid()}@{host_tag()}-compare_result_20260101000000.csv",
+             "alive": f".tmp-0123456789ac-{os.getpid()}@{host_tag()}-compare_result_20260101000000.csv",
+             "foreign": ".tmp-mine.txt"}
+    for name in names.values():
+        (directory / name).write_bytes(b"x" * 1000)
+        os.utime(directory / name, (1_000_000, 1_000_000))
+    names["dead-claim"] = ".msprobe_run_20260101000000.lock"       # a killed run's claim on its timestamp
+    (directory / names["dead-claim"]).write_text(f"{dead_pid()}@{host_tag()}\n")
+    return names
+
+
+@VIA
+def test_temporaries_of_a_killed_run_are_removed_by_the_next_run(tmp_path, capsys, monkeypatch, via, good_pair):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    names = _fake_temporaries(out)
+    assert_success(run_cli(via, ["compare", "-tp", good_pair[0], "-gp", good_pair[1], "-o", out, "--csv"], capsys,
+                           tmp_path))
+    left = listing(out)
+    assert names["dead"] not in left and names["alive"] in left and names["foreign"] in left
+    assert names["dead-claim"] not in left
+    # directories: the output and its step folders
+    root = two_step_dumps(tmp_path / "mr", ranks=1)
+    out2 = tmp_path / "out2"
+    names = _fake_temporaries(out2 / "step0")
+    assert_success(run_cli(via, ["compare", "-tp", root / "target", "-gp", root / "golden", "-o", out2, "--csv",
+                                 "-j", "1"], capsys, tmp_path))
+    left = listing(out2 / "step0")
+    assert names["dead"] not in left and names["alive"] in left and names["foreign"] in left
+
+
+@VIA
+def test_every_command_removes_the_temporaries_of_killed_runs(tmp_path, capsys, monkeypatch, via):
+    """merge_result (any command that prepares an output directory) cleans up as compare does."""
+    from helpers_bad_input import FIXTURES
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "merged"
+    names = _fake_temporaries(out)
+    run = run_cli(via, ["merge_result", "-i", FIXTURES / "merge" / "results", "-o", out, "-config",
+                        FIXTURES / "merge" / "merge_config.yaml"], capsys, tmp_path)
+    assert run.code == 0, run.err
+    left = listing(out)
+    assert names["dead"] not in left and names["alive"] in left and names["foreign"] in left
+
+
+def _children(pid: int) -> set:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.add(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers die with their driver on Linux")
+def test_workers_die_with_a_driver_killed_by_sigkill(tmp_path):
+    import time
+
+    from helpers_bad_input import SUBPROCESS_TIMEOUT
+
+    root = two_step_dumps(tmp_path / "mr", ranks=6)
+    # a task that never ends: the driver's workers would run forever once it is gone
+    script = ("import sys, time\nimport msprobe.compare.batch as b\n"
+              "b.compare_files = lambda *a, **k: time.sleep(600)\n"
+              "from msprobe.cli.main import main\nsys.exit(main(sys.argv[1:]))\n")
+    driver = subprocess.Popen([sys.executable, "-c", script, "compare", "-tp", str(root / "target" / "step0"),
+                               "-gp", str(root / "golden" / "step0"), "-o", str(tmp_path / "out"), "-j", "2"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: set = set()
+    try:
+        deadline = time.monotonic() + SUBPROCESS_TIMEOUT
+        while len(workers := _children(driver.pid)) < 2:
+            assert driver.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        deadline = time.monotonic() + 20
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in workers if _running(pid)], "workers outlived their driver"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        for pid in workers:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------------------------------ 15. surrogates
+def _surrogate_pair(tmp_path) -> tuple:
+    """stats_mix with a lone surrogate (JSON `\\ud800`) in an entry name, a string value and a stack line."""
+    sides = []
+    for side in ("target", "golden"):
+        content = json.loads((STATS_MIX / side / "dump.json").read_text())
+        entry = content["data"].pop("Functional.linear.0.forward")
+        entry["input_args"].append({"type": "str", "value": "a\udc00b"})
+        content["data"]["Functional.li\ud800near.0.forward"] = entry
+        stack = json.loads((STATS_MIX / side / "stack.json").read_text())
+        group = next(iter(stack.values()))
+        group[0].append("Functional.li\ud800near.0.forward")
+        group[1][0] += " \ud801"
+        folder = tmp_path / "sur" / side
+        write_json(folder / "stack.json", stack)
+        sides.append(write_json(folder / "dump.json", content))
+    assert b"\\ud800" in sides[0].read_bytes()
+    return tuple(sides)
+
+
+@VIA
+@pytest.mark.parametrize("fmt", ["--csv", "--xlsx"])
+def test_lone_surrogates_are_written_escaped(tmp_path, capsys, monkeypatch, via, fmt):
+    monkeypatch.chdir(tmp_path)
+    target, golden = _surrogate_pair(tmp_path)
+    out = tmp_path / "out"
+    run = run_cli(via, ["compare", "-tp", target, "-gp", golden, "-o", out, fmt, "--html"], capsys, tmp_path)
+    assert_success(run)
+    extension = fmt[2:]
+    table = next(n for n in listing(out) if n.endswith("." + extension))
+    if extension == "csv":
+        rows = read_csv_rows(out / table)
+    else:
+        import openpyxl
+
+        sheet = openpyxl.load_workbook(out / table).active
+        header = [c.value for c in sheet[1]]
+        rows = [dict(zip(header, (c.value for c in row))) for row in sheet.iter_rows(min_row=2)]
+    names = [r["NPU Name"] for r in rows if "near.0.forward" in r["NPU Name"]]
+    assert names and all(n.startswith("Functional.li\\ud800near.0.forward.") for n in names), names
+    assert any("a\\udc00b" in str(r.get("NPU max")) or "a\\udc00b" in str(r.values()) for r in rows)
+    assert any("\\ud801" in str(r.get("NPU_Stack_Info")) for r in rows)
+    page = next(n for n in listing(out) if n.endswith(".html"))
+    assert "li\\\\ud800near" in (out / page).read_text(encoding="utf-8")    # the JSON text of "li\\ud800near"
+
+
+# ------------------------------------------------------------------------------------------ 16. 1.x -i paths
+@VIA
+@pytest.mark.parametrize("command", ["compare", "graph"])
+@pytest.mark.parametrize("kind", ["missing", "directory", "symlink"])
+def test_legacy_compare_json_path_errors(tmp_path, capsys, monkeypatch, via, command, kind):
+    monkeypatch.chdir(tmp_path)
+    real = write_json(tmp_path / "real.json", {"npu_path": "a", "bench_path": "b"})
+    path = {"missing": "/nonexist.json", "directory": tmp_path / "dir", "symlink": tmp_path / "link.json"}[kind]
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "symlink":
+        os.symlink(real, path)
+    framework = "pytorch" if command == "graph" else "mindspore"
+    run = run_cli(via, ["-f", framework, command, "-i", path, "-o", tmp_path / "X"], capsys, tmp_path)
+    words = {"missing": "does not exist", "directory": "is a directory", "symlink": "symbolic link"}[kind]
+    assert_one_error_line(run, str(path), words, command=command)
+    assert not (tmp_path / "X").exists()
+
+
+# ------------------------------------------------------------------------------------------ 17. huge csv cells
+def _long_stack_results(tmp_path) -> Path:
+    """compare's own csv of two ranks whose stack has 3000 frames (a cell above csv's default field limit)."""
+    root = two_step_dumps(tmp_path / "deep", ranks=2)
+    for rank in (0, 1):
+        stack_path = root / "target" / "step0" / f"rank{rank}" / "stack.json"
+        stack = json.loads(stack_path.read_text())
+        for group in stack.values():
+            group[1] = [f"File /site-packages/deep/module_{i}.py, line {i}, in frame_{i}, \n call()"
+                        for i in range(3000)]
+        stack_path.write_text(json.dumps(stack))
+    from msprobe.cli.main import main
+
+    assert main(["compare", "-tp", str(root / "target" / "step0"), "-gp", str(root / "golden" / "step0"), "-o",
+                 str(tmp_path / "res"), "--csv", "-c", "-j", "1"]) == 0
+    return tmp_path / "res"
+
+
+@VIA
+def test_report_and_merge_result_read_cells_above_the_csv_field_limit(tmp_path, capsys, monkeypatch, via):
+    import csv
+
+    monkeypatch.chdir(tmp_path)
+    results = _long_stack_results(tmp_path)
+    tables = sorted(results.glob("compare_result_rank*.csv"))
+    assert len(tables) == 2 and tables[0].stat().st_size > 2 * 131072
+    monkeypatch.setattr(csv, "field_size_limit", csv.field_size_limit)    # restored after the test
+    csv.field_size_limit(131072)                                          # Python's default
+    run = run_cli(via, ["report", tables[0], "-o", tmp_path / "pages"], capsys, tmp_path)
+    assert_success(run)
+    assert len(list((tmp_path / "pages").glob("*.html"))) == 1
+    config = tmp_path / "merge.yaml"
+    config.write_text("api:\n  - Functional.linear\ncompare_index:\n  - Max diff\n")
+    run = run_cli(via, ["merge_result", "-i", results, "-o", tmp_path / "merged", "-config", config], capsys,
+                  tmp_path)
+    assert_success(run)
+    assert len(list((tmp_path / "merged").glob("multi_ranks_compare_merge_*.xlsx"))) == 1
+
+
+# ------------------------------------------------------------------------------------------ 18. the machine says no
+def _mount_tmpfs(path: Path, options: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return False
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
+    return proc.returncode == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB file system (tmpfs; needs root), unmounted afterwards."""
+    path = tmp_path / "small"
+    if not _mount_tmpfs(path, "size=64k"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield path
+    subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@VIA
+@pytest.mark.parametrize("fmt", ["--csv", "--xlsx"])
+def test_disk_full_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch, via, good_pair, small_disk, fmt):
+    monkeypatch.chdir(tmp_path)
+    (small_disk / "filler").write_bytes(b"\0" * 40_000)    # what is left cannot hold the table
+    out = small_disk / "out"
+    run = run_cli(via, ["compare", "-tp", good_pair[0], "-gp", good_pair[1], "-o", out, fmt], capsys, tmp_path)
+    line = assert_one_error_line(run, "No space left on device", "compare_result_")
+    assert str(out) in line
+    assert listing(out) == []
+
+
+def test_disk_full_without_a_small_disk(tmp_path, capsys, monkeypatch, good_pair):
+    """The same through a write that fails as on a full disk (runs where no tmpfs can be mounted)."""
+    import errno
+    import io
+
+    from msprobe.report import csv_writer
+
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    real_open = open
+
+    def full_open(path, mode="r", *args, **kwargs):
+        return Full() if "w" in mode else real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(csv_writer, "open", full_open, raising=False)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    run = run_inproc(["compare", "-tp", good_pair[0], "-gp", good_pair[1], "-o", out, "--csv"], capsys)
+    assert_one_error_line(run, "No space left on device", str(out / "compare_result_"))
+    assert listing(out) == []
+
+
+@VIA
+def test_read_only_output_directory(tmp_path, capsys, monkeypatch, via, good_pair):
+    monkeypatch.chdir(tmp_path)
+    locked = tmp_path / "ro"
+    if not _mount_tmpfs(locked, "size=64k,ro"):
+        pytest.skip("cannot mount a read-only tmpfs here (needs root)")
+    try:
+        run = run_cli(via, ["compare", "-tp", good_pair[0], "-gp", good_pair[1], "-o", locked / "out", "--csv"],
+                      capsys, tmp_path)
+        assert_one_error_line(run, str(locked / "out"))
+        assert listing(locked) == []
+    finally:
+        subprocess.run(["umount", "-l", str(locked)], check=False)
+
+
+@VIA
+def test_file_names_too_long(tmp_path, capsys, monkeypatch, via, good_pair):
+    monkeypatch.chdir(tmp_path)
+    run = run_cli(via, ["compare", "-tp", good_pair[0], "-gp", good_pair[1], "-o", tmp_path / ("o" * 300), "--csv"],
+                  capsys, tmp_path)
+    assert_one_error_line(run, "File name too long")
+    # a rank folder whose name makes the result's name too long: the rank fails in one line, nothing is left
+    rank = "rank1" + "0" * 240
+    for side in ("target", "golden"):
+        copy_fixture_dump(STATS_MIX, side, tmp_path / "long" / side / "step0")
+        os.rename(tmp_path / "long" / side / "step0" / side, tmp_path / "long" / side / "step0" / rank)
+    out = tmp_path / "out"
+    run = run_cli(via, ["compare", "-tp", tmp_path / "long" / "target" / "step0", "-gp",
+                        tmp_path / "long" / "golden" / "step0", "-o", out, "--csv"], capsys, tmp_path)
+    assert_one_error_line(run, "File name too long", rank)
+    assert [n for n in listing(out) if not n.startswith(".msprobe_done")] == []
+
+
+# ------------------------------------------------------------------------------------------ 19. retries
+@VIA
+def test_input_errors_of_a_task_are_not_retried(tmp_path, capsys, monkeypatch, via):
+    monkeypatch.chdir(tmp_path)
+    root = two_step_dumps(tmp_path / "mr", ranks=2)
+    (root / "target" / "step0" / "rank1" / "dump.json").write_text("{not json")
+    run = run_cli(via, ["compare", "-tp", root / "target" / "step0", "-gp", root / "golden" / "step0", "-o",
+                        tmp_path / "out", "--csv", "-j", "2", "--retries", "3"], capsys, tmp_path)
+    assert_success(run)
+    assert "retrying" not in run.out and "attempts)" not in run.out
+    assert "Ranks: 1 of 2 complete" in run.out and "not valid JSON" in run.out
+    # -fm with an empty construct.json: refused at once too
+    (root / "target" / "step0" / "rank1" / "dump.json").write_text((STATS_MIX / "target" / "dump.json").read_text())
+    (root / "target" / "step0" / "rank1" / "construct.json").write_text("")
+    run = run_cli(via, ["compare", "-tp", root / "target" / "step0", "-gp", root / "golden" / "step0", "-o",
+                        tmp_path / "out2", "--csv", "-j", "2", "-fm"], capsys, tmp_path)
+    assert "retrying" not in run.out and "Ranks: 1 of 2 complete" in run.out, run.out[-3000:]
+
+
+_FAILING_TASK = ("import sys\nimport msprobe.compare.batch as b\n"
+                 "def broken(*args, **kwargs):\n    raise ZeroDivisionError('a bug inside a task')\n"
+                 "b.compare_files = broken\nfrom msprobe.cli.main import main\nsys.exit(main(sys.argv[1:]))\n")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_msprobe_debug_shows_the_traceback_of_an_internal_error_inside_a_task(tmp_path, debug, workers):
+    from helpers_bad_input import SUBPROCESS_TIMEOUT
+
+    root = two_step_dumps(tmp_path / "mr", ranks=2)
+    env = {k: v for k, v in os.environ.items() if k != "MSPROBE_DEBUG"}
+    if debug:
+        env["MSPROBE_DEBUG"] = "1"
+    proc = subprocess.run([sys.executable, "-c", _FAILING_TASK, "compare", "-tp", str(root / "target" / "step0"),
+                           "-gp", str(root / "golden" / "step0"), "-o", str(tmp_path / "out"), "-j", workers],
+                          capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT)
+    assert proc.returncode == 1
+    assert "internal error: ZeroDivisionError: a bug inside a task" in proc.stdout + proc.stderr
+    assert "retrying" not in proc.stdout
+    tracebacks = (proc.stdout + proc.stderr).count("Traceback (most recent call last)")
+    assert tracebacks == (2 if debug else 0), proc.stderr
+    if debug:
+        assert "in broken" in proc.stderr and "[rank0] Traceback" in proc.stderr

@@ -57,6 +57,10 @@ class Backend:
         """Whether the API is replayed (the others get a SKIP row)."""
         raise NotImplementedError
 
+    def named_for_replay(self, name: str) -> bool:
+        """Whether the name has the form of a replayable API (else the replayer writes its own SKIP row)."""
+        return True
+
     def needed_files(self, data: dict, names: list) -> list:
         """data_name of every tensor file a real-data run of these APIs reads."""
         raise NotImplementedError
@@ -77,6 +81,12 @@ class Backend:
 
     def replayer(self, data: dict, tensor_dir, device: str, options):
         raise NotImplementedError
+
+    def skip(self, data: dict, name: str, message: str):
+        """The result of an API that is refused before it is replayed (guard.py), with `message` saying why."""
+        from msprobe.acc_check.common import skip_result
+
+        return skip_result(name, message)
 
     def save_error(self, directory: str, result) -> None:
         raise NotImplementedError
@@ -133,6 +143,11 @@ class TorchBackend(Backend):
 
         parsed = parse_api(name)
         return parsed is not None and parsed[1] in support_lists().get(parsed[0], ())
+
+    def named_for_replay(self, name: str) -> bool:
+        from msprobe.acc_check.runner import parse_api
+
+        return parse_api(name) is not None
 
     def needed_files(self, data: dict, names: list) -> list:
         wanted = []
@@ -272,6 +287,12 @@ class MindSporeBackend(Backend):
         from msprobe.acc_check.ms_runner import device_name
 
         return device_name(options.device_id)
+
+    def skip(self, data: dict, name: str, message: str):
+        from msprobe.acc_check.common import ApiResult
+
+        return ApiResult(name, SKIP if f"{name}.forward" in data else "",
+                         SKIP if f"{name}.backward" in data else "", message)
 
     def replayer(self, data: dict, tensor_dir, device: str, options):
         from msprobe.acc_check.ms_runner import MsReplayer

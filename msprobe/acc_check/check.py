@@ -3,14 +3,16 @@ framework (PyTorch spec §5, MindSpore spec §4), append its rows; resumable."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import os
+import shutil
 from dataclasses import dataclass
 
-from msprobe.acc_check.common import ERROR
+from msprobe.acc_check.common import ERROR, decode_numbers
 from msprobe.acc_check.select import CheckOptions
-from msprobe.errors import DumpFormatError, MsprobeError
+from msprobe.errors import DumpFormatError, MsprobeError, os_error_text
 
 
 @dataclass
@@ -42,6 +44,7 @@ def load_api_dump(path: str) -> tuple:
     content = load_json(path, "api_info file")
     if not isinstance(content, dict) or not isinstance(content.get("data"), dict):
         raise DumpFormatError(f"{path} is not a msprobe dump.json: it needs an object 'data'.")
+    content["data"] = decode_numbers(content["data"])     # the reader's NaN/Infinity sentinels become floats
     backend = backend_for(content, path)
     names = backend.api_names(content["data"])
     if not forward_count(content["data"]):
@@ -110,6 +113,7 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     (accuracy_checking_result_<stamp><suffix>.csv) or to the interrupted pair `csv_path`. Every check that can
     refuse the run (open_dump, tensor files, resume files) happens before anything is written."""
     from msprobe.acc_check.backends import MINDSPORE, forward_count
+    from msprobe.acc_check.guard import default_budget, format_size, refusal, tensor_file_bytes
     from msprobe.acc_check.results import new_files, resume_files
     from msprobe.acc_check.select import filter_apis
     from msprobe.compare.pipeline import timestamp
@@ -117,6 +121,7 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     from msprobe.log import progress
 
     dump = open_dump(api_info, options, config_path, expected_framework)
+    budget = dump.options.memory_budget or default_budget()
     path, content, all_names, backend, real_data, options = (dump.path, dump.content, dump.names, dump.backend,
                                                               dump.real_data, dump.options)
     data = content["data"]
@@ -133,12 +138,16 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     if csv_path:
         files, done, stamp = resume_files(csv_path, all_names, suffix, backend)
         output_dir = os.path.dirname(files.result_path)
+        made = []          # a resumed pair is kept whatever happens: the next -csv_path continues it
     else:
         output_dir = prepare_output_dir(output_dir or "./")
         stamp = stamp or timestamp()
-        files, done = new_files(output_dir, stamp, suffix, backend), set()
+        try:
+            files, done = new_files(output_dir, stamp, suffix, backend), set()
+        except OSError as exc:
+            raise write_error(exc, output_dir, "") from None
+        made = [files.result_path, files.details_path, info_path_of(files.result_path)]
     summary.result_path, summary.details_path = files.result_path, files.details_path
-    _write_info(files.result_path, path, device, backend.benchmark, real_data)
     error_dir = ""
     if save_error_data and real_data and backend is MINDSPORE:
         if logger:
@@ -149,16 +158,26 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
     summary.resumed = sum(1 for n in kept if n in done)
     if logger:
         logger.info("acc_check on %s (%s): %d APIs, %d replayed%s, device under test %s, benchmark %s, %s "
-                    "inputs.", path, backend.framework, len(kept), summary.supported,
+                    "inputs; at most %s of memory per API.", path, backend.framework, len(kept), summary.supported,
                     f", {summary.filtered} dropped by -f" if summary.filtered else "", device, backend.benchmark,
-                    "real-data" if real_data else "random-data")
+                    "real-data" if real_data else "random-data", format_size(budget))
     replayer = backend.replayer(data, tensor_dir, device, options)
     # the index seeds the API's inputs: its position in the whole dump, whichever worker checks it
     position = {n: i for i, n in enumerate(all_names)}
     todo = [(position[n], n) for n in kept if n not in done]
+    # a single run's error directory is its own (its timestamp); multi_acc_check's splits share theirs
+    made_error_dir = bool(error_dir) and subset is None and not os.path.exists(error_dir)
     try:
+        _write_info(files.result_path, path, device, backend.benchmark, real_data)
         for index, name in (progress(todo, total=len(todo), desc="APIs") if show_progress else todo):
-            result = replayer.run(name, index)
+            # the reference's own SKIP rows (Distributed.*, ...) stay as they are; other APIs are refused first
+            refused = ""
+            if backend.named_for_replay(name):
+                replayed = backend.supported(name)
+                loads = tensor_file_bytes(tensor_dir, backend.needed_files(data, [name])) \
+                    if real_data and replayed else 0
+                refused = refusal(name, data, budget if replayed else None, loads)
+            result = backend.skip(data, name, refused) if refused else replayer.run(name, index)
             files.append(result)
             summary.checked += 1
             if result.skipped:
@@ -175,12 +194,32 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
             if logger and result.failed:
                 logger.warning("%s: forward %s, backward %s.", name, result.forward_status or "-",
                                result.backward_status.strip() or "-")
-            del result
+            del result             # this API's tensors are freed before the next API's are built
             if index % 64 == 63:
                 gc.collect()
-    finally:
         files.close()
+    except OSError as exc:
+        files.close(quiet=True)
+        for name in made:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+        if made_error_dir:
+            shutil.rmtree(error_dir, ignore_errors=True)
+        raise write_error(exc, output_dir, "" if made else files.result_path) from None
+    except BaseException:
+        files.close(quiet=True)
+        raise
     return summary
+
+
+def write_error(exc: OSError, output_dir: str, resumable: str) -> MsprobeError:
+    """The one-line error of a result file that cannot be written (disk full, read-only directory, name too
+    long); `resumable`: the result csv of a resumed run, which is kept."""
+    if not exc.filename:          # a failed write or flush (disk full) names no file
+        exc.filename = output_dir
+    kept = (f"the rows recorded before are kept: continue with -csv_path {resumable}" if resumable else
+            "no result file of this run was kept")
+    return MsprobeError(f"cannot write the results: {os_error_text(exc)}; {kept}.")
 
 
 def info_path_of(result_path: str) -> str:

@@ -100,6 +100,18 @@ def number(value):
     return SENTINELS.get(value, value) if isinstance(value, str) else value
 
 
+def decode_numbers(node):
+    """node with every NaN/Infinity sentinel string of the reader replaced by its float: outside the reader a NaN
+    is a float (acc_check's messages and op_generate's extracted JSON and scripts never see the sentinels)."""
+    if isinstance(node, str):
+        return SENTINELS.get(node, node)
+    if isinstance(node, list):
+        return [decode_numbers(value) for value in node]
+    if isinstance(node, dict):
+        return {key: decode_numbers(value) for key, value in node.items()}
+    return node
+
+
 def is_tensor_item(item) -> bool:
     return isinstance(item, dict) and item.get("type") in TENSOR_TYPES
 

@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from msprobe.errors import MsprobeError
+from msprobe.errors import MsprobeError, os_error_text
 
 MAX_DEVICE_ID = 4095
 MAX_SPLITS = 64        # -n/--num_splits: 1..64, default 8 (spec §2.3)
@@ -80,6 +80,7 @@ class SplitOptions:
     config_path: str = ""
     jit_compile: bool = False
     max_abs_err: float | None = None
+    memory_budget: int = 0           # bytes one API may use in one worker
 
 
 def suffix_of(device_id: int) -> str:
@@ -174,7 +175,8 @@ def check_split(job: SplitJob, options: SplitOptions) -> DeviceSummary:
 
     existing = result_path_of(options.output_dir, options.stamp, job.suffix)
     check_options = CheckOptions(filter_api=options.filter_api, jit_compile=options.jit_compile,
-                                 device_id=job.device_id, max_abs_err=options.max_abs_err)
+                                 device_id=job.device_id, max_abs_err=options.max_abs_err,
+                                 memory_budget=options.memory_budget)
     summary = run_acc_check(job.api_info, options.output_dir, existing if os.path.isfile(existing) else "",
                             options.save_error_data, None, subset=list(job.apis), suffix=job.suffix,
                             stamp=options.stamp, show_progress=False, options=check_options,
@@ -213,6 +215,7 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
     `config_path` (-config). Everything that can refuse the run is checked before a worker starts. Splits and
     devices completed by an earlier invocation of the same run (-csv_path) are not run again."""
     from msprobe.acc_check.check import check_real_data, open_dump
+    from msprobe.acc_check.guard import default_budget
     from msprobe.acc_check.select import CheckOptions, filter_apis
     from msprobe.compare.pipeline import timestamp
     from msprobe.dump.paths import prepare_output_dir
@@ -251,9 +254,13 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
         if splits < len(devices):
             logger.warning("-n %d splits for %d devices: devices %s get no APIs.", splits, len(devices),
                            " ".join(str(d) for d in devices[splits:]))
+    # every local worker running at once gets its share of the memory budget (default: half the available
+    # memory); a Ray task measures the memory of its own node when it starts (budget 0)
+    budget = options.memory_budget or (0 if backend.kind == "ray" else
+                                        default_budget(min(backend.workers, max(len(jobs), 1))))
     settings_of_run = SplitOptions(output_dir, stamp, save_error_data, options.filter_api,
                                    os.path.abspath(config_path) if config_path else "", options.jit_compile,
-                                   options.max_abs_err)
+                                   options.max_abs_err, budget)
     try:
         # the timestamp belongs to the settings: only the same run (-csv_path) skips its completed splits
         batch = run_tasks(check_split, jobs, settings_of_run, backend,
@@ -271,17 +278,23 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
         done[(job.device_id, job.split)] = result
     summary = MultiSummary(stamp=stamp, splits=splits, filtered=len(dump.names) - len(names))
     total = DeviceSummary(-1)
-    for device_id in devices:
-        mine = [(i, apis) for d, i, apis in splits_plan if d == device_id]
-        result = _finish_device(device_id, mine, done, device_id in complete, output_dir, stamp, dump.backend)
-        for key in ("apis", "recorded", "checked", "passed", "warned", "failed", "skipped"):
-            setattr(total, key, getattr(total, key) + getattr(result, key))
-        summary.devices.append(result)
-    summary.total = total
-    found = run_files(output_dir, stamp)
-    summary.resume_path = next((p for p in found if "_split" in os.path.basename(p)), found[0] if found else "")
-    summary.summary_path = os.path.join(output_dir, f"accuracy_checking_summary_{stamp}.csv")
-    write_text(summary.summary_path, summary_table(summary))
+    try:
+        for device_id in devices:
+            mine = [(i, apis) for d, i, apis in splits_plan if d == device_id]
+            result = _finish_device(device_id, mine, done, device_id in complete, output_dir, stamp, dump.backend)
+            for key in ("apis", "recorded", "checked", "passed", "warned", "failed", "skipped"):
+                setattr(total, key, getattr(total, key) + getattr(result, key))
+            summary.devices.append(result)
+        summary.total = total
+        found = run_files(output_dir, stamp)
+        summary.resume_path = next((p for p in found if "_split" in os.path.basename(p)), found[0] if found else "")
+        summary.summary_path = os.path.join(output_dir, f"accuracy_checking_summary_{stamp}.csv")
+        write_text(summary.summary_path, summary_table(summary))
+    except OSError as exc:
+        # joining a device's splits or writing the summary: the split files stay (joined files are atomic)
+        found = run_files(output_dir, stamp)
+        hint = f"continue with -csv_path {found[0]} once it can be written" if found else "no result file was kept"
+        raise MsprobeError(f"cannot write the results: {os_error_text(exc)}; {hint}.") from None
     return summary
 
 

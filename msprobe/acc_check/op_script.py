@@ -42,7 +42,7 @@ def make_tensor(item, real_data):
     dtype = torch_dtype(item["dtype"])
     shape = [int(s) for s in item.get("shape") or []]
     if real_data:
-        loaded = torch.load(item["data_name"], map_location="cpu", weights_only=False)
+        loaded = torch.load(item["data_name"], map_location="cpu", weights_only=True)   # never unpickles code
         if not isinstance(loaded, torch.Tensor):
             loaded = torch.as_tensor(loaded)
         tensor = loaded.to(dtype)
@@ -133,9 +133,9 @@ def resolve(api_type, api_name):
     raise AttributeError(f"torch has no API {api_name}")
 
 
-def grid(rows):
+def grid(rows, headers=("Metric", "Value")):
     """A table in tabulate's 'grid' format."""
-    rows = [["Metric", "Value"], *[[str(a), str(b)] for a, b in rows]]
+    rows = [list(headers), *[[str(a), str(b)] for a, b in rows]]
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     text = [line]
@@ -186,6 +186,43 @@ def metrics(standard, bench, device):
         ("Error Balance", balance)]
 
 
+# The documented reading of each metric (spec acc_check.md §8, §7): (pass at most, warning at most) or a rule.
+LIMITS = {"Small Value Error Proportion": (1.0, 2.0), "Maximum Relative Error": (1.0, 10.0),
+          "Mean Relative Error": (1.0, 2.0), "Root Mean Squared Error": (1.0, 2.0), "Error Balance": (1.0, 2.0)}
+PASS, WARNING, ERROR = "pass", "warning", "error"
+ORDER = {PASS: 0, WARNING: 1, ERROR: 2}
+
+
+def verdict(name, value, dtype):
+    """pass/warning/error of one metric value, '-' for a metric without a documented limit."""
+    if isinstance(value, float) and math.isnan(value):
+        return ERROR
+    if name in LIMITS:
+        good, fair = LIMITS[name]
+        return PASS if value <= good else WARNING if value <= fair else ERROR
+    if name in ("Error Rate", "Relative Error Ratio", "Absolute Error Ratio"):
+        return PASS if value == 0 else ERROR
+    if name == "Thousandth ratio":
+        return PASS if value > 0.999 else ERROR
+    if name == "Mean ULP Error" and dtype == torch.float32:
+        return PASS if value < 64 else ERROR
+    if name == "ULP Error Proportion":
+        return PASS if value < (0.05 if dtype == torch.float32 else 0.001) else ERROR
+    return "-"
+
+
+def verdicts(standard, dtype, rows):
+    """(metric, verdict) per metric row and the overall verdict of one output: the worst of the metrics; for the
+    ULP standard a pass of either ULP rule passes (float32: mean ULP error < 64 or proportion < 0.05)."""
+    out = [(name, verdict(name, value, dtype)) for name, value in rows]
+    judged = [v for _, v in out if v != "-"]
+    if standard == "ulp_compare":
+        overall = PASS if PASS in judged else ERROR
+    else:
+        overall = max(judged, key=ORDER.get) if judged else PASS
+    return out, overall
+
+
 def ratio(mask):
     return mask.double().mean().item() if mask.numel() else 0.0
 
@@ -205,6 +242,8 @@ def compare(standard, out_device, out_bench):
     used, rows = metrics(standard, out_bench, out_device)
     print(grid([("Shape", tuple(out_device.shape)), ("Dtype of out_device", out_device.dtype),
                 ("Dtype of out_bench", out_bench.dtype), ("Compare Standard", LABELS[used]), *rows]))
+    judged, overall = verdicts(used, out_device.dtype, rows)
+    print(grid([*judged, ("Result", overall)], ("Metric", "Result")))
 
 
 def main(config):

@@ -8,6 +8,7 @@ and cuts details rows of an API whose result row was never written.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -39,12 +40,21 @@ class ResultFiles:
         self.result_path, self.details_path = result_path, details_path
         self.backend = backend
         mode = "w" if new else "a"
-        self._result = open(result_path, mode, encoding="utf-8", newline="")
-        self._details = open(details_path, mode, encoding="utf-8", newline="")
-        if new:
-            self._result.write(BOM + _line(backend.result_header))
-            self._details.write(BOM + _line(backend.details_header))
-            self.flush()
+        self._result = self._details = None
+        try:
+            self._result = open(result_path, mode, encoding="utf-8", newline="")
+            self._details = open(details_path, mode, encoding="utf-8", newline="")
+            if new:
+                self._result.write(BOM + _line(backend.result_header))
+                self._details.write(BOM + _line(backend.details_header))
+                self.flush()
+        except OSError:
+            self.close(quiet=True)
+            if new:       # a new pair that cannot be started is not left behind half-made
+                for path in (result_path, details_path):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+            raise
 
     def append(self, result) -> None:
         text = "".join(_line(row) for row in self.backend.details_rows(result))
@@ -58,9 +68,16 @@ class ResultFiles:
         self._details.flush()
         self._result.flush()
 
-    def close(self) -> None:
-        self._result.close()
-        self._details.close()
+    def close(self, quiet: bool = False) -> None:
+        """Close both files; `quiet`: after a failure, ignore a second one (a full disk refusing the last flush)."""
+        for handle in (self._result, self._details):
+            if handle is None:
+                continue
+            try:
+                handle.close()
+            except OSError:
+                if not quiet:
+                    raise
 
 
 def result_path_of(output_dir: str, stamp: str, suffix: str = "") -> str:

@@ -37,6 +37,7 @@ class CheckOptions:
     jit_compile: bool = False                # -j (PyTorch on Ascend NPU only)
     device_id: int = 0                       # the first -d id
     max_abs_err: float | None = None         # MindSpore pass rule (DECISIONS 16); None = 0.0001
+    memory_budget: int = 0                   # --memory-budget: bytes one API may use; 0 = guard.default_budget()
 
 
 def load_config(path: str, known_names, framework: str) -> tuple:

@@ -39,6 +39,15 @@ def _positive(text: str) -> float:
     return value
 
 
+def _memory_size(text: str) -> int:
+    from msprobe.acc_check.guard import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_arguments(parser: argparse.ArgumentParser, multi: bool = False) -> None:
     """The options of acc_check; multi_acc_check registers the same ones (`multi`: the help of -d and -csv_path
     speaks of its devices and files) and adds its own."""
@@ -69,6 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser, multi: bool = False) -> None:
     parser.add_argument("--max-abs-err", "--max_abs_err", dest="max_abs_err", type=_positive, default=None,
                         metavar="X", help="MindSpore dumps: an output passes when cosine > 0.99 and max abs error "
                                           "< X (default 0.0001)")
+    parser.add_argument("--memory-budget", "--memory_budget", dest="memory_budget", type=_memory_size, default=0,
+                        metavar="SIZE", help="the most memory one API may use (e.g. 4G, 512M), estimated from its "
+                                             "dumped shapes and dtypes before anything is allocated; an API above it "
+                                             "gets a SKIP row saying so (default: half the memory available when the "
+                                             "run starts" + (", shared by the workers running at once)" if multi
+                                                             else ")"))
     parser.add_argument("--expected_framework", dest="expected_framework", default="", help=argparse.SUPPRESS)
 
 
@@ -79,7 +94,7 @@ def check_options(args: argparse.Namespace):
 
     devices = check_devices(args.device_ids)
     return CheckOptions(filter_api=args.filter_api, jit_compile=args.jit_compile, device_id=devices[0],
-                        max_abs_err=args.max_abs_err)
+                        max_abs_err=args.max_abs_err, memory_budget=args.memory_budget)
 
 
 def run(args: argparse.Namespace) -> int:

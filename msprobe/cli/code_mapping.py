@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         bind_tensor_files,
         find_dump_files,
         statistic_output_path,
-        write_rows,
+        write_outputs,
     )
     from msprobe.code_mapping.ir_parser import parse_ir
     from msprobe.compare.pipeline import timestamp
@@ -65,23 +65,24 @@ def run(args: argparse.Namespace) -> int:
     logger.info("IR %s: %d nodes in %d subgraph(s), %d with a scope, %d of them without source lines%s.",
                 ir_path, len(graph.nodes), len(graph.subgraphs), len(scoped), len(without_source),
                 f" (e.g. {', '.join(node.scope for node in without_source[:3])})" if without_source else "")
+    if graph.declared_subgraphs is not None and len(graph.subgraphs) < graph.declared_subgraphs:
+        logger.warning("IR %s declares %d subgraphs in its header but holds %d; it may be incomplete.", ir_path,
+                       graph.declared_subgraphs, len(graph.subgraphs))
     index = ScopeIndex(graph.nodes)
     output_dir = prepare_output_dir(args.output)
     if mode == "tensor":
         logger.info("Binding %d .npy files of %s.", len(files), dump_data)
         rows, summary = bind_tensor_files(files, index)
         path = os.path.join(output_dir, f"code_mapping_{timestamp()}.csv")
-        write_rows(path, list(COLUMNS), rows)
-        summary.outputs.append(path)
+        outputs = [(path, list(COLUMNS), rows)]
     else:
         logger.info("No .npy file found; augmenting %d statistic.csv file(s) of %s.", len(files), dump_data)
         summary = BindSummary("statistic", files=len(files))
         base = dump_data if os.path.isdir(dump_data) else os.path.dirname(dump_data)
-        for source in files:
-            header, rows = bind_statistic_file(source, index, summary)
-            path = statistic_output_path(source, base, output_dir)
-            write_rows(path, header, rows)
-            summary.outputs.append(path)
+        outputs = [(statistic_output_path(source, base, output_dir), *bind_statistic_file(source, index, summary))
+                   for source in files]
+    write_outputs(outputs)
+    summary.outputs.extend(path for path, _, _ in outputs)
     what = ".npy files" if mode == "tensor" else "statistic.csv rows"
     logger.info("Bound %d of %d %s to IR nodes; %d of them to nodes without source lines.",
                 summary.bound, summary.rows, what, summary.without_code)

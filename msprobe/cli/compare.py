@@ -95,8 +95,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--compare_only", action="store_true",
                         help="do not run the advisor (no advisor_<timestamp>.txt)")
     parser.add_argument("-s", "--stack_mode", action="store_true",
-                        help="accepted for compatibility: NPU_Stack_Info is added whenever stack.json "
-                             "lies beside the target dump.json")
+                        help="NPU_Stack_Info is required: from --stack_path, else from the stack.json beside "
+                             "each target dump, an error when there is none (without -s it is added whenever "
+                             "that stack.json exists)")
+    parser.add_argument("--stack_path", metavar="JSON",
+                        help="the 1.x compare.json's stack_path: with -s, the stack file of the (single) target "
+                             "dump; without -s, no NPU_Stack_Info")
     parser.add_argument("-j", "--jobs", type=int_at_least(1), default=os.cpu_count() or 1, metavar="N",
                         help="parallel workers: rank processes for directories, threads for tensor files "
                              "(default: number of cores)")
@@ -107,10 +111,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from msprobe.compare.batch import JobFailure, run_batch, succeeded
+    from msprobe.compare.kernel import is_kernel_dump
     from msprobe.compare.mapping import MappingOptions
     from msprobe.compare.pipeline import CompareOptions
     from msprobe.compare.summary import print_summary
-    from msprobe.dump.locate import locate
+    from msprobe.dump.locate import locate, stack_choice
     from msprobe.dump.paths import prepare_output_dir
     from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
@@ -123,13 +128,16 @@ def run(args: argparse.Namespace) -> int:
     if args.rank is not None or args.step is not None:
         return run_kernel_compare(args, backend)
     located = locate(args.target_path, args.golden_path)
+    if not located.jobs and is_kernel_dump(args.target_path) and is_kernel_dump(args.golden_path):
+        logger.info("MindSpore kernel dumps: every rank and step is compared (as with --rank).")
+        return run_kernel_compare(args, backend)
     output_dir = prepare_output_dir(args.output_path or "./output")
     options = CompareOptions(output_dir=output_dir, output_format="csv" if args.csv else "xlsx",
                              tensor_log=args.tensor_log, compare_only=args.compare_only, jobs=args.jobs,
                              fuzzy=args.fuzzy_match,
                              mapping=MappingOptions(args.api_mapping, args.cell_mapping, args.data_mapping,
                                                     args.layer_mapping),
-                             html=args.html)
+                             html=args.html, stack=stack_choice(args.stack_mode, args.stack_path, located.jobs))
     logger.info("Please check whether the input data belongs to you. If not, there may be security risks.")
     for problem in located.problems:
         logger.warning("%s", problem)
@@ -139,11 +147,17 @@ def run(args: argparse.Namespace) -> int:
         return run_diff_analyze(located, options, backend)
     if len(located.jobs) == 1 and not located.problems and not located.jobs[0].out_subdir \
             and not located.jobs[0].suffix:
+        from dataclasses import replace
+
+        from msprobe.compare.batch import clean_directories
         from msprobe.compare.pipeline import compare_files
+        from msprobe.scale.stamp import claim_stamp
 
         if backend.kind != "local":
             logger.warning("One pair of dump files is compared in this process; --backend %s applies to "
                            "directories.", backend.kind)
+        clean_directories([output_dir])
+        options = replace(options, stamp=claim_stamp([output_dir]))
         summaries = [compare_files(located.jobs[0].target, located.jobs[0].golden, options)]
         failures = []
     else:
@@ -158,6 +172,8 @@ def run(args: argparse.Namespace) -> int:
 
         write_index(summaries, output_dir, options.stamp or timestamp())
     if not summaries:
+        if len(failures) == 1:
+            raise MsprobeError(f"{failures[0].label}{failures[0].message}")
         raise MsprobeError(f"no dump pair could be compared ({len(failures)} failed).")
     banner(logger, "msprobe compare ends successfully.")
     return 0

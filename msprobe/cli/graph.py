@@ -88,11 +88,11 @@ def run(args: argparse.Namespace) -> int:
     results = batch.results
     failures = [r for r in results if isinstance(r, JobFailure)]
     done = [r for r in results if not isinstance(r, JobFailure)]
+    if not done and len(failures) == 1:
+        raise MsprobeError(failures[0].message)         # one line
     for failure in failures:
         logger.error("%s%s", failure.label, failure.message)
     if not done:
-        if len(failures) == 1:
-            raise MsprobeError(failures[0].message)
         raise MsprobeError(f"no graph could be built ({len(failures)} failed).")
     _link_ranks(batch, args.format == "db", logger)
     if args.format == "db":

@@ -31,6 +31,13 @@ def translate(argv: list) -> list:
     return ["compare"] + _translate_options(rest[1:], _from_compare_json)
 
 
+def command_of(argv: list) -> str:
+    """` <command>` of a 1.x-form argv (for its error line), else ""."""
+    if len(argv) > 2 and argv[0] in ("-f", "--framework") and not argv[2].startswith("-"):
+        return f" {argv[2]}"
+    return ""
+
+
 def _translate_options(args: list, from_compare_json) -> list:
     """The options after a 1.x command: `-i compare.json` becomes today's path options, and `-f` (after the
     command it means fuzzy match) becomes -fm; the rest passes through."""
@@ -75,6 +82,8 @@ def _from_compare_json(path: str) -> list:
     args = ["-tp", str(config["npu_path"]), "-gp", str(config["bench_path"])]
     if config.get("is_print_compare_log", True) is True and not os.path.isdir(str(config["npu_path"])):
         args.append("-tensor_log")
+    if config.get("stack_path"):
+        args += ["--stack_path", str(config["stack_path"])]
     if "rank_id" in config or "step_id" in config:
         for key, option in (("rank_id", "--rank"), ("step_id", "--step")):
             values = config.get(key) or []

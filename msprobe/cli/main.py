@@ -68,14 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list | None = None) -> int:
-    from msprobe.cli.legacy import translate
-    from msprobe.errors import UsageError
+    from msprobe.cli.legacy import command_of, translate
+    from msprobe.errors import MsprobeError, os_error_text
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         argv = translate(argv)
-    except UsageError as exc:
-        sys.stderr.write(f"msprobe: error: {exc}\n")
+    except MsprobeError as exc:     # the 1.x form's compare.json: missing, a directory, not JSON...
+        sys.stderr.write(f"msprobe{command_of(argv)}: error: {exc}\n")
         return exc.exit_code
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
@@ -84,8 +84,8 @@ def main(argv: list | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    from msprobe.errors import MsprobeError
     from msprobe.log import get_logger, setup_logging
+    from msprobe.scale.stamp import release_claims
 
     setup_logging()
     module = importlib.import_module(args._module)
@@ -103,6 +103,11 @@ def main(argv: list | None = None) -> int:
     except MemoryError:
         sys.stderr.write(f"msprobe {args.command}: error: out of memory.\n")
         return 1
+    except OSError as exc:   # the machine, not msprobe: disk full, read-only or vanished storage, name too long
+        if os.environ.get("MSPROBE_DEBUG"):
+            raise
+        sys.stderr.write(f"msprobe {args.command}: error: {os_error_text(exc)}\n")
+        return 1
     except Exception as exc:  # last line of defence: one line, no traceback unless asked for
         if os.environ.get("MSPROBE_DEBUG"):
             raise
@@ -111,15 +116,13 @@ def main(argv: list | None = None) -> int:
                          "(set MSPROBE_DEBUG=1 to see the traceback, and please report it)\n")
         return 3
     finally:
+        release_claims()
         gc.enable()
 
 
 def console_main() -> None:
     """The `msprobe` console script: run, flush, and leave without tearing the heap down object by object
     (for a large compare that takes a noticeable fraction of a second; every output is already complete)."""
-    from msprobe.exiting import leave_without_teardown
-
-    leave_without_teardown()
     try:
         code = main()
     except SystemExit as exc:   # argparse -h / usage errors

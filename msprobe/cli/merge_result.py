@@ -39,22 +39,29 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.compare.pipeline import timestamp
     from msprobe.dump.paths import check_input_dir, prepare_output_dir
     from msprobe.log import get_logger
-    from msprobe.merge.merge_result import CONSISTENCY_SHEET, find_results, load_config, merge, read_ranks
-    from msprobe.report.xlsx_writer import RED, Sheet, write_workbook
+    from msprobe.merge.merge_result import (
+        CONSISTENCY_SHEET,
+        ApiSelection,
+        find_results,
+        load_config,
+        merge,
+        read_ranks,
+    )
+    from msprobe.report.xlsx_writer import CONSISTENCY_FILLS, Sheet, write_workbook
 
     logger = get_logger()
     config = load_config(args.config)
     input_dir = check_input_dir(args.input_dir, "input directory")
     found = find_results(input_dir)
     logger.info("Merging %d compare results (ranks %s).", len(found), ", ".join(str(r) for r, _ in found))
-    results = read_ranks(found, config.apis, max(1, args.jobs))
+    results = read_ranks(found, ApiSelection(config.apis), max(1, args.jobs))
     sheets, problems = merge(results, config)
     for problem in problems:
         logger.warning("%s", problem)
     output_dir = prepare_output_dir(args.output_dir)
     path = os.path.join(output_dir, f"multi_ranks_compare_merge_{timestamp()}.xlsx")
     write_workbook([Sheet(name, table, "Consistent" if name == CONSISTENCY_SHEET else None,
-                          {False: RED} if name == CONSISTENCY_SHEET else None) for name, table in sheets], path)
+                          CONSISTENCY_FILLS if name == CONSISTENCY_SHEET else None) for name, table in sheets], path)
     consistency = sheets[-1][1]
     broken = [n for n, ok in zip(consistency.cells["NPU Name"], consistency.cells["Consistent"]) if not ok]
     rows = len(sheets[0][1])

@@ -17,6 +17,10 @@ config_op.json (relative paths are relative to the config file):
   {"dump_json_path": "dump/step0/rank0/dump.json",  "api_name": "Functional.softmax.0",
    "extract_api_path": "repro/Functional.softmax.0.json",  "propagation": "forward",
    "data_mode": "random_data",  "random_seed": 1234,  "iter_times": 1}
+  {"extract_api_path": "repro/Functional.softmax.0.json"}       (an API extracted before)
+
+Refused: entry names other than <Functional|Tensor|Torch>.<name>.<N>.<direction>, APIs that touch files,
+processes or the network (Torch.save, ...), an extract_api_path that is the dump or the config file.
 
 Output: <dir>/<api_name>.forward.py or <api_name>.backward.py. See docs/op_generate.md."""
 

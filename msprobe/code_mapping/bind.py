@@ -5,26 +5,20 @@ from __future__ import annotations
 
 import csv
 import os
-from bisect import bisect_right
 from dataclasses import dataclass, field
 
+from msprobe.code_mapping.substrings import SubstringIndex
 from msprobe.errors import DumpFormatError, PathError
 from msprobe.log import get_logger
 
 COLUMNS = ("File Path", "Code Stack", "Scope Name")
 STATISTIC_CSV = "statistic.csv"
 MAPPING_CSV = "mapping.csv"
-# Keys at least this long are found through their first characters; shorter ones are looked up directly.
-HEAD = 4
 
 
 class ScopeIndex:
-    """Scope-name keys (`/` -> `_`) of the IR nodes, matched as substrings of dump op names (spec §3).
-
-    Every key occurring anywhere in an op name matches, ordered by start position, then length. The keys
-    are kept sorted: the keys that are prefixes of a text are found by a few bisections instead of trying
-    every substring, so a lookup costs about one bisection per position where some key could start.
-    """
+    """Scope-name keys (`/` -> `_`) of the IR nodes, matched as substrings of dump op names (spec §3): every key
+    occurring anywhere in an op name matches, ordered by start position, then length (`SubstringIndex`)."""
 
     def __init__(self, nodes: list):
         by_key = {}
@@ -32,58 +26,15 @@ class ScopeIndex:
             if node.scope:
                 by_key[node.scope.replace("/", "_")] = node   # later nodes with the same scope win
         self.nodes = by_key
-        self.keys = sorted(key for key in by_key if len(key) >= HEAD)
-        self.heads = {key[:HEAD] for key in self.keys}
-        self.short = {key for key in by_key if len(key) < HEAD}
-        self.short_lengths = sorted({len(key) for key in self.short})
+        self.index = SubstringIndex(by_key)
         self._cache: dict = {}
-
-    def _prefix_keys(self, text: str) -> list:
-        """The long keys that are prefixes of text, shortest first."""
-        found = []
-        probe = text
-        keys = self.keys
-        while len(probe) >= HEAD:
-            position = bisect_right(keys, probe) - 1
-            if position < 0:
-                break
-            key = keys[position]
-            if probe.startswith(key):
-                found.append(key)
-                probe = key[:-1]
-            else:
-                probe = probe[:_common_prefix_length(key, probe)]
-        found.reverse()
-        return found
 
     def match(self, op_name: str) -> tuple:
         """The matched IR nodes of one op name, in the order of spec §3."""
         cached = self._cache.get(op_name)
-        if cached is not None:
-            return cached
-        matched = []
-        heads, short, lengths = self.heads, self.short, self.short_lengths
-        size = len(op_name)
-        for start in range(size):
-            if short:
-                matched.extend(self.nodes[op_name[start:start + n]] for n in lengths
-                               if start + n <= size and op_name[start:start + n] in short)
-            if op_name[start:start + HEAD] in heads:
-                matched.extend(self.nodes[key] for key in self._prefix_keys(op_name[start:]))
-        result = tuple(matched)
-        self._cache[op_name] = result
-        return result
-
-
-def _common_prefix_length(first: str, second: str) -> int:
-    low, high = 0, min(len(first), len(second))
-    while low < high:
-        middle = (low + high + 1) // 2
-        if first[:middle] == second[:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
+        if cached is None:
+            cached = self._cache[op_name] = tuple(self.nodes[key] for key in self.index.find(op_name))
+        return cached
 
 
 def code_stack(nodes: tuple) -> tuple[str, str]:
@@ -221,14 +172,22 @@ def statistic_output_path(source: str, base: str, output_dir: str) -> str:
     return target
 
 
-def write_rows(path: str, header: list, rows) -> None:
-    """A CSV as the reference's pandas writes it: UTF-8, '\\n' line ends, minimal quoting; atomically, 0640."""
+def write_outputs(outputs: list) -> None:
+    """Every (path, header, rows) as a CSV as the reference's pandas writes it: UTF-8, '\\n' line ends, minimal
+    quoting; atomically, 0640. Code Stack and Scope Name come from the IR: a formula-like cell is refused, as
+    compare refuses one, before any file is written."""
     from msprobe.report.atomic import atomic_path
+    from msprobe.report.safety import check_cells
+    from msprobe.report.table import ResultTable
 
-    with atomic_path(path) as temporary, open(temporary, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
+    for path, header, rows in outputs:
+        checked = {name: [row[i] for row in rows] for i, name in enumerate(header) if name in COLUMNS[1:]}
+        check_cells(ResultTable(columns=list(checked), cells=checked), checked, path)
+    for path, header, rows in outputs:
+        with atomic_path(path) as temporary, open(temporary, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle, lineterminator="\n")
+            writer.writerow(header)
+            writer.writerows(rows)
 
 
 # -- statistics mode ------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ PRIMAL_ATTRS_RE = re.compile(r"cnode_primal_attrs:\s*\{([^}]*)\}")
 UNIQUE_ID_RE = re.compile(r"\b(?:forward_unique_id|unique_id)\b\s*:\s*\"(\d+)\"", re.IGNORECASE)
 SUBGRAPH_RE = re.compile(r"subgraph\s+@([^\s(]+)")
 ENTRY_RE = re.compile(r"#\s*IR entry\s*:\s*@(\S+)")
+TOTAL_RE = re.compile(r"#\s*Total subgraphs\s*:\s*(\d+)")
 INPUT_RE = re.compile(r"[%@][\w.$:\-]+")
 PAREN_RE = re.compile(r"[()]")
 # Lines that only an IR has; a file without one of them in its first lines is not an IR.
@@ -61,6 +62,7 @@ class IRGraph:
     subgraphs: list = field(default_factory=list)    # subgraph names in file order
     nodes: list = field(default_factory=list)        # IRNode, first occurrence of every key, in file order
     lines: int = 0
+    declared_subgraphs: int | None = None            # `# Total subgraphs: <n>` of the header
 
     @property
     def scoped(self) -> list:
@@ -206,6 +208,10 @@ class _Parser:
                 match = ENTRY_RE.match(stripped)
                 if match:
                     self.graph.entry = match.group(1)
+            if self.graph.declared_subgraphs is None and stripped.startswith("# Total subgraphs"):
+                match = TOTAL_RE.match(stripped)
+                if match:
+                    self.graph.declared_subgraphs = int(match.group(1))
             if not self.marker_seen and stripped.startswith(IR_MARKERS):
                 self.marker_seen = True
             return
@@ -250,6 +256,9 @@ class _Parser:
         if self.subgraph:
             raise IRFormatError(f"{path} is truncated: subgraph @{self.subgraph} (line {self.subgraph_line}) "
                                 f"has no closing '}}' at the end of the file (line {number}).")
+        if not self.graph.subgraphs and not self.seen and not self.outside:
+            raise IRFormatError(f"{path} is incomplete: it ends at line {number}, inside its header, before any "
+                                "subgraph or node (a file cut while it was written or copied?).")
         self._finish_node_group()
         self.graph.nodes.extend(node for key, node in self.outside.items() if key not in self.seen)
         self.graph.lines = number

@@ -67,7 +67,8 @@ def analyze_job(job: Job, options: CompareOptions):
 
     output_dir = os.path.join(options.output_dir, job.out_subdir) if job.out_subdir else options.output_dir
     try:
-        os.makedirs(output_dir, exist_ok=True)
+        if options.write_output:
+            os.makedirs(output_dir, exist_ok=True)
         return _analyze(job, replace(options, output_dir=output_dir), options.stamp or timestamp())
     except MsprobeError as exc:
         return JobFailure(job.label, str(exc))
@@ -113,9 +114,11 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
         if node.is_comm:
             layer += 1
         start = stop
-    json_file = os.path.join(options.output_dir, f"compare_result{job.suffix}_{stamp}.json")
-    write_text(json_file, json.dumps(entries, indent=4, ensure_ascii=False, default=str))
-    get_logger().info("%sSaving json file to disk: %s", job.label, json_file)
+    json_file = ""
+    if options.write_output:
+        json_file = os.path.join(options.output_dir, f"compare_result{job.suffix}_{stamp}.json")
+        write_text(json_file, json.dumps(entries, indent=4, ensure_ascii=False, default=str))
+        get_logger().info("%sSaving json file to disk: %s", job.label, json_file)
     candidates = [n for n in nodes if not n.name.startswith(SKIPPED)]
     first = next((n for n in candidates if n.differs), None)
     first_large = next((n for n in candidates if n.large), None)
@@ -246,6 +249,15 @@ def write_analysis(finding: Finding, output_dir: str) -> str | None:
     if not finding.origin:
         logger.info("Cannot find any diff node, no need to generate analyze file.")
         return None
+    result = analysis_record(finding)
+    path = os.path.join(output_dir, f"diff_analyze_{time.strftime('%Y%m%d%H%M%S')}_{time.time_ns() % 10**9:09d}.json")
+    write_text(path, json.dumps(result, indent=2, ensure_ascii=False, default=str))
+    logger.info("The analyze result is saved in: %s", path)
+    return path
+
+
+def analysis_record(finding: Finding) -> dict:
+    """The content of diff_analyze_*.json: per rank, its divergent ops with their roles ({} without divergence)."""
     result: dict = {}
     for digest in finding.origin:
         result[f"rank_{digest.rank}"] = [node_record(digest.first, "origin")]
@@ -255,10 +267,7 @@ def write_analysis(finding: Finding, output_dir: str) -> str | None:
         role = ("received through communication" if digest.first.is_comm and not digest.first.inputs_differ
                 else "diverged later")
         result.setdefault(f"rank_{digest.rank}", []).append(node_record(digest.first, role))
-    path = os.path.join(output_dir, f"diff_analyze_{time.strftime('%Y%m%d%H%M%S')}_{time.time_ns() % 10**9:09d}.json")
-    write_text(path, json.dumps(result, indent=2, ensure_ascii=False, default=str))
-    logger.info("The analyze result is saved in: %s", path)
-    return path
+    return result
 
 
 def describe(finding: Finding) -> list:

@@ -14,6 +14,7 @@ from msprobe.compare.tensor_metrics import compare_arrays
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger
 from msprobe.report.table import ResultTable
+from msprobe.report.xlsx_writer import ACCURACY_FILLS
 
 NPY_COLUMNS = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
                "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean",
@@ -23,7 +24,6 @@ STAT_COLUMNS = NPY_COLUMNS[:16] + ["Max diff", "Min diff", "Mean diff", "L2norm 
                                    "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr", "NPU CSV File",
                                    "Bench CSV File"]
 ACCURACY = "Accuracy Reached or Not"
-KERNEL_FILLS = {"No": "#FF0000", "Unmatched": "#FFFF00"}
 MSG_NOT_ARRAY = "Dump file is not ndarray.\n"
 MSG_EMPTY = "This is empty data, can not compare.\n"
 MSG_SCALAR = "This is type of scalar data, can not compare.\n"
@@ -98,6 +98,22 @@ def scan(root: str) -> dict:
         if rank >= 0 and step >= 0:
             found.setdefault((rank, step), []).append(directory)
     return found
+
+
+def is_kernel_dump(root: str) -> bool:
+    """True for a directory laid out as a kernel dump: a data directory of .npy files or a statistic.csv at a
+    rank/step place (rank_0/Net/0/0)."""
+    if not os.path.isdir(root):
+        return False
+    for directories in scan(root).values():
+        for directory in directories:
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                continue
+            if "statistic.csv" in names or any(name.endswith(".npy") for name in names):
+                return True
+    return False
 
 
 def read_data_dir(directory: str) -> DataDir | None:
@@ -369,7 +385,7 @@ def run_kernel_pair(pair: KernelPair, options) -> KernelSummary:
         extension = "csv" if options.output_format == "csv" else "xlsx"
         stamp = options.stamp or timestamp()
         path = os.path.join(options.output_dir, f"compare_result_{pair.rank}_{pair.step}_{stamp}.{extension}")
-        write_table(table, path, ACCURACY, KERNEL_FILLS)
+        write_table(table, path, ACCURACY, ACCURACY_FILLS)
     except (MsprobeError, OSError) as exc:
         return JobFailure(label, str(exc))
     counts: dict = {}

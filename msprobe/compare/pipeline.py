@@ -12,7 +12,7 @@ import numpy as np
 
 from msprobe.compare import columns as col
 from msprobe.compare.advisor import Advice, advise
-from msprobe.compare.mapping import MappingOptions, build_mappings
+from msprobe.compare.mapping import MappingOptions, build_mappings, write_data_mapping
 from msprobe.compare.match import Pairs, match_exact, match_fuzzy, match_mapped
 from msprobe.compare.rules import JudgeInput, judge
 from msprobe.compare.stats import stat_diff
@@ -47,6 +47,7 @@ class CompareOptions:
     html: bool = False                   # --html: a self-contained HTML report beside the table
     stamp: str = ""                      # timestamp of the output names; one per run of many pairs (else now)
     stat_numbers: bool = False           # statistics diffs of float pairs as numbers (stat_diff), not written
+    stack: str | None = None             # NPU_Stack_Info from: None the target's stack.json if any, "" none, a path
 
     def __post_init__(self):
         if self.stat_numbers and self.write_output:
@@ -87,14 +88,17 @@ def side_of(dump: Dump) -> Side:
     return Side(replace(dump, data={}), items, _has_md5(dump))
 
 
-def read_side(path: str, role: str, with_stack: bool, with_construct: bool) -> Side:
-    return side_of(read_dump(path, role, with_stack=with_stack, with_construct=with_construct))
+def read_side(path: str, role: str, with_stack: bool, with_construct: bool, stack_path: str | None = None) -> Side:
+    return side_of(read_dump(path, role, with_stack=with_stack, with_construct=with_construct,
+                             stack_path=stack_path))
 
 
-def read_sides(target_path: str, golden_path: str, with_construct: bool) -> tuple[Side, Side]:
+def read_sides(target_path: str, golden_path: str, with_construct: bool,
+               stack: str | None = None) -> tuple[Side, Side]:
     """Read and flatten both sides, one after the other: each side's parsed JSON is released before the next
-    is read, which keeps the peak memory near one parsed dump plus two item tables."""
-    return (read_side(target_path, "target", True, with_construct),
+    is read, which keeps the peak memory near one parsed dump plus two item tables. `stack` as
+    CompareOptions.stack."""
+    return (read_side(target_path, "target", stack != "", with_construct, stack or None),
             read_side(golden_path, "golden", False, with_construct))
 
 
@@ -163,40 +167,79 @@ def result_file_name(prefix: str, suffix: str, extension: str, stamp: str) -> st
     return f"{prefix}{suffix}_{stamp}.{extension}"
 
 
+@dataclass
+class ComparedPair:
+    """One compared pair before anything is written: the judged table, its summary, and what the writers need of
+    the target dump (the Python API keeps it; compare_files writes it at once)."""
+
+    table: ResultTable
+    summary: CompareSummary
+    target_path: str
+    is_debug: bool
+    construct: dict | None = None       # the target's construct.json when the compare read it
+    data_mapping: dict | None = None    # the data mapping -lm generated, when the compare did not write it
+
+
 def compare_files(target_path: str, golden_path: str, options: CompareOptions, suffix: str = "",
                   label: str = "") -> CompareSummary:
     """Compare one pair of dump.json (or debug.json) files and write the result table (and the advisor)."""
-    logger = get_logger()
+    stamp = options.stamp or timestamp()
+    pair = compute_pair(target_path, golden_path, options, suffix, label, stamp)
+    if not options.write_output:
+        return pair.summary
+    return write_pair(pair, options.output_dir, stamp, suffix, label, table_format=options.output_format,
+                      html=options.html, advisor=not options.compare_only)
+
+
+def compute_pair(target_path: str, golden_path: str, options: CompareOptions, suffix: str = "", label: str = "",
+                 stamp: str | None = None) -> ComparedPair:
+    """Read and compare one pair of dump files; only the data mapping of -lm is written (when
+    options.write_output), as the compare generates it."""
     base_t, base_g = os.path.basename(target_path), os.path.basename(golden_path)
     if {base_t, base_g} == {"dump.json", "debug.json"}:
         raise MsprobeError("The target and golden files must both be dump.json or both be debug.json.")
     needs_construct = options.fuzzy or options.mapping.layer is not None
-    target, golden = read_sides(target_path, golden_path, needs_construct)
-    stamp = options.stamp or timestamp()
-    table, summary = compare_dumps(target, golden, options, label, stamp, suffix)
-    if options.write_output:
-        prefix = "debug_compare_result" if target.dump.is_debug else "compare_result"
-        extension = "csv" if options.output_format == "csv" else "xlsx"
-        path = os.path.join(options.output_dir, result_file_name(prefix, suffix, extension, stamp))
-        os.makedirs(options.output_dir, exist_ok=True)
-        logger.info("%sSaving result file in progress...", label)
-        write_table(table, path)
-        summary.output = path
-        logger.info("%sThe result file path is: %s.", label, path)
-        if options.html:
-            from msprobe.report.html import write_compare_html
+    target, golden = read_sides(target_path, golden_path, needs_construct, options.stack)
+    generated: dict = {}
+    table, summary = compare_dumps(target, golden, options, label, stamp or timestamp(), suffix, generated)
+    return ComparedPair(table, summary, target_path, target.dump.is_debug, target.dump.construct,
+                        generated if generated and not options.write_output else None)
 
-            summary.html_file = write_compare_html(table, summary, path, target_path, target.dump.construct)
-        if not options.compare_only:
-            advisor_path = os.path.join(options.output_dir, result_file_name("advisor", suffix, "txt", stamp))
-            write_text(advisor_path, "\n".join(summary.advice.lines()) + "\n")
-            summary.advisor_file = advisor_path
+
+def write_pair(pair: ComparedPair, output_dir: str, stamp: str, suffix: str = "", label: str = "", *,
+               table_format: str | None = "xlsx", html: bool = False, advisor: bool = True) -> CompareSummary:
+    """Write a compared pair into output_dir as `msprobe compare` does, every name carrying stamp: the table
+    (table_format "csv" or "xlsx"; None: none), the HTML page beside it, the advisor, and a data mapping generated
+    by -lm. Returns a copy of the summary with the paths written."""
+    logger = get_logger()
+    summary = replace(pair.summary)
+    prefix = "debug_compare_result" if pair.is_debug else "compare_result"
+    extension = "csv" if table_format == "csv" else "xlsx"
+    path = os.path.join(output_dir, result_file_name(prefix, suffix, extension, stamp))
+    os.makedirs(output_dir, exist_ok=True)
+    if pair.data_mapping:
+        write_data_mapping(pair.data_mapping, output_dir, suffix, stamp, label)
+    if table_format is not None:
+        logger.info("%sSaving result file in progress...", label)
+        write_table(pair.table, path)
+        logger.info("%sThe result file path is: %s.", label, path)
+    summary.output = path
+    if html:
+        from msprobe.report.html import write_compare_html
+
+        summary.html_file = write_compare_html(pair.table, summary, path, pair.target_path, pair.construct)
+    if advisor:
+        advisor_path = os.path.join(output_dir, result_file_name("advisor", suffix, "txt", stamp))
+        write_text(advisor_path, "\n".join(summary.advice.lines()) + "\n")
+        summary.advisor_file = advisor_path
     return summary
 
 
 def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOptions, label: str = "",
-                  stamp: str | None = None, suffix: str = "") -> tuple[ResultTable, CompareSummary]:
-    """The judged result table of two read dumps, and its summary; nothing is written."""
+                  stamp: str | None = None, suffix: str = "",
+                  generated: dict | None = None) -> tuple[ResultTable, CompareSummary]:
+    """The judged result table of two read dumps, and its summary; nothing is written but the data mapping of -lm
+    (when options.write_output; `generated` receives it either way)."""
     logger = get_logger()
     target = target if isinstance(target, Side) else side_of(target)
     golden = golden if isinstance(golden, Side) else side_of(golden)
@@ -208,7 +251,7 @@ def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOpti
         raise MsprobeError(f"No valid data found in the {'target' if not len(t_items) else 'golden'} dump "
                            "(no entry with a recognised name holds any item); no result file generated.")
     logger.info("%sMatching APIs/Modules in progress...", label)
-    pairs = match_items(target, golden, t_items, g_items, options, label, stamp, suffix)
+    pairs = match_items(target, golden, t_items, g_items, options, label, stamp, suffix, generated)
     logger.info("%sAPIs/Modules match done: %d rows, %d matched.", label, len(pairs), int(pairs.matched.sum()))
     table, judge_input = build_table(mode, target, golden, t_items, g_items, pairs, options, label)
     results, messages = judge(judge_input)
@@ -229,14 +272,17 @@ def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOpti
 
 
 def match_items(target: Dump, golden: Dump, t_items: Items, g_items: Items, options: CompareOptions,
-                label: str = "", stamp: str | None = None, suffix: str = "") -> Pairs:
-    """Pairs by the strategy the options select: mappings, fuzzy or exact names."""
+                label: str = "", stamp: str | None = None, suffix: str = "", generated: dict | None = None) -> Pairs:
+    """Pairs by the strategy the options select: mappings, fuzzy or exact names. `generated` receives the data
+    mapping that -lm generated."""
     debug = target.is_debug and golden.is_debug
     cross = target.framework != golden.framework
     if options.mapping.active and not debug:
         output_dir = options.output_dir if options.write_output else None
         mappings = build_mappings(options.mapping, target, golden, t_items, g_items, output_dir,
                                   stamp or timestamp(), label, suffix)
+        if generated is not None:
+            generated.update(mappings.generated)
         return match_mapped(t_items, g_items, mappings, cross_framework=cross)
     if options.fuzzy and not debug:
         return match_fuzzy(t_items, g_items, target.construct, golden.construct, cross_framework=cross)

@@ -58,6 +58,7 @@ class Items:
     entry_names: list = field(default_factory=list)
     entry_parts: list = field(default_factory=list)  # EntryName per entry
     entry_first: list = field(default_factory=list)  # index of the first item of each entry (or -1)
+    record: list = field(default_factory=list)      # the leaf's own dict as dumped, or None (read by the graph)
 
     def __len__(self) -> int:
         return len(self.name)
@@ -121,6 +122,7 @@ class _Flattener:
         self.shape_texts: dict = {}   # shape tuple -> its text, shared by every item of that shape
         self.dtypes: dict = {}        # dtype text -> one shared copy
         self.rows: list = []   # one tuple per item, in ROW_FIELDS order; transposed into items at the end
+        self.records: list = []    # the leaf dict of each item (Items.record)
 
     def leaf(self, name: str, record, state: str, entry: int) -> None:
         if record is None:
@@ -171,12 +173,15 @@ class _Flattener:
                 grad = None
         self.rows.append((name, entry, state, dtype, shape, grad, stats[0], stats[1], stats[2], stats[3], md5,
                           data_name, tensor))
+        self.records.append(record)
 
     def finish(self) -> None:
         if self.rows:
             for column, values in zip(ROW_FIELDS, zip(*self.rows)):
                 setattr(self.items, column, list(values))
+        self.items.record = self.records
         self.rows = []
+        self.records = []
 
     def scalar(self, name: str, record: dict):
         kind = record.get("type")

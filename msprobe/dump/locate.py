@@ -139,3 +139,23 @@ def _add_job(target_dir: str, golden_dir: str, out_subdir: str, rank: str, locat
 
 def _join(*parts: str) -> str:
     return "/".join(p for p in parts if p)
+
+
+def stack_choice(stack_mode: bool, stack_path: str | None, jobs: list) -> str | None:
+    """Where NPU_Stack_Info comes from (spec §1.3), as CompareOptions.stack: None = the stack.json beside each
+    target dump when there is one; "" = none (a compare.json stack_path without -s); a path = that file.
+    `-s` is an error when a compared pair has no stack file."""
+    if stack_path is not None:
+        if not stack_mode:
+            return ""
+        if len(jobs) != 1:
+            raise UsageError(f"stack_path {stack_path} names one stack file; it applies to one pair of dump files, "
+                             f"not {len(jobs)}.")
+        return check_input_file(stack_path, "stack_path")
+    if stack_mode:
+        for job in jobs:
+            beside = os.path.join(os.path.dirname(job.target), "stack.json")
+            if not os.path.isfile(beside):
+                raise PathError(f"-s/--stack_mode: no stack file for {job.target}: {beside} does not exist "
+                                "(a compare.json can name one with stack_path).")
+    return None

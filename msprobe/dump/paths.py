@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from msprobe.errors import PathError
 
@@ -49,7 +50,8 @@ def check_input_dir(path: str, what: str = "input directory") -> str:
 
 
 def prepare_output_dir(path: str) -> str:
-    """Create the output directory if needed and check that it is a writable directory."""
+    """Create the output directory if needed and check that it is a writable directory; remove the temporary
+    files that runs of msprobe killed with SIGKILL left there (report/atomic.py)."""
     if os.path.lexists(path) and not os.path.isdir(path):
         raise PathError(f"output path {path} exists and is not a directory.")
     if os.path.islink(path):
@@ -60,6 +62,9 @@ def prepare_output_dir(path: str) -> str:
         raise PathError(f"cannot create output directory {path}: {exc.strerror}.") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise PathError(f"output directory {path} is not writable.")
+    from msprobe.report.atomic import remove_stale_temporaries
+
+    remove_stale_temporaries(path, time.time())
     return os.path.abspath(path)
 
 

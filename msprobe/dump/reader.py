@@ -71,10 +71,37 @@ def _without_non_finite_tokens(raw: bytes) -> bytes | None:
     return b"".join(pieces)
 
 
+PROBE_BYTES = 4096       # the ends of a JSON file looked at before the file is read
+
+
+def _check_ends(path: str) -> None:
+    """Refuse, before reading it whole, a file that cannot be a JSON dump: NUL bytes at either end (a sparse or
+    damaged file) and, for a file larger than the two ends, no '{' or '[' at the start or no '}' or ']' at the
+    end (a file cut while it was written)."""
+    with open(path, "rb") as handle:
+        head = handle.read(PROBE_BYTES)
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(max(size - PROBE_BYTES, len(head)))
+        tail = handle.read()
+    if b"\x00" in head or b"\x00" in tail:
+        raise DumpFormatError(f"{path} is not valid JSON: it holds NUL bytes (a sparse or damaged file).")
+    if size <= 2 * PROBE_BYTES:
+        return                  # small: parsed at once, with the parser's own errors
+    start = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if start[:1] not in (b"{", b"["):
+        raise DumpFormatError(f"{path} is not a JSON object or array: it starts with {start[:20]!r}.")
+    end = tail.rstrip()
+    if end[-1:] not in (b"}", b"]"):
+        raise DumpFormatError(f"{path} is not valid JSON: it ends with {end[-20:]!r}, not '}}' or ']' (a file cut "
+                              "while it was written or copied?).")
+
+
 def load_json(path: str, what: str = "json file"):
-    """Parse a JSON file (orjson; the stdlib parser for NaN/Infinity tokens that orjson refuses)."""
+    """Parse a JSON file (orjson; the stdlib parser for NaN/Infinity tokens that orjson refuses). Its two ends
+    are checked first, so that a file which cannot be JSON is refused without being read."""
     path = check_input_file(path, what)
     try:
+        _check_ends(path)
         with open(path, "rb") as handle:
             raw = handle.read()
     except OSError as exc:
@@ -125,8 +152,10 @@ class Dump:
         return os.path.join(self.directory, TENSOR_DIR_NAME)
 
 
-def read_dump(path: str, side: str, with_stack: bool = True, with_construct: bool = False) -> Dump:
-    """Read a dump.json or debug.json and, when present beside it, stack.json (and construct.json)."""
+def read_dump(path: str, side: str, with_stack: bool = True, with_construct: bool = False,
+              stack_path: str | None = None) -> Dump:
+    """Read a dump.json or debug.json and, when present beside it, stack.json (and construct.json); with
+    stack_path, that stack file instead of the one beside the dump (the 1.x compare.json's stack_path)."""
     what = f"{side} dump file"
     content = load_json(path, what)
     if not isinstance(content, dict):
@@ -150,9 +179,8 @@ def read_dump(path: str, side: str, with_stack: bool = True, with_construct: boo
     directory = os.path.dirname(os.path.abspath(path))
     stack = None
     construct = None
-    stack_path = os.path.join(directory, "stack.json")
-    if with_stack and os.path.lexists(stack_path):
-        stack = read_stack(stack_path)
+    if with_stack and (stack_path or os.path.lexists(os.path.join(directory, "stack.json"))):
+        stack = read_stack(stack_path or os.path.join(directory, "stack.json"))
     construct_path = os.path.join(directory, "construct.json")
     if with_construct and os.path.lexists(construct_path):
         construct = read_construct(construct_path)

@@ -4,21 +4,32 @@ modules by name, their APIs by name and order) and mapped (-lm: an entry map fro
 from __future__ import annotations
 
 import re
+from itertools import chain
 
 from msprobe.graph.tree import API, ROOT, Graph
 
 _CALL_INDEX = re.compile(r"\.\d+\.")
 _RANK = re.compile(r"_rank\d+")
+PARAMETERS_GRAD = ".parameters_grad"
 
 
 def _same_structure(a, b) -> bool:
-    """The same number of inputs and outputs, of the same types and shapes, in order."""
+    """The same number of inputs and outputs, of the same types and shapes, in order; the gradients of a
+    `parameters_grad` node by parameter name (autograd may record them in another order on each side, e.g. bias
+    before weight when one side runs the layer in another dtype)."""
     if len(a.input_data) != len(b.input_data) or len(a.output_data) != len(b.output_data):
         return False
-    for mine, theirs in ((a.input_data, b.input_data), (a.output_data, b.output_data)):
-        for x, y in zip(mine.values(), theirs.values()):
-            if x.get("type") != y.get("type") or x.get("shape") != y.get("shape"):
-                return False
+    if PARAMETERS_GRAD in a.id:
+        theirs = b.input_data
+        pairs = [(x, theirs.get(key)) for key, x in a.input_data.items()]
+        if any(y is None for _, y in pairs):
+            return False
+    else:
+        pairs = chain(zip(a.input_data.values(), b.input_data.values()),
+                      zip(a.output_data.values(), b.output_data.values()))
+    for x, y in pairs:
+        if x.get("type") != y.get("type") or x.get("shape") != y.get("shape"):
+            return False
     return True
 
 

@@ -1,15 +1,16 @@
-"""One graph job (build or compare of one rank), run in the main process or a worker process."""
+"""One graph job: the build or compare of one rank, in one process, top-down: read the dumps, flatten them (the
+compare core's items), build the trees, pair them, compare the items, score the nodes, write the .vis (or the rows
+of the .vis.db, which the driver writes for every rank at once). Parallelism is the executor's: it runs the jobs of a
+batch (ranks and steps) in worker processes or Ray tasks."""
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from msprobe.compare.batch import JobFailure
 from msprobe.dump.locate import Job
-from msprobe.errors import MsprobeError
-from msprobe.graph.forked import Forked
+from msprobe.errors import DumpFormatError, MsprobeError
 
 
 @dataclass(frozen=True)
@@ -48,122 +49,49 @@ class GraphResult:
     linked: bool = False                            # .vis: matched_distributed written
 
 
-def step_rank(job: Job) -> tuple[int, int]:
-    step = re.search(r"step(\d+)$", job.out_subdir or "")
-    rank = re.fullmatch(r"_rank(\d+)", job.suffix or "")
-    return (int(step.group(1)) if step else 0), (int(rank.group(1)) if rank else 0)
+def graph_job(job: Job, options: GraphOptions) -> GraphResult:
+    """The job's GraphResult. Its errors become the executor's JobFailure (scale/executor.execute), which tries
+    again only failures that may pass on a second attempt."""
+    import orjson
 
-
-def file_name(job: Job, options: GraphOptions) -> str:
-    kind = "compare" if options.compare else "build"
-    step = ("_" + job.out_subdir.replace("/", "_")) if job.out_subdir else ""
-    return f"{kind}{step}{job.suffix}_{options.stamp}.vis"
-
-
-# The trees of the last job in a process that ends without freeing its heap (the console script), released when
-# the next job starts: freeing a large graph object by object takes a tenth of a second that nobody needs.
-_RETIRED: list = []
-
-
-def _retire(*trees) -> None:
-    from msprobe.exiting import leaves_without_teardown
-
-    if leaves_without_teardown():
-        _RETIRED.extend(trees)
-
-
-def graph_job(job: Job, options: GraphOptions):
-    _RETIRED.clear()
     try:
         return _graph_job(job, options)
-    except MsprobeError as exc:
-        return JobFailure(job.label, str(exc))
-    except OSError as exc:
-        return JobFailure(job.label, f"{exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}".strip(": "))
-
-
-def forks(options: GraphOptions) -> bool:
-    """Whether a graph job may fork a helper process: when it has two cores of its own. The executor gives a task
-    -j divided by the tasks running beside it (one on Ray), so other ranks keep the cores busy otherwise."""
-    return options.jobs >= 2
+    except (UnicodeEncodeError, orjson.JSONEncodeError):     # text that UTF-8 cannot hold
+        where = _lone_surrogate(job.target, job.golden if options.compare else None)
+        if where is None:
+            raise
+        raise DumpFormatError(f"{where} holds a lone UTF-16 surrogate (an escape such as \\ud800 without its "
+                              "pair) in a name, value or stack; such text cannot be written to a graph file "
+                              "(UTF-8). Remove it from the dump.") from None
 
 
 def _graph_job(job: Job, options: GraphOptions) -> GraphResult:
     from msprobe.compare import columns as col
-    from msprobe.dump.flatten import entry_has_md5
-    from msprobe.dump.reader import read_dump
-    from msprobe.graph import scoring
-    from msprobe.graph.tree import build_graph
-
-    simplify = not options.complete_stack
-    target = read_dump(job.target, "target", with_stack=True, with_construct=True)
-    step, rank = step_rank(job)
-    if not options.compare:
-        npu = build_graph(target, simplify)
-        result = GraphResult(job.label, "", step, rank, len(npu.nodes), warnings=list(npu.warnings))
-        keep_md5 = any(entry_has_md5(body) for body in target.data.values())
-        result.mode = col.MD5 if keep_md5 else col.STATISTICS if target.task == "statistics" else col.TENSOR
-        if options.overflow_check:
-            result.overflow = scoring.overflow_levels(npu)
-        _retire(npu)
-        return _write(result, job, options, npu, None, keep_md5)
-    new = options.output_format == "db"
-    # the compare core runs in a forked child (which reads the golden dump itself) while this process reads the
-    # golden dump too and builds and matches the two trees; without fork, one after the other on one reading
-    golden = None if forks(options) else read_dump(job.golden, "golden", with_stack=True, with_construct=True)
-    compare = Forked(_compare_cells, target, golden or job.golden, options, job.label, inline=not forks(options))
-    bench_part = None
-    try:
-        if golden is None:
-            golden = read_dump(job.golden, "golden", with_stack=True, with_construct=True)
-        layer, same_framework = _layer_mapping(options.layer_mapping, target.framework, golden.framework)
-        framework = target.framework
-        npu = build_graph(target, simplify)
-        bench = build_graph(golden, simplify)
-        _retire(npu, bench)
-        del target, golden
-        result = GraphResult(job.label, "", step, rank, len(npu.nodes), warnings=list(npu.warnings))
-        result.warnings += [f"golden: {w}" for w in bench.warnings]
-        if same_framework:
-            result.warnings.append("-lm maps the names of a MindSpore target to a PyTorch golden; both dumps are "
-                                   f"{framework} dumps, so nodes are paired by name.")
-        if layer is None and options.fuzzy:
-            from msprobe.graph.match import match_fuzzy
-
-            match_fuzzy(npu, bench)
-        elif layer is None:
-            from msprobe.graph.match import match_exact
-
-            match_exact(npu, bench)
-        if layer is None and not new and forks(options):
-            # the Bench graph is complete once matched: a child formats it while the compare core finishes
-            from msprobe.graph.vis_json import graph_part
-
-            bench_part = graph_part("Bench", bench, os.path.join(options.output_dir, file_name(job, options)))
-            bench_part.start()
-        return _compared(result, job, options, npu, bench, compare, layer, bench_part)
-    finally:
-        compare.cancel()
-        if bench_part is not None:
-            bench_part.close()
-
-
-def _compared(result: GraphResult, job: Job, options: GraphOptions, npu, bench, compare: Forked, layer,
-              bench_part) -> GraphResult:
-    """Attach the compare core's cells (compare: the running _compare_cells) to the matched trees, score, and
-    write."""
-    from msprobe.compare import columns as col
     from msprobe.graph import scoring
     from msprobe.log import get_logger
 
-    cells, mode, entry_map = compare.result()
-    new = options.output_format == "db"
+    step, rank = step_rank(job)
+    simplify = not options.complete_stack and options.output_format == "json"     # a .vis.db keeps stacks whole
+    target, npu = read_graph(job.target, "target", simplify)
+    result = GraphResult(job.label, "", step, rank, len(npu.nodes), warnings=list(npu.warnings))
+    if not options.compare:
+        result.mode = col.MD5 if target.has_md5 else col.STATISTICS if target.dump.task == "statistics" else col.TENSOR
+        if options.overflow_check:
+            result.overflow = scoring.overflow_levels(npu)
+        return _write(result, job, options, npu, None)
+    golden, bench = read_graph(job.golden, "golden", simplify)
+    result.warnings += [f"golden: {w}" for w in bench.warnings]
+    layer, same_framework = _layer_mapping(options.layer_mapping, target.dump.framework, golden.dump.framework)
+    if same_framework:
+        result.warnings.append("-lm maps the names of a MindSpore target to a PyTorch golden; both dumps are "
+                               f"{target.dump.framework} dumps, so nodes are paired by name.")
+    # the compare core maps names only across frameworks (-lm of one framework pairs the nodes by name)
+    cells, mode, entry_map = _compare(target, golden, options, None if same_framework else layer, job.label)
+    del target, golden
+    _pair(npu, bench, options, layer, entry_map)
+    db = options.output_format == "db"
     result.mode = mode
-    if layer is not None:
-        from msprobe.graph.match import match_mapped
-
-        match_mapped(npu, bench, entry_map)
-    scoring.attach_and_score(npu, cells, mode, new)
+    scoring.attach_and_score(npu, cells, mode, db)
     del cells
     if options.overflow_check:
         result.overflow = scoring.overflow_levels(npu)
@@ -171,10 +99,62 @@ def _compared(result: GraphResult, job: Job, options: GraphOptions, npu, bench, 
     result.matched = sum(1 for n in npu.nodes.values() if n.link)
     result.unmatched = len(npu.nodes) - result.matched
     result.bench_unmatched = sum(1 for n in bench.nodes.values() if not n.link)
-    result.top = scoring.top_nodes(npu, mode, new)
+    result.top = scoring.top_nodes(npu, mode, db)
     get_logger().info("%sGraph compare mode: %s; %d of %d NPU nodes matched.", job.label,
                       "real data" if mode == col.TENSOR else mode, result.matched, len(npu.nodes))
-    return _write(result, job, options, npu, bench, mode == col.MD5, bench_part)
+    return _write(result, job, options, npu, bench)
+
+
+def read_graph(path: str, role: str, simplify_stacks: bool = True) -> tuple:
+    """(the dump read with its stack and construct as a compare side, its tree). The dump is walked once: the
+    compare core's items (flatten) give the nodes their parameters."""
+    from dataclasses import replace
+
+    from msprobe.compare.pipeline import side_of
+    from msprobe.dump.reader import read_dump
+    from msprobe.graph.params import entry_params
+    from msprobe.graph.tree import build_graph
+
+    dump = read_dump(path, role, with_stack=True, with_construct=True)
+    side = side_of(dump)      # side_of releases the parsed data of its copy of the dump; the tree needs it
+    graph = build_graph(dump, entry_params(side.items, dump.path), simplify_stacks)
+    side.items.record = []    # the nodes have their parameters: the parsed leaves can go
+    # the compare core would give the target's rows their stacks, which the graph does not show
+    return replace(side, dump=replace(dump, data={}, stack=None)), graph
+
+
+def _compare(target, golden, options: GraphOptions, layer, label: str) -> tuple:
+    """(the compare columns the graph uses, the compare mode, with -lm the entry map of the pairs: NPU entry name ->
+    Bench entry name) of the two sides, by the compare core."""
+    from msprobe.compare.mapping import MappingOptions
+    from msprobe.compare.pipeline import CompareOptions, compare_dumps, match_items
+    from msprobe.graph.scoring import columns_used
+
+    compare_options = CompareOptions(output_dir=options.output_dir, tensor_log=options.tensor_log,
+                                     compare_only=True, fuzzy=options.fuzzy, mapping=MappingOptions(layer=layer),
+                                     jobs=options.jobs, write_output=False, stat_numbers=True)
+    table, summary = compare_dumps(target, golden, compare_options, label, options.stamp)
+    entry_map: dict = {}
+    if layer is not None:
+        t_items, g_items = target.items, golden.items
+        pairs = match_items(target.dump, golden.dump, t_items, g_items, compare_options, label, options.stamp)
+        for t, g in zip(pairs.target.tolist(), pairs.golden.tolist()):
+            if g >= 0:
+                entry_map.setdefault(t_items.entry_names[t_items.entry[t]], g_items.entry_names[g_items.entry[g]])
+    used = columns_used(summary.mode, options.output_format == "db")
+    return {c: table.cells[c] for c in used if c in table.cells}, summary.mode, entry_map
+
+
+def _pair(npu, bench, options: GraphOptions, layer, entry_map: dict) -> None:
+    """Pair the nodes of the two trees (spec §6): through the -lm entry map, by -fm's fuzzy rules or exactly."""
+    from msprobe.graph import match
+
+    if layer is not None:
+        match.match_mapped(npu, bench, entry_map)
+    elif options.fuzzy:
+        match.match_fuzzy(npu, bench)
+    else:
+        match.match_exact(npu, bench)
 
 
 def _layer_mapping(layer: str | None, target_framework: str, golden_framework: str) -> tuple:
@@ -188,45 +168,10 @@ def _layer_mapping(layer: str | None, target_framework: str, golden_framework: s
     return layer, False
 
 
-def _compare_cells(target, golden, options: GraphOptions, label: str):
-    """(the compare columns the graph uses, compare mode, entry map of -lm) of the read target dump and the golden
-    dump (read, or its dump.json path)."""
-    from msprobe.compare.pipeline import side_of
-    from msprobe.dump.reader import read_dump
-    from msprobe.graph.scoring import columns_used
-
-    if isinstance(golden, str):     # the compare core reads no golden stack, and its modules only to pair by them
-        golden = read_dump(golden, "golden", with_stack=False,
-                           with_construct=options.fuzzy or options.layer_mapping is not None)
-    layer, same_framework = _layer_mapping(options.layer_mapping, target.framework, golden.framework)
-    options = replace(options, layer_mapping=None if same_framework else layer)
-    table, summary, entry_map = _compare(side_of(target), side_of(golden), options, label)
-    used = columns_used(summary.mode, options.output_format == "db")
-    return {c: table.cells[c] for c in used if c in table.cells}, summary.mode, entry_map
-
-
-def _compare(t_side, g_side, options: GraphOptions, label: str):
-    """The compare core's judged table of the two dumps (and, with -lm, the entry map of its pairs)."""
-    from msprobe.compare.mapping import MappingOptions
-    from msprobe.compare.pipeline import CompareOptions, compare_dumps, match_items
-
-    compare_options = CompareOptions(output_dir=options.output_dir, tensor_log=options.tensor_log,
-                                     compare_only=True, fuzzy=options.fuzzy,
-                                     mapping=MappingOptions(layer=options.layer_mapping), jobs=options.jobs,
-                                     write_output=False, stat_numbers=True)
-    table, summary = compare_dumps(t_side, g_side, compare_options, label, options.stamp)
-    entry_map: dict = {}
-    if options.layer_mapping is not None:
-        t_items, g_items = t_side.items, g_side.items
-        pairs = match_items(t_side.dump, g_side.dump, t_items, g_items, compare_options, label, options.stamp)
-        for t, g in zip(pairs.target.tolist(), pairs.golden.tolist()):
-            if g >= 0:
-                entry_map.setdefault(t_items.entry_names[t_items.entry[t]], g_items.entry_names[g_items.entry[g]])
-    return table, summary, entry_map
-
-
-def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench, keep_md5: bool,
-           bench_part=None) -> GraphResult:
+def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench) -> GraphResult:
+    """Write the .vis (or keep the .vis.db rows in the result); the communication nodes go into the result for
+    the links between ranks."""
+    from msprobe.compare import columns as col
     from msprobe.graph import scoring
     from msprobe.graph.distributed import comm_nodes
 
@@ -234,21 +179,15 @@ def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench, kee
         found = comm_nodes(graph, options.overflow_check) if graph is not None else []
         if found:
             result.comm[label] = found
-    new = options.output_format == "db"
-    if new:
+    if options.output_format == "db":
         from msprobe.graph.vis_db import graph_rows
 
-        other = Forked(graph_rows, bench, "Bench", result.step, result.rank, keep_md5, inline=not forks(options)) \
-            if bench is not None else None
-        try:
-            rows, stacks = graph_rows(npu, "NPU", result.step, result.rank, keep_md5)
-            if other is not None:
-                more_rows, more_stacks = other.result()
-                rows += more_rows
-                stacks += more_stacks
-        finally:
-            if other is not None:
-                other.cancel()
+        keep_md5 = result.mode == col.MD5
+        rows, stacks = graph_rows(npu, "NPU", result.step, result.rank, keep_md5)
+        if bench is not None:
+            more_rows, more_stacks = graph_rows(bench, "Bench", result.step, result.rank, keep_md5)
+            rows += more_rows
+            stacks += more_stacks
         result.rows = (rows, stacks)
         result.config = {"micro_steps": max(npu.micro_steps, bench.micro_steps if bench else 1)}
         return result
@@ -256,11 +195,42 @@ def _write(result: GraphResult, job: Job, options: GraphOptions, npu, bench, kee
 
     path = os.path.join(options.output_dir, file_name(job, options))
     if bench is None:
-        ends = vis_json.write_build(npu, path, options.overflow_check, forks(options))
+        ends = vis_json.write_build(npu, path, options.overflow_check)
     else:
         ends = vis_json.write_compare(npu, bench, path, scoring.TASK[result.mode], scoring.TOOLTIPS[result.mode],
-                                      scoring.colors(result.mode, False), options.overflow_check, forks(options),
-                                      bench_part)
+                                      scoring.colors(result.mode, False), options.overflow_check)
     result.output = path
     result.comm_ends = ends if result.comm else []
     return result
+
+
+def step_rank(job: Job) -> tuple[int, int]:
+    step = re.search(r"step(\d+)$", job.out_subdir or "")
+    rank = re.fullmatch(r"_rank(\d+)", job.suffix or "")
+    return (int(step.group(1)) if step else 0), (int(rank.group(1)) if rank else 0)
+
+
+def file_name(job: Job, options: GraphOptions) -> str:
+    kind = "compare" if options.compare else "build"
+    step = ("_" + job.out_subdir.replace("/", "_")) if job.out_subdir else ""
+    return f"{kind}{step}{job.suffix}_{options.stamp}.vis"
+
+
+# \uD800-\uDBFF not followed by \uDC00-\uDFFF, or \uDC00-\uDFFF not preceded by \uD800-\uDBFF
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+                             rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(*dumps) -> str | None:
+    """The first file of the dumps (dump.json paths or folders) whose JSON escapes a lone surrogate."""
+    for dump in filter(None, dumps):
+        folder = dump if os.path.isdir(dump) else os.path.dirname(dump)
+        for name in ("dump.json", "construct.json", "stack.json"):
+            path = os.path.join(folder, name)
+            try:
+                with open(path, "rb") as handle:
+                    if _LONE_SURROGATE.search(handle.read()):
+                        return path
+            except OSError:
+                continue
+    return None

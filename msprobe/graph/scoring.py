@@ -6,16 +6,17 @@ from __future__ import annotations
 import math
 
 from msprobe.compare import columns as col
-from msprobe.graph.params import STAT_CELLS
+from msprobe.graph import floats
+from msprobe.graph.texts import STAT_CELLS
 from msprobe.graph.tree import COLLECTION, ROOT, Graph
 from msprobe.report.cells import cell_text
 
-OLD_COLUMNS = {
+JSON_COLUMNS = {
     col.STATISTICS: col.STAT_DIFFS,
     col.TENSOR: ["Cosine", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio"],
     col.MD5: ["Result"],
 }
-NEW_COLUMNS = {
+DB_COLUMNS = {
     col.STATISTICS: col.STAT_DIFFS + col.VERDICT,
     col.TENSOR: col.TENSOR_METRICS + col.VERDICT,
     col.MD5: ["Result", "Requires_grad Consistent", "Err_message"],
@@ -25,14 +26,14 @@ VERDICT_INDEX = {"pass": 0, "warning": 0.5, "error": 1}
 GREY = "#C7C7C7"
 
 _STATS_TEXT = "all outputs' relative statistic errors of this node; the darker, the larger the deviation"
-OLD_COLORS = {
+JSON_COLORS = {
     col.STATISTICS: [("#FFFCF3", [0, 0.2]), ("#FFEDBE", [0.2, 0.4]), ("#FFDC7F", [0.4, 0.6]),
                      ("#FFC62E", [0.6, 0.8]), ("#FF704D", [0.8, 1])],
     col.TENSOR: [("#FFFCF3", [0, 0.05]), ("#FFEDBE", [0.05, 0.1]), ("#FFDC7F", [0.1, 0.15]),
                  ("#FFC62E", [0.15, 0.2]), ("#FF704D", [0.2, 1])],
     col.MD5: [("#FFFCF3", [1, 1]), ("#FF704D", [0, 0])],
 }
-OLD_DESCRIPTIONS = {
+JSON_DESCRIPTIONS = {
     col.STATISTICS: "maximum relative error of the node's output statistics; the darker, the larger the deviation",
     col.TENSOR: "drop of the One Thousandth Err Ratio from inputs to outputs; the darker, the larger the drop",
     col.MD5: "",
@@ -50,15 +51,15 @@ TOOLTIPS = {
 }
 
 
-def colors(mode: str, new: bool) -> dict:
-    if new:
+def colors(mode: str, db: bool) -> dict:
+    if db:
         return {"#FFFCF3": {"value": [0, 0.3], "description": "pass", "accuracy_level": "pass"},
                 "#FFDC7F": {"value": [0.3, 0.6], "description": "warning", "accuracy_level": "warning"},
                 "#FF704D": {"value": [0.6, 1], "description": "error", "accuracy_level": "error"},
                 GREY: {"value": [], "description": "node not matched", "accuracy_level": "unmatched node"}}
     out = {}
-    for colour, bucket in OLD_COLORS[mode]:
-        text = OLD_DESCRIPTIONS[mode] or ("all md5 values equal" if bucket == [1, 1] else "some md5 values differ")
+    for colour, bucket in JSON_COLORS[mode]:
+        text = JSON_DESCRIPTIONS[mode] or ("all md5 values equal" if bucket == [1, 1] else "some md5 values differ")
         out[colour] = {"value": bucket, "description": text}
     out[GREY] = {"value": [], "description": "node not matched"}
     return out
@@ -78,13 +79,14 @@ def _fraction(value) -> float | None:
     return None if math.isnan(number) else number
 
 
-def columns_used(mode: str, new: bool) -> list:
+def columns_used(mode: str, db: bool) -> list:
     """The columns of the compare core's table that attach_and_score reads."""
     scored = ["MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr", "One Thousandth Err Ratio"]
-    return ["NPU Name", "Bench Name", "Result"] + (NEW_COLUMNS if new else OLD_COLUMNS)[mode] + scored
+    values = col.STAT_VALUES if db and mode == col.STATISTICS else []     # the .vis.db's own statistics cells
+    return ["NPU Name", "Bench Name", "Result"] + (DB_COLUMNS if db else JSON_COLUMNS)[mode] + scored + values
 
 
-def attach_and_score(npu: Graph, cells: dict, mode: str, new: bool) -> None:
+def attach_and_score(npu: Graph, cells: dict, mode: str, db: bool) -> None:
     """Give each matched NPU node the compare rows of its parameters (node.rows; the columns shown go to
     npu.cells) and set data.precision_index."""
     names, bench = cells["NPU Name"], cells["Bench Name"]
@@ -104,14 +106,18 @@ def attach_and_score(npu: Graph, cells: dict, mode: str, new: bool) -> None:
                 if key in row_of}
         if rows:
             node.rows = rows
-        if new:
+        if db:
             if rows:
                 node.data["precision_index"] = max(VERDICT_INDEX.get(results[row], 0) for row in rows.values())
         else:
-            _old_index(node, mode, scored, row_of)
-    numbers = STAT_CELLS if mode == col.STATISTICS else {}
+            _json_index(node, mode, scored, row_of)
+    numbers = STAT_CELLS if mode == col.STATISTICS and not db else {}
     shown = {}
-    for column in (NEW_COLUMNS if new else OLD_COLUMNS)[mode]:
+    if db and mode == col.STATISTICS:
+        spelled = db_stat_cells(cells)
+        cells = {**cells, **spelled}
+        npu.final_cells = frozenset(spelled)
+    for column in (DB_COLUMNS if db else JSON_COLUMNS)[mode]:
         if column in cells:
             values = cells[column]
             kept = {str, float} if column in numbers else {str}     # statistics diffs stay numbers until written
@@ -119,7 +125,39 @@ def attach_and_score(npu: Graph, cells: dict, mode: str, new: bool) -> None:
                 values = [value if type(value) in kept else cell_text(value) for value in values]
             shown[column] = values
     npu.cells = shown
-    _collections(npu, mode, new)
+    _collections(npu, mode, db)
+
+
+def db_stat_cells(cells: dict) -> dict:
+    """The statistics diff columns (Max diff ... NormRelativeErr) spelled as the 26.x reference writes them into a
+    .vis.db (they differ from its compare table): for two numbers the difference NPU - Bench as Python writes it
+    (not rounded; "0" for two equal integers, "0.0" for two equal floats) and the relative error |diff / Bench| in
+    percent with at most 6 decimals ("0.0%" when equal; "N/A" when Bench is 0); "Nan" for both where either value
+    is NaN or infinite; "N/A" for both where either is not a number (null, a bool, text)."""
+    out = {}
+    for diff_name, rel_name, stat in zip(col.STAT_DIFFS[:4], col.STAT_DIFFS[4:], ("max", "min", "mean", "l2norm")):
+        diffs, rels, divided, quotients = [], [], [], []
+        for index, (n, b) in enumerate(zip(cells[f"NPU {stat}"], cells[f"Bench {stat}"])):
+            if (n.__class__ is float or n.__class__ is int) and (b.__class__ is float or b.__class__ is int):
+                if (n.__class__ is float and not math.isfinite(n)) or (b.__class__ is float and not math.isfinite(b)):
+                    diffs.append("Nan")
+                    rels.append("Nan")
+                    continue
+                diff = n - b
+                diffs.append(repr(diff))
+                if b == 0:
+                    rels.append("N/A")
+                    continue
+                divided.append(index)
+                quotients.append(abs(float(diff) / b) * 100)     # float(): integers of any size
+                rels.append(None)
+            else:
+                diffs.append("N/A")
+                rels.append("N/A")
+        for index, text in zip(divided, floats.cell_texts_db(quotients, "%")):
+            rels[index] = text
+        out[diff_name], out[rel_name] = diffs, rels
+    return out
 
 
 def _scored_columns(cells: dict, mode: str) -> list:
@@ -129,7 +167,7 @@ def _scored_columns(cells: dict, mode: str) -> list:
     return [cells[c] for c in names if c in cells]
 
 
-def _old_index(node, mode: str, columns: list, row_of: dict) -> None:
+def _json_index(node, mode: str, columns: list, row_of: dict) -> None:
     """columns: _scored_columns. A cell counts as its number (`12.5%` -> 0.125), anything else is skipped."""
     if mode == col.MD5:
         results = columns[0]
@@ -163,13 +201,13 @@ def _old_index(node, mode: str, columns: list, row_of: dict) -> None:
         node.data["precision_index"] = (0 if None in lows else min(max(lows[0] - lows[1], 0.0), 1.0))
 
 
-def _collections(npu: Graph, mode: str, new: bool) -> None:
+def _collections(npu: Graph, mode: str, db: bool) -> None:
     for node in npu.nodes.values():
         if node.node_type != COLLECTION or not node.link:
             continue
         values = [npu.nodes[c].data.get("precision_index") for c in node.subnodes]
         values = [v for v in values if v is not None]
-        if new:
+        if db:
             if values:
                 node.data["precision_index"] = max(values)
         elif mode == col.MD5:
@@ -178,20 +216,20 @@ def _collections(npu: Graph, mode: str, new: bool) -> None:
             node.data["precision_index"] = max(values) if values else 0
 
 
-def error_of(node, mode: str, new: bool) -> float | None:
+def error_of(node, mode: str, db: bool) -> float | None:
     """How bad a node is, larger = worse (md5's 1.x index is 1 for equal)."""
     value = node.data.get("precision_index")
     if value is None:
         return None
-    return 1 - value if mode == col.MD5 and not new else value
+    return 1 - value if mode == col.MD5 and not db else value
 
 
-def top_nodes(npu: Graph, mode: str, new: bool, count: int = 10) -> list:
+def top_nodes(npu: Graph, mode: str, db: bool, count: int = 10) -> list:
     scored = []
     for order, node in enumerate(npu.nodes.values()):
         if node.node_type == COLLECTION or node.id == ROOT or not node.rows:
             continue
-        error = error_of(node, mode, new)
+        error = error_of(node, mode, db)
         if error:
             scored.append((-error, order, node.id, error))
     scored.sort()

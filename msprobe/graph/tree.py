@@ -7,7 +7,6 @@ import re
 
 from msprobe.dump.reader import Dump
 from msprobe.errors import DumpFormatError, MsprobeError
-from msprobe.graph.params import node_params
 
 ROOT = "DefaultModel"
 MODULE, API, COLLECTION = 0, 1, 9
@@ -44,6 +43,7 @@ class Graph:
         self.micro_steps = 1
         self.warnings: list = []
         self.cells: dict = {}      # compare column -> values per row, shown after a compared parameter's fields
+        self.final_cells: frozenset = frozenset()  # columns of cells whose values are their final texts
 
     def ancestors(self) -> dict:
         """node id -> list of ids from the root down to its parent, for every node reachable from the root."""
@@ -150,8 +150,9 @@ def _stack_for(name: str, stacks: dict, nodes: dict, simplify: bool, found: dict
     return simplify_stack(name, lines, found) if simplify else list(lines)
 
 
-def build_graph(dump: Dump, simplify_stacks: bool = True) -> Graph:
-    """The tree of one dump read with construct and stack (dump.data must still hold the entries)."""
+def build_graph(dump: Dump, params: dict, simplify_stacks: bool = True) -> Graph:
+    """The tree of one dump read with construct and stack (dump.data must still hold the entries); params: the
+    parameters of its entries (params.entry_params)."""
     construct = dump.construct
     where = dump.directory
     if construct is None:
@@ -171,12 +172,8 @@ def build_graph(dump: Dump, simplify_stacks: bool = True) -> Graph:
         node = nodes.get(name)
         if node is None:
             node = nodes[name] = Node(name, node_type_of(name))
-            record = data.get(name)
-            if isinstance(record, dict):
-                try:
-                    node.input_data, node.output_data = node_params(name, record)
-                except DumpFormatError as exc:
-                    raise DumpFormatError(f"{dump.path}: {exc}") from None
+            if isinstance(data.get(name), dict):
+                node.input_data, node.output_data = params.get(name) or ({}, {})
                 node.in_dump = True
         return node
 

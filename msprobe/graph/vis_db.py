@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import NamedTuple
 
-from msprobe.graph.params import NODE_BATCH, Formatter
+from msprobe.graph.texts import NODE_BATCH, Formatter
 from msprobe.graph.tree import Graph
 
 SCHEMA = """
@@ -32,30 +33,64 @@ CREATE INDEX IF NOT EXISTS index7 ON tb_nodes (is_distributed);
 """
 
 
+class NodeRow(NamedTuple):
+    """One row of tb_nodes, its fields in the table's column order."""
+
+    id: str
+    graph_id: str
+    node_order: int
+    node_name: str
+    node_type: str
+    up_node: str
+    sub_nodes: str
+    precision_index: float | None
+    overflow_level: str | None
+    micro_step_id: int
+    matched_node_link: str
+    stack_id: str
+    parallel_merge_info: str
+    matched_distributed: str
+    modified: int
+    input_data: str
+    output_data: str
+    data_source: str
+    dump_data_dir: str | None
+    step: int
+    rank: int
+    is_distributed: int
+
+
 def graph_rows(graph: Graph, source: str, step: int, rank: int, keep_md5: bool) -> tuple[list, list]:
-    """(node rows, stack rows) of one graph; plain tuples, so that worker processes can return them."""
+    """(node rows, stack rows (id, stack text)) of one graph, nodes children first."""
     graph_id = f"{source}_{step}_{rank}"
     stacks: dict = {}
     stack_rows = []
     rows = []
-    formatter = Formatter(old=False, keep_md5=keep_md5, spaced=True)
+    formatter = Formatter("db", keep_md5=keep_md5, spaced=True)
     order = graph.post_order()
     for start in range(0, len(order), NODE_BATCH):
         names = order[start:start + NODE_BATCH]
         nodes = [graph.nodes[name] for name in names]
-        texts = formatter.nodes(nodes, graph.cells)
-        for index, (name, node, (input_data, output_data)) in enumerate(zip(names, nodes, texts)):
+        texts = formatter.nodes(nodes, graph.cells, graph.final_cells)
+        for index, (name, node, (input_data, output_data)) in enumerate(zip(names, nodes, texts), start):
             stack_text = json.dumps(node.stack_info, ensure_ascii=False)
+            for text in (name, input_data, output_data, stack_text):
+                if not text.isascii():
+                    text.encode()       # UnicodeEncodeError here, in the job, for text SQLite cannot store
             stack_id = stacks.get(stack_text)
             if stack_id is None:
                 stack_id = stacks[stack_text] = f"{graph_id}_{len(stacks)}"
                 stack_rows.append((stack_id, stack_text))
-            rows.append((f"{graph_id}_{name}", graph_id, start + index, name, str(node.node_type),
-                         node.upnode or "", json.dumps(node.subnodes, ensure_ascii=False) if node.subnodes else "",
-                         node.data.get("precision_index"), node.data.get("overflow_level"), node.micro_step_id or 0,
-                         json.dumps(node.link, ensure_ascii=False), stack_id, "", "{}", 0, input_data,
-                         output_data, source, graph.dump_data_dir, step, rank,
-                         int(name.startswith("Distributed"))))
+            rows.append(NodeRow(
+                id=f"{graph_id}_{name}", graph_id=graph_id, node_order=index, node_name=name,
+                node_type=str(node.node_type), up_node=node.upnode or "",
+                sub_nodes=json.dumps(node.subnodes, ensure_ascii=False) if node.subnodes else "",
+                precision_index=node.data.get("precision_index"), overflow_level=node.data.get("overflow_level"),
+                micro_step_id=node.micro_step_id or 0, matched_node_link=json.dumps(node.link, ensure_ascii=False),
+                stack_id=stack_id, parallel_merge_info="", matched_distributed="{}", modified=0,
+                input_data=input_data, output_data=output_data, data_source=source,
+                dump_data_dir=graph.dump_data_dir, step=step, rank=rank,
+                is_distributed=int(name.startswith("Distributed"))))
     return rows, stack_rows
 
 
@@ -67,7 +102,8 @@ def write_db(path: str, parts: list, config: tuple) -> None:
         connection.executescript(SCHEMA)
         connection.execute("PRAGMA journal_mode=WAL")
         for rows, stack_rows in parts:
-            connection.executemany("INSERT INTO tb_nodes VALUES (" + ",".join("?" * 22) + ")", rows)
+            connection.executemany("INSERT INTO tb_nodes VALUES (" + ",".join("?" * len(NodeRow._fields)) + ")",
+                                   rows)
             connection.executemany("INSERT INTO tb_stack VALUES (?,?)", stack_rows)
         connection.execute("INSERT OR IGNORE INTO tb_config VALUES (?,?,?,?,?,?,?,?,?)", config)
         connection.executescript(INDEXES)
@@ -81,6 +117,6 @@ def add_links(rows: list, links: dict) -> list:
     """The node rows with matched_distributed set (links: (data source, node name) -> value)."""
     out = []
     for row in rows:
-        value = links.get((row[17], row[3]))
-        out.append(row if value is None else row[:13] + (json.dumps(value, ensure_ascii=False),) + row[14:])
+        value = links.get((row.data_source, row.node_name))
+        out.append(row if value is None else row._replace(matched_distributed=json.dumps(value, ensure_ascii=False)))
     return out

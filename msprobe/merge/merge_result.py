@@ -8,6 +8,7 @@ import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
+from msprobe.code_mapping.substrings import SubstringIndex
 from msprobe.compare import columns as col
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger, progress
@@ -26,6 +27,15 @@ CONSISTENCY_SHEET = "Consistency"
 CONSISTENCY_COLUMNS = ["NPU Name", "Group", "Ranks", "Consistent", "Differing ranks", "Detail"]
 
 
+# Bounds of a config: a list of API prefixes is a few kilobytes; beyond these it is refused, not slowly run.
+MAX_CONFIG_BYTES = 1024 ** 2
+MAX_APIS = 100_000
+CONFIG_KEYS = ("api", "compare_index")
+# Up to this many APIs, rows are selected by plain substring searches; above, by a SubstringIndex.
+FEW_APIS = 32
+LIST_CAP = 10          # APIs named per "not found" warning
+
+
 @dataclass(frozen=True)
 class MergeConfig:
     apis: tuple
@@ -40,24 +50,62 @@ class RankResult:
     rows: dict = field(default_factory=dict)   # NPU Name -> {column: value}
 
 
+class ApiSelection:
+    """Which rows a config selects: those whose name contains `<api>.` for one of its APIs (spec §6), found in
+    time linear in the names whatever the number of APIs."""
+
+    def __init__(self, apis: tuple):
+        self.keys = tuple(dict.fromkeys(f"{api}." for api in apis))
+        self.index = SubstringIndex(self.keys) if len(self.keys) > FEW_APIS else None
+
+    def matched(self, name: str) -> set:
+        """The keys (`<api>.`) that name contains."""
+        if self.index is not None:
+            return set(self.index.find(name))
+        return {key for key in self.keys if key in name}
+
+    def __call__(self, name: str) -> bool:
+        if self.index is not None:
+            return bool(self.index.find(name))
+        return any(key in name for key in self.keys)
+
+
 def load_config(path: str) -> MergeConfig:
     from msprobe.compare.mapping import load_yaml
+    from msprobe.dump.paths import check_input_file
 
+    size = os.path.getsize(check_input_file(path, "merge config file"))
+    if size > MAX_CONFIG_BYTES:
+        raise MsprobeError(f"{path} is {size} bytes; a merge config (a list of API prefixes) is at most "
+                           f"{MAX_CONFIG_BYTES} bytes.")
     documents = load_yaml(path, "merge config file")
     if not documents:
         raise MsprobeError(f"{path} is empty, please check.")
     config = documents[0]
     if not isinstance(config, dict):
         raise MsprobeError(f"{path}: the config must be a mapping with 'api' (and optionally 'compare_index').")
+    unknown = [key for key in config if key not in CONFIG_KEYS]
+    if unknown:
+        shown = ", ".join(repr(key) for key in unknown[:LIST_CAP]) + (", ..." if len(unknown) > LIST_CAP else "")
+        get_logger().warning("%s: unknown key(s) ignored: %s (a merge config has 'api' and 'compare_index').",
+                             path, shown)
     apis = config.get("api")
     if not apis:
         raise MsprobeError(f"{path}: The APIs required to merge data were not found ('api' is missing or empty).")
     if not isinstance(apis, list) or not all(isinstance(a, str) and a for a in apis):
         raise MsprobeError(f"{path}: The config format of 'api' is incorrect: it must be a list of API names.")
+    if len(apis) > MAX_APIS:
+        raise MsprobeError(f"{path}: 'api' lists {len(apis)} entries; at most {MAX_APIS} are supported.")
     indexes = config.get("compare_index") or []
     if not isinstance(indexes, list) or not all(isinstance(i, str) for i in indexes):
         raise MsprobeError(f"{path}: The config format of 'compare_index' is incorrect: it must be a list.")
-    return MergeConfig(tuple(apis), tuple(indexes))
+    counts: dict = {}
+    for index in indexes:
+        counts[index] = counts.get(index, 0) + 1
+    repeated = [index for index, count in counts.items() if count > 1]
+    if repeated:
+        get_logger().warning("%s: compare_index lists %s more than once; one sheet each.", path, ", ".join(repeated))
+    return MergeConfig(tuple(dict.fromkeys(apis)), tuple(dict.fromkeys(indexes)))
 
 
 def detect_mode(header: list) -> str | None:
@@ -103,12 +151,13 @@ KEPT_COLUMNS = {"NPU Name", "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Ben
     | set(TENSOR_INDEXES)
 
 
-def read_rank(rank: int, path: str, apis: tuple) -> RankResult:
+def read_rank(rank: int, path: str, selection: ApiSelection) -> RankResult:
     from msprobe.dump.paths import check_input_file
     from msprobe.report.readers import read_table
 
     check_input_file(path, "compare result")
-    header, rows = read_table(path, tuple(f"{api}." for api in apis), KEPT_COLUMNS)
+    keys = selection.keys if selection.index is None else ()
+    header, rows = read_table(path, selection, KEPT_COLUMNS, keys)
     mode = detect_mode(header)
     result = RankResult(rank, path, mode or "unknown")
     if mode is None or not rows:
@@ -117,7 +166,7 @@ def read_rank(rank: int, path: str, apis: tuple) -> RankResult:
     for row in rows:
         record = {column: row[position] for position, column in kept if position < len(row)}
         name = record.get("NPU Name")
-        if isinstance(name, str) and any(f"{api}." in name for api in apis):
+        if isinstance(name, str):
             result.rows[name] = record
     return result
 
@@ -126,9 +175,9 @@ def _read_many(arguments: list) -> list:
     return [read_rank(*a) for a in arguments]
 
 
-def read_ranks(found: list, apis: tuple, workers: int) -> list:
+def read_ranks(found: list, selection: ApiSelection, workers: int) -> list:
     """Every rank's selected rows; files are read by a pool of processes."""
-    arguments = [(rank, path, apis) for rank, path in found]
+    arguments = [(rank, path, selection) for rank, path in found]
     bar = progress(total=len(arguments), desc="Reading compare results")
     if workers <= 1 or len(arguments) < 4:
         results = []
@@ -171,7 +220,7 @@ def _cell(record: dict, index: str, group_row: bool):
 
 
 def _plain(value) -> str:
-    if value is None:
+    if value is None or value in ("", "None"):       # an output that was None (spec §6: NPU:N/A  Bench:N/A)
         return NA
     if isinstance(value, float) and value.is_integer():
         return repr(value)
@@ -225,10 +274,15 @@ def merge(results: list, config: MergeConfig) -> tuple[list, list]:
     if invalid:
         raise MsprobeError(f"compare_index {', '.join(invalid)} is not valid for {mode} results (valid: "
                            f"{', '.join(valid)}).")
-    for api in config.apis:
-        for result in usable:
-            if not any(f"{api}." in name for name in result.rows):
-                logger.warning("%s not found in rank%d compare result.", api, result.rank)
+    selection = ApiSelection(config.apis)
+    for result in usable:
+        found = set().union(*(selection.matched(name) for name in result.rows))
+        missing = [key[:-1] for key in selection.keys if key not in found]
+        for api in missing[:LIST_CAP]:
+            logger.warning("%s not found in rank%d compare result.", api, result.rank)
+        if len(missing) > LIST_CAP:
+            logger.warning("... and %d more APIs not found in rank%d compare result.", len(missing) - LIST_CAP,
+                           result.rank)
     names = sorted(set().union(*(r.rows for r in usable)))
     if not names:
         raise MsprobeError("Nothing to merge: none of the configured APIs occurs in the compare results.")
@@ -242,8 +296,10 @@ def merge(results: list, config: MergeConfig) -> tuple[list, list]:
                 record = result.rows.get(name)
                 values.append("" if record is None else _cell(record, index, name.endswith(".group")))
             cells[column] = _as_numbers(values)
+        # every cell is checked for formulas: a rank's value is text taken from its result file
         sheets.append((index, ResultTable(columns=["NPU Name", *rank_columns], cells=cells,
-                                          numeric_columns=frozenset(rank_columns))))
+                                          numeric_columns=frozenset(rank_columns),
+                                          text_columns=frozenset(["NPU Name", *rank_columns]))))
     sheets.append((CONSISTENCY_SHEET, consistency(usable, names)))
     return sheets, problems
 

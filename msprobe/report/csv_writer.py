@@ -40,10 +40,12 @@ def _quoted_column(texts: list) -> list:
 
 
 def write_csv(table: ResultTable, path: str) -> None:
-    """Rows are formatted and written in batches, so memory stays near the size of the table itself."""
+    """Rows are formatted and written in batches, so memory stays near the size of the table itself. A lone
+    surrogate (a `\ud800` escape in a dump), which UTF-8 cannot hold, is written as the six characters `\ud800`."""
     check_cells(table, {name: column_texts(table.cells[name]) for name in table.columns_to_check()}, path)
     rows = len(table)
-    with atomic_path(path) as temporary, open(temporary, "w", newline="", encoding="utf-8") as handle:
+    with atomic_path(path) as temporary, \
+            open(temporary, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         handle.write(",".join(_quoted_column(list(table.columns))) + "\n")
         for start in range(0, rows, BATCH_ROWS):
             stop = min(start + BATCH_ROWS, rows)

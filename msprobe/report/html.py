@@ -340,7 +340,21 @@ def page_data(columns: list, cells: dict, summary: dict, construct: dict | None 
 
 def embed_json(data: dict) -> str:
     """The JSON text for a <script type="application/json"> block: no "<" at all, so no "</script>" either."""
-    return orjson.dumps(data).decode("utf-8").replace("<", "\\u003c")
+    try:
+        text = orjson.dumps(data)
+    except TypeError:          # a lone surrogate (a \\ud800 escape in a dump): shown as the text \\ud800
+        text = orjson.dumps(_escaped_surrogates(data))
+    return text.decode("utf-8").replace("<", "\\u003c")
+
+
+def _escaped_surrogates(value):
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_escaped_surrogates(k): _escaped_surrogates(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escaped_surrogates(v) for v in value]
+    return value
 
 
 def _asset(name: str) -> str:

@@ -21,4 +21,5 @@ def check_cells(table, texts: dict, path: str) -> None:
             continue
         for value in column:
             if is_formula_like(value) and not value.startswith(("[", "(")):
-                raise MsprobeError(f"Malicious value [{value}] not allowed to be written into {path}.")
+                shown = value.replace("\r", "\\r").replace("\n", "\\n")     # the error stays one line
+                raise MsprobeError(f"Malicious value [{shown}] not allowed to be written into {path}.")

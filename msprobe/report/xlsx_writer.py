@@ -16,9 +16,12 @@ from msprobe.report.table import ResultTable
 
 MAX_SHEET_ROWS = 1_048_500   # above this the table is split into sheets part_1, part_2, ...
 MAX_CELL_CHARS = 32_767      # Excel's limit for one cell
+# Every fill of every workbook (aRGB, as openpyxl and Excel require): the value of a row's highlight column -> colour.
 RED = "FFFF0000"
 YELLOW = "FFFFFF00"
-VERDICT_FILLS = {"error": RED, "warning": YELLOW}
+VERDICT_FILLS = {"error": RED, "warning": YELLOW}                 # compare: Result
+ACCURACY_FILLS = {"No": RED, "Unmatched": YELLOW}                 # kernel compare: Accuracy Reached or Not
+CONSISTENCY_FILLS = {False: RED}                                  # merge_result: Consistent
 BATCH_ROWS = 5000
 SHARED_MIN_CHARS = 64        # longer texts (call stacks) are stored once in the shared-strings table
 WIDE_COLUMNS = {"NPU Name": 60, "Bench Name": 60, "Err_message": 50, "NPU_Stack_Info": 50, "Data_name": 50,
@@ -32,6 +35,11 @@ _INVALID_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 def _escape(text: str) -> str:
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _INVALID_XML.sub("\ufffd", text)
+
+
+def _utf8(text: str) -> bytes:
+    """UTF-8 of the XML; a lone surrogate (a `\\ud800` escape in a dump) becomes the six characters `\\ud800`."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 def _column_letters(count: int) -> list:
@@ -177,15 +185,17 @@ def write_workbook(sheets: list, path: str) -> None:
         check_cells(sheet.table, texts, path)
         texts_of.append(texts)
     colors = sorted({c for sheet in sheets for c in (sheet.fills or {}).values()})
+    if not all(re.fullmatch("[0-9A-F]{8}", color) for color in colors):
+        raise ValueError(f"fills must be aRGB colours such as {RED}, got {colors}")
     with atomic_path(path) as temporary, zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as book:
         for name, text in _package_parts([_escape(s.name) for s in sheets]).items():
-            book.writestr(name, text)
+            book.writestr(name, _utf8(text))
         book.writestr("xl/styles.xml", _styles(colors))
         shared = SharedStrings()
         for number, (sheet, texts) in enumerate(zip(sheets, texts_of), start=1):
             with book.open(f"xl/worksheets/sheet{number}.xml", "w", force_zip64=True) as stream:
                 _write_sheet(stream, sheet, texts, colors, shared)
-        book.writestr("xl/sharedStrings.xml", shared.xml())
+        book.writestr("xl/sharedStrings.xml", _utf8(shared.xml()))
 
 
 def _write_sheet(stream, sheet: Sheet, texts: dict, colors: list, shared: SharedStrings) -> None:
@@ -199,10 +209,10 @@ def _write_sheet(stream, sheet: Sheet, texts: dict, colors: list, shared: Shared
     last = f"{letters[-1]}{rows + 1}" if letters else "A1"
     widths = "".join(f'<col min="{i}" max="{i}" width="{WIDE_COLUMNS.get(name, DEFAULT_WIDTH)}" customWidth="1"/>'
                      for i, name in enumerate(table.columns, start=1))
-    stream.write(('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<worksheet xmlns="http://'
+    stream.write(_utf8('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<worksheet xmlns="http://'
                   'schemas.openxmlformats.org/spreadsheetml/2006/main"><dimension ref="A1:'
                   f'{last}"/><sheetFormatPr defaultRowHeight="15"/><cols>{widths}</cols><sheetData>'
-                  f'<row r="1">{header}</row>').encode())
+                  f'<row r="1">{header}</row>'))
     for batch in range(0, rows, BATCH_ROWS):
         end = min(batch + BATCH_ROWS, rows)
         # the first column (the row's name) stays inline: readers find rows by searching for it
@@ -217,5 +227,5 @@ def _write_sheet(stream, sheet: Sheet, texts: dict, colors: list, shared: Shared
                 if style is not None:
                     xml = xml.replace("<c ", style).replace("<c>", style[:-1] + ">")
             parts.append(f'<row r="{row + 2}">{xml}</row>')
-        stream.write("".join(parts).encode("utf-8"))
+        stream.write(_utf8("".join(parts)))
     stream.write(b"</sheetData></worksheet>")

@@ -1,7 +1,9 @@
 """Run independent tasks (one rank of one step, one share of APIs) on a backend: processes on this machine or a
 Ray cluster. One driver loop serves every backend and command: completed tasks of an earlier run are skipped
-(resume.py), a failed task (an error, or its worker process lost) is retried, a task that still fails is reported
-by its label while the others complete, and the results come back in job order.
+(resume.py), a task that fails in a way a second attempt can mend (its worker process lost or killed, a storage
+error) is retried, one that fails for its input (an MsprobeError: invalid JSON, an empty construct.json...) or an
+internal error is not; a task that fails is reported by its label while the others complete, and the results come
+back in job order. Local worker processes die with the driver (Linux), even when it is killed with SIGKILL.
 
 A worker is a module-level function `worker(job, options) -> result`; the job and the options are small picklable
 dataclasses and so is the result, a summary (rows, errors, first divergence): each task reads its own input
@@ -11,15 +13,18 @@ files and writes its own result files, atomically, so nothing large crosses betw
 from __future__ import annotations
 
 import dataclasses
+import errno
 import gc
 import multiprocessing
 import os
 import signal
+import sys
+import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from msprobe.errors import MsprobeError
+from msprobe.errors import MsprobeError, os_error_text
 from msprobe.interrupts import HeldInterrupts
 from msprobe.log import get_logger, progress, setup_logging
 from msprobe.scale.resume import Marker, Resume, completed, marker_for
@@ -35,16 +40,23 @@ class Backend:
     kind: str = "local"              # "local": processes on this machine; "ray": tasks on a Ray cluster
     workers: int = 1                 # local: parallel processes (1: one task after the other in this process)
     address: str = "auto"            # ray: the cluster; "auto" is the running one, else a local instance
-    retries: int = 2                 # further attempts of a failed task
+    retries: int = 2                 # further attempts of a task whose failure may pass on a second try
     start_method: str | None = None  # local processes: multiprocessing start method (None: the platform's)
 
 
 @dataclass
 class JobFailure:
-    """A task that failed: its label and one line saying why."""
+    """A task that failed: its label, one line saying why, and whether another attempt may succeed (a worker
+    lost, a storage error), unlike a failure caused by the input (an MsprobeError) or an internal error."""
 
     label: str
     message: str
+    retry: bool = False
+
+
+# OSErrors that may pass on a second attempt: storage or memory under pressure, a file server restarting
+TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.EAGAIN, errno.EBUSY, errno.EINTR, errno.ENOMEM, errno.ESTALE,
+                              errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED, errno.ENOSPC})
 
 
 @dataclass
@@ -64,8 +76,13 @@ def failure_message(exc: BaseException) -> str:
     if isinstance(exc, MsprobeError):
         return str(exc)
     if isinstance(exc, OSError):
-        return f"{exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}".strip(": ")
+        return os_error_text(exc)
     return f"internal error: {type(exc).__name__}: {exc}"
+
+
+def may_pass_again(exc: BaseException) -> bool:
+    """Whether another attempt of a task that raised `exc` may succeed."""
+    return isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS)
 
 
 def execute(worker: Callable, job, options, marker: Marker | None):
@@ -80,7 +97,10 @@ def execute(worker: Callable, job, options, marker: Marker | None):
     try:
         result = worker(job, options)
     except Exception as exc:
-        return JobFailure(label, failure_message(exc))
+        if os.environ.get("MSPROBE_DEBUG") and not isinstance(exc, MsprobeError):
+            sys.stderr.write(f"{label}{''.join(traceback.format_exception(exc))}")
+            sys.stderr.flush()
+        return JobFailure(label, failure_message(exc), may_pass_again(exc))
     finally:
         if collecting:
             gc.enable()
@@ -141,14 +161,14 @@ def run_tasks(worker: Callable, jobs: list, options, backend: Backend, resume: R
                 if isinstance(result, JobFailure) and markers[index] is not None:
                     # a worker lost after its marker was written has finished all the same
                     result = completed(markers[index]) or result
-                if isinstance(result, JobFailure) and attempts[index] <= backend.retries:
+                if isinstance(result, JobFailure) and result.retry and attempts[index] <= backend.retries:
                     logger.warning("%sattempt %d of %d failed, retrying: %s", _label(jobs[index]), attempts[index],
                                    backend.retries + 1, result.message)
                     todo.append(index)
                     continue
                 if isinstance(result, JobFailure) and attempts[index] > 1:
                     result = JobFailure(result.label or _label(jobs[index]),
-                                        f"{result.message.rstrip('.')} ({attempts[index]} attempts).")
+                                        f"{result.message.rstrip('.')} ({attempts[index]} attempts).", result.retry)
                 results[index] = result
                 bar.update(1)
     except KeyboardInterrupt:
@@ -247,7 +267,8 @@ class Processes:
 
     def submit(self, index: int, job, call: tuple) -> None:
         reader, writer = self._context.Pipe(duplex=False)
-        process = self._context.Process(target=_child, args=(writer, call), daemon=True,
+        driver = None if self._context.get_start_method() == "forkserver" else os.getpid()
+        process = self._context.Process(target=_child, args=(writer, call, driver), daemon=True,
                                         name=f"msprobe-task-{index}")
         held = HeldInterrupts()           # a Ctrl-C while forking is raised once the process is known (cancel())
         try:
@@ -273,7 +294,7 @@ class Processes:
             reader.close()
             process.join()
             if result is None:
-                result = JobFailure(_label(job), f"worker process lost ({_exit_text(process.exitcode)})")
+                result = JobFailure(_label(job), f"worker process lost ({_exit_text(process.exitcode)})", True)
             done.append((index, result))
         return done
 
@@ -291,7 +312,8 @@ class Processes:
         self._running.clear()
 
 
-def _child(writer, call: tuple) -> None:
+def _child(writer, call: tuple, driver: int | None) -> None:
+    die_with(driver)
     signal.signal(signal.SIGINT, signal.default_int_handler)     # not the parent's while it forked (interrupts.py)
     try:
         result = execute(*call)
@@ -302,6 +324,26 @@ def _child(writer, call: tuple) -> None:
     except Exception as exc:   # an unpicklable result
         writer.send(JobFailure(_label(call[1]), f"the result could not be returned: {failure_message(exc)}"))
     writer.close()
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with(driver: int | None) -> None:
+    """Have the kernel kill this worker process when its parent ends, however it ends (Linux; elsewhere a
+    killed driver's workers finish their task and exit, as their result pipe is gone). `driver`: the parent's
+    pid (None when the parent is a forkserver, which ends with the driver)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if driver is not None and os.getppid() != driver:   # the driver ended before prctl took effect
+        os._exit(1)
 
 
 def _exit_text(code: int | None) -> str:

@@ -19,8 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser, workers: str) -> None:
                             "(RAY_ADDRESS or the local one), or a local Ray instance started for the run when "
                             "there is none; else host:port or ray://host:port")
     group.add_argument("--retries", type=int_at_least(0), default=2, metavar="N",
-                       help="further attempts of a task that fails (an error, or its worker lost) before it is "
-                            "reported as failed; the other tasks go on (default: 2)")
+                       help="further attempts of a task whose failure may pass on a second try (its worker lost, "
+                            "a storage error; an input error is reported at once) before it is reported as failed; "
+                            "the other tasks go on (default: 2)")
 
 
 def backend_of(args: argparse.Namespace, workers: int, start_method: str | None = None):

@@ -52,7 +52,7 @@ class RayRunner:
             try:
                 result = ray.get(ref)
             except ray.exceptions.RayError as exc:   # worker or node lost, task cancelled, out of memory
-                result = JobFailure(getattr(job, "label", ""), f"Ray task failed: {_first_line(exc)}")
+                result = JobFailure(getattr(job, "label", ""), f"Ray task failed: {_first_line(exc)}", True)
             done.append((index, result))
         return done
 
@@ -72,6 +72,8 @@ def connect(ray, address: str, cpus: int) -> bool:
     Returns True: this run initialised Ray and disconnects (or stops its local instance) at the end."""
     env = {name: os.environ.get(name, "1") for name in WORKER_ENV}
     env["MSPROBE_LOG_LEVEL"] = os.environ.get("MSPROBE_LOG_LEVEL", "1")
+    if os.environ.get("MSPROBE_DEBUG"):          # tracebacks of internal errors inside tasks
+        env["MSPROBE_DEBUG"] = os.environ["MSPROBE_DEBUG"]
     options = {"runtime_env": {"env_vars": env}, "logging_level": logging.WARNING}
     if address in ("", "auto"):
         try:

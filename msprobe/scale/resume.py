@@ -3,10 +3,12 @@ of the same command skips the tasks whose marker still matches and whose files a
 
 Layout, under the output directory:
 
-    .msprobe_done/<kind>/run.json           the run's timestamp and a digest of its settings
-    .msprobe_done/<kind>/tasks/<task>.json  per completed task: fingerprint, result files with sizes, summary
+    .msprobe_done/<kind>/runs/<run>.json          the timestamp of one run
+    .msprobe_done/<kind>/tasks/<task>.<run>.json  per completed task: fingerprint, result files with sizes, summary
 
-A task counts as done only when its marker exists, its fingerprint (worker, task, settings, msprobe version, size
+<run> is a digest of what makes the run: its settings, the msprobe version and every job with its input paths
+(resolved), so that another run into the same directory (other steps, other dumps) has markers of its own and a
+timestamp of its own, and never takes or replaces the results of an earlier one. A task counts as done only when its marker exists, its fingerprint (worker, task, settings, msprobe version, size
 and modification time of the input files the task names) equals the new one, and every result file it lists exists
 with the recorded size. The summary is kept as JSON of the worker's result dataclass and decoded only into
 dataclasses of the msprobe package, so a marker can never run code.
@@ -38,6 +40,7 @@ class Resume:
     directory: str          # <output>/.msprobe_done/<kind>
     settings: object        # the command's options without per-run values (worker counts, timestamp)
     outputs: Callable       # result -> the files the task wrote; module level (it travels to the workers)
+    run: str = ""           # digest of the settings, the version and the jobs
 
 
 @dataclass(frozen=True)
@@ -56,32 +59,38 @@ class Marker:
         write_text(self.path, json.dumps(record, ensure_ascii=False))
 
 
-def resume_in(output_dir: str, kind: str, settings, outputs: Callable) -> Resume:
-    return Resume(os.path.join(output_dir, MARKER_DIR, kind), settings, outputs)
+def resume_in(output_dir: str, kind: str, settings, outputs: Callable, jobs: list = ()) -> Resume:
+    """Markers of the run of `jobs` with `settings` into output_dir (without jobs: the settings alone identify
+    the run, e.g. they hold its timestamp)."""
+    run = _digest({"format": FORMAT, "version": __version__, "settings": resolved(encode(settings)),
+                   "jobs": [resolved(encode(job)) for job in jobs]})[:16]
+    return Resume(os.path.join(output_dir, MARKER_DIR, kind), settings, outputs, run)
 
 
-def run_stamp(resume: Resume, fresh: str) -> str:
-    """The timestamp of the earlier run of the same settings into this output directory (so that the files of
-    recomputed tasks replace their partial predecessors), else `fresh`, recorded for the next run."""
-    path = os.path.join(resume.directory, "run.json")
-    settings = _digest({"version": __version__, "settings": encode(resume.settings)})
+def run_stamp(resume: Resume, fresh: Callable[[], str]) -> str:
+    """The timestamp of the earlier run of the same jobs and settings into this output directory (so that the
+    files of recomputed tasks replace their partial predecessors), else fresh(), recorded for the next run."""
+    path = os.path.join(resume.directory, "runs", resume.run + ".json")
     try:
         with open(path, encoding="utf-8") as handle:
             record = json.load(handle)
-        if record.get("settings") == settings and _STAMP.match(str(record.get("stamp"))):
+        if record.get("run") == resume.run and _STAMP.match(str(record.get("stamp"))):
             return record["stamp"]
     except (OSError, ValueError, AttributeError):
         pass
-    os.makedirs(resume.directory, exist_ok=True)
-    write_text(path, json.dumps({"format": FORMAT, "settings": settings, "stamp": fresh}))
-    return fresh
+    stamp = fresh()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_text(path, json.dumps({"format": FORMAT, "run": resume.run, "stamp": stamp}))
+    return stamp
 
 
 def marker_for(resume: Resume, worker: Callable, job, task: str) -> Marker:
     identity = {"format": FORMAT, "version": __version__, "worker": f"{worker.__module__}.{worker.__qualname__}",
-                "job": encode(job), "settings": encode(resume.settings), "inputs": _input_files(job)}
-    name = re.sub(r"[^\w.-]+", "_", task).strip("_.") or "task"     # step0/rank1 -> step0_rank1
-    return Marker(os.path.join(resume.directory, "tasks", name + ".json"), _digest(identity), task, resume.outputs)
+                "run": resume.run, "job": resolved(encode(job)), "settings": resolved(encode(resume.settings)),
+                "inputs": _input_files(job)}
+    name = re.sub(r"[^\w.-]+", "_", task).strip("_.")[:100] or "task"     # step0/rank1 -> step0_rank1
+    path = os.path.join(resume.directory, "tasks", f"{name}.{resume.run}.json" if resume.run else name + ".json")
+    return Marker(path, _digest(identity), task, resume.outputs)
 
 
 def completed(marker: Marker):
@@ -101,6 +110,18 @@ def completed(marker: Marker):
 
 def _digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def resolved(value):
+    """An encoded job or settings with every text that names an existing path replaced by its real path: the
+    same relative path from another working directory is another input."""
+    if isinstance(value, str):
+        return os.path.realpath(value) if value and os.path.exists(value) else value
+    if isinstance(value, list):
+        return [resolved(v) for v in value]
+    if isinstance(value, dict):
+        return {k: resolved(v) for k, v in value.items()}
+    return value
 
 
 def _input_files(job) -> list:

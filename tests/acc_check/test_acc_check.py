@@ -54,8 +54,9 @@ def test_l1_statistics_dump_random_data(tmp_path, capsys):
     matmul = by_name["Torch.matmul.0.forward.output.0"]
     assert matmul[1:4] == ["torch.float64", "torch.float32", "(2, 4, 8, 8)"]
     assert matmul[21] == "pass" and "ULP误差比对法 (ulp_compare)" in matmul[22]
-    # ULP columns filled: cancellation near zero gives a few elements above 32 ULP (1.2 %), the mean stays small
-    assert float(matmul[18]) > 32 and float(matmul[20]) == pytest.approx(0.01171875) and float(matmul[19]) < 10
+    # ULP columns filled: cancellation near zero gives a few elements above 32 ULP (1.2 % here), the mean stays
+    # small. The share depends on the CPU's float32 matmul kernel (accumulation order), so it is bounded, not pinned.
+    assert float(matmul[18]) > 32 and 0 < float(matmul[20]) < 0.05 and float(matmul[19]) < 10
     add = by_name["Tensor.__add__.0.forward.output.0"]
     assert "绝对阈值法 (absolute_threshold)" in add[22] and add[15:18] == ["0.00000000000000"] * 3
     eq = by_name["Tensor.__eq__.0.forward.output.0"]

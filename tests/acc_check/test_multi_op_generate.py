@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -207,6 +208,11 @@ def test_op_generate_random_forward(tmp_path, api, standard, metrics):
     for metric in metrics:
         assert f"| {metric}" in printed
     assert printed.rstrip().endswith("Compare finished.")
+    # each output's metrics table is followed by the verdict of each metric and the output's overall one
+    assert printed.count("| Metric ") == 4 and printed.count("| Result ") == 2 * 2 * 1 + 0
+    for metric in metrics:
+        assert re.search(rf"\| {metric} +\| (pass|warning|error|-) +\|", printed), metric
+    assert len(re.findall(r"\| Result +\| (pass|warning|error) +\|", printed)) == 2
     assert _run_script(script) == printed                                          # seeded: same inputs
 
 
@@ -247,3 +253,61 @@ def test_op_generate_errors(tmp_path, tensor_mix, capsys):
         err = capsys.readouterr().err
         assert err.startswith("msprobe op_generate: error:") and message in err, err
     assert list(out.iterdir()) == []
+
+
+def test_op_generate_from_an_extracted_api(tmp_path, capsys):
+    """Section 6 of issue 18: api_name and dump_json_path may be left out when extract_api_path holds the API."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    config = _config(tmp_path, dump_json_path=str(L1), api_name="Functional.gelu.0", extract_api_path="api.json")
+    assert run_cli(["op_generate", "-i", config, "-o", first]) == 0
+    assert run_cli(["op_generate", "-i", _config(tmp_path, extract_api_path="api.json"), "-o", second]) == 0
+    name = "Functional.gelu.0.forward.py"
+    assert (second / name).read_text() == (first / name).read_text()
+    capsys.readouterr()
+    cases = [(dict(dump_json_path=str(L1)), "dump_json_path is given without api_name"),
+             ({}, "give api_name"),
+             (dict(extract_api_path="api.json", api_name="Functional.relu.0"), "not the API Functional.relu.0"),
+             (dict(extract_api_path="missing.json"), "does not exist")]
+    for fields, message in cases:
+        assert run_cli(["op_generate", "-i", _config(tmp_path, **fields), "-o", second]) == 1, fields
+        err = capsys.readouterr().err
+        assert err.startswith("msprobe op_generate: error:") and message in err, err
+
+
+@pytest.mark.parametrize("name, value, dtype, expected", [
+    ("Small Value Error Proportion", 1.0, "float32", "pass"), ("Small Value Error Proportion", 1.5, "float32",
+                                                                "warning"),
+    ("Small Value Error Proportion", 2.01, "float32", "error"), ("Maximum Relative Error", 9.9, "float32", "warning"),
+    ("Maximum Relative Error", 10.5, "float32", "error"), ("Mean Relative Error", 0.2, "float16", "pass"),
+    ("Root Mean Squared Error", 2.5, "float32", "error"), ("Error Balance", 1.2, "bfloat16", "warning"),
+    ("Error Rate", 0.0, "int64", "pass"), ("Error Rate", 0.01, "bool", "error"),
+    ("Relative Error Ratio", 0.0, "float16", "pass"), ("Absolute Error Ratio", 1e-9, "float16", "error"),
+    ("Thousandth ratio", 0.9995, "float32", "pass"), ("Thousandth ratio", 0.999, "float32", "error"),
+    ("Mean ULP Error", 63.0, "float32", "pass"), ("Mean ULP Error", 64.0, "float32", "error"),
+    ("Mean ULP Error", 3.0, "float16", "-"), ("ULP Error Proportion", 0.04, "float32", "pass"),
+    ("ULP Error Proportion", 0.002, "float16", "error"), ("Maximum ULP Error", 1e6, "float32", "-"),
+    ("Mean Relative Error", float("nan"), "float32", "error")])
+def test_generated_script_verdicts(name, value, dtype, expected):
+    """The verdict of every metric the script prints (spec acc_check.md §8 thresholds; ULP as §7)."""
+    import torch
+
+    from msprobe.acc_check.op_script import verdict
+
+    assert verdict(name, value, getattr(torch, dtype)) == expected
+
+
+def test_generated_script_overall_verdict():
+    import torch
+
+    from msprobe.acc_check.op_script import verdicts
+
+    rows = [("Maximum ULP Error", 900.0), ("Mean ULP Error", 70.0), ("ULP Error Proportion", 0.01)]
+    assert verdicts("ulp_compare", torch.float32, rows) == (
+        [("Maximum ULP Error", "-"), ("Mean ULP Error", "error"), ("ULP Error Proportion", "pass")], "pass")
+    assert verdicts("ulp_compare", torch.float32, [("Mean ULP Error", 70.0), ("ULP Error Proportion", 0.06)])[1] == \
+        "error"
+    rows = [("Small Value Error Proportion", 0.0), ("Maximum Relative Error", 3.0), ("Mean Relative Error", 0.1),
+            ("Root Mean Squared Error", 0.1), ("Error Balance", 0.0)]
+    assert verdicts("benchmark", torch.float32, rows)[1] == "warning"

@@ -220,9 +220,38 @@ def test_bad_input_is_one_line(tmp_path, capsys, case, message):
 
 def test_csv_quoting_matches_pandas(tmp_path):
     """Cells with commas, quotes or line breaks are quoted, quotes doubled; others are bare (spec §4)."""
-    from msprobe.code_mapping.bind import write_rows
+    from msprobe.code_mapping.bind import write_outputs
 
     path = tmp_path / "t.csv"
-    write_rows(str(path), HEADER, [("/a b.npy", 'x = f(a, "b")', "S/T"), ("/c.npy", "", "")])
+    write_outputs([(str(path), HEADER, [("/a b.npy", 'x = f(a, "b")', "S/T"), ("/c.npy", "", "")])])
     assert path.read_text() == 'File Path,Code Stack,Scope Name\n/a b.npy,"x = f(a, ""b"")",S/T\n/c.npy,,\n'
     assert list(csv.reader(path.open())) == [HEADER, ["/a b.npy", 'x = f(a, "b")', "S/T"], ["/c.npy", "", ""]]
+
+
+@pytest.mark.parametrize("mode", ["tensor", "statistic"])
+@pytest.mark.parametrize("old, new", [
+    ("# In file /home/user/toy.py:21, 14~27/        y = self.dense(x)/", '# =HYPERLINK("http://evil","x")'),
+    ("# In file /home/user/toy.py:21, 14~27/        y = self.dense(x)/", "# =cmd|' /C calc'!A0"),
+    ("(Default/net-ToyNet/dense-Dense/MatMul-op0)", "(@SUM(1)/Default/net-ToyNet/dense-Dense/MatMul-op0)"),
+])
+def test_formula_like_code_or_scope_cells_are_refused(tmp_path, capsys, mode, old, new):
+    """Issue 18: the Code Stack and Scope Name cells come from the IR and were written unchecked; they are now
+    refused as compare refuses formula-like names, before any output file is written."""
+    ir = tmp_path / "evil.ir"
+    text = TOY.read_text()
+    assert old in text
+    ir.write_text(text.replace(old, new))
+    dump = tmp_path / "dump" / "rank_0" / "Net" / "0" / "0"
+    op_name = "Default_net-ToyNet_dense-Dense_MatMul-op0"
+    if mode == "tensor":
+        make_dump(dump, [MATMUL.replace(op_name, "@SUM(1)_" + op_name)])
+    else:
+        dump.mkdir(parents=True)
+        for sub in ("a", "b"):            # two statistic.csv: neither is written
+            (dump / sub).mkdir()
+            (dump / sub / "statistic.csv").write_text(
+                STAT_HEADER + f"MatMul,@SUM(1)_{op_name},2,10,1700000000,output,0,32,float32,\"(4, 2)\",1,1,1,1,\n")
+    assert run_cli(["code_mapping", "--ir", ir, "--dump_data", dump, "--output", tmp_path / "out"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Malicious value" in err[0]
+    assert [p for p in (tmp_path / "out").rglob("*") if p.is_file()] == []

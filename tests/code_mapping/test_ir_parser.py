@@ -10,7 +10,7 @@ import pytest
 
 from msprobe.code_mapping.ir_parser import IRFormatError, parse_ir
 
-from conftest import FIXTURES
+from conftest import FIXTURES, run_cli
 
 HERE = FIXTURES / "code_mapping"
 TOY = HERE / "toy_graph.ir"
@@ -149,3 +149,25 @@ def test_truncated_ir_and_truncated_gzip(tmp_path):
     archive.write_bytes(gzip.compress(b"l2_tensor/\x00\x00\x00ustar"))
     with pytest.raises(IRFormatError, match=r"an archive\? extract the .ir file from it"):
         parse_ir(str(archive))
+
+
+@pytest.mark.parametrize("lines", [1, 2, 7, 40, 112])
+def test_ir_cut_inside_its_header_is_incomplete(tmp_path, capsys, lines):
+    """Issue 18: an IR cut before its first subgraph gave exit 0 and 0 nodes."""
+    text = gzip.decompress(REAL_GZ.read_bytes()).decode()
+    cut = tmp_path / "cut.ir"
+    cut.write_text("".join(text.splitlines(keepends=True)[:lines]))
+    with pytest.raises(IRFormatError, match=f"is incomplete: it ends at line {lines}, inside its header"):
+        parse_ir(str(cut))
+    (tmp_path / "x.npy").write_bytes(b"")
+    assert run_cli(["code_mapping", "--ir", cut, "--dump_data", tmp_path / "x.npy", "-o", tmp_path / "out"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is incomplete" in err
+
+
+def test_fewer_subgraphs_than_the_header_declares_is_warned(tmp_path, capsys):
+    ir = tmp_path / "g.ir"
+    ir.write_text(TOY.read_text().replace("# Total subgraphs: 1", "# Total subgraphs: 3"))
+    (tmp_path / "x.npy").write_bytes(b"")
+    assert run_cli(["code_mapping", "--ir", ir, "--dump_data", tmp_path / "x.npy", "-o", tmp_path / "out"]) == 0
+    assert "declares 3 subgraphs in its header but holds 1; it may be incomplete." in capsys.readouterr().out

@@ -116,3 +116,22 @@ def test_unreadable_kernel_file_is_a_row_not_a_crash(kernel_dump, tmp_path):
     (row,) = [r for r in table[1:] if Path(r[0]).name == victim.name]
     assert row[15] == "Dump file is not ndarray.\n" and row[14] == ""
     assert len(table) == 121
+
+
+def test_kernel_dump_without_rank_or_step_is_recognised(kernel_dump, tmp_path, capsys):
+    """Issue 18: a kernel dump directory given without --rank/--step was "nothing to compare"; the layout is
+    recognised and every rank and step compared, as `--rank` alone does."""
+    args = ["compare", "-tp", kernel_dump / "target", "-gp", kernel_dump / "golden", "--csv"]
+    assert run_cli(args + ["-o", tmp_path / "auto"]) == 0
+    assert "MindSpore kernel dumps: every rank and step is compared" in capsys.readouterr().out
+    assert run_cli(args + ["-o", tmp_path / "rank", "--rank"]) == 0
+    auto, explicit = (read_csv(only_file(tmp_path / d, "compare_result_0_0_*.csv")) for d in ("auto", "rank"))
+    assert auto == explicit and len(auto) == 121
+
+
+def test_a_directory_that_is_no_dump_is_still_nothing_to_compare(tmp_path, capsys):
+    for side in ("t", "g"):
+        (tmp_path / side / "rank_0" / "Net" / "0" / "0").mkdir(parents=True)
+        (tmp_path / side / "rank_0" / "Net" / "0" / "0" / "notes.txt").write_text("x")
+    assert run_cli(["compare", "-tp", tmp_path / "t", "-gp", tmp_path / "g", "-o", tmp_path / "o"]) == 1
+    assert "nothing to compare" in capsys.readouterr().err

@@ -7,9 +7,8 @@ import sqlite3
 
 import orjson
 
-from msprobe.dump.reader import read_dump
 from msprobe.graph.distributed import CommNode, comm_nodes, match
-from msprobe.graph.tree import build_graph
+from msprobe.graph.run import read_graph
 
 from conftest import only_file, run_cli
 
@@ -62,8 +61,7 @@ def test_single_rank_or_lonely_calls_have_no_links():
 
 def test_real_four_rank_dump(multirank_step0):
     target, _ = multirank_step0
-    ranks = {r: comm_nodes(build_graph(read_dump(str(target / f"rank{r}" / "dump.json"), "t", with_stack=True,
-                                                 with_construct=True)), False) for r in range(4)}
+    ranks = {r: comm_nodes(read_graph(str(target / f"rank{r}" / "dump.json"), "t")[1], False) for r in range(4)}
     assert [len(ranks[r]) for r in range(4)] == [59, 59, 59, 59]
     links = match(ranks)
     # rank 0 broadcasts 29 times (src=0); every rank takes part in 29 all_reduce and 1 all_gather

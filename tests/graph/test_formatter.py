@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from msprobe.compare.stats import stat_diff
-from msprobe.graph import params as P
-from msprobe.graph.params import STAT_CELLS, Formatter
+from msprobe.graph import floats as F
+from msprobe.graph import texts as T
+from msprobe.graph.texts import STAT_CELLS, Formatter
 
 PG = "torch.ProcessGroup"
 MODES = [(old, keep_md5, spaced) for old in (True, False) for keep_md5 in (True, False) for spaced in (True, False)]
@@ -29,8 +30,8 @@ SOME_IDS = [MODE_IDS[MODES.index(mode)] for mode in SOME]
 
 
 def _reference_item(item: dict, old: bool, keep_md5: bool):
-    text = P._text_old if old else P._text_new
-    drop = set(P._DROP_OLD if old else P._DROP_NEW)
+    text = T.text_json if old else T.text_db
+    drop = set(T._DROP["json"] if old else T._DROP["db"])
     if not keep_md5:
         drop.add("md5")
     kind = item.get("type")
@@ -58,7 +59,7 @@ def reference(params: dict, old: bool, keep_md5: bool, spaced: bool) -> str:
 
 
 def check(dicts: list, old: bool, keep_md5: bool, spaced: bool, formatter: Formatter | None = None) -> Formatter:
-    formatter = formatter or Formatter(old, keep_md5, spaced)
+    formatter = formatter or Formatter("json" if old else "db", keep_md5, spaced)
     got = formatter.many(dicts)
     assert len(got) == len(dicts)
     for params, text in zip(dicts, got):
@@ -71,12 +72,12 @@ def check_everywhere(dicts: list, old: bool, keep_md5: bool, spaced: bool) -> No
     and the dicts in reverse order (other values first in the caches)."""
     formatter = check(dicts, old, keep_md5, spaced)
     check(dicts, old, keep_md5, spaced, formatter)
-    formatter = Formatter(old, keep_md5, spaced)
+    formatter = Formatter("json" if old else "db", keep_md5, spaced)
     start, size = 0, 1
     while start < len(dicts):
         check(dicts[start:start + size], old, keep_md5, spaced, formatter)
         start, size = start + size, size * 2 + 1
-    formatter = Formatter(old, keep_md5, spaced)
+    formatter = Formatter("json" if old else "db", keep_md5, spaced)
     for params in dicts:
         assert formatter.params(params) == reference(params, old, keep_md5, spaced)
     check(dicts[::-1], old, keep_md5, spaced)
@@ -191,11 +192,11 @@ def test_mixed_items(old, keep_md5, spaced):
 def test_edge_documents(old, keep_md5, spaced):
     check_everywhere([{}, {"a": {"type": None, "Max": None}}, {}, {"b": {"type": PG}}, {"c": {"type": "t"}}],
                      old, keep_md5, spaced)
-    assert Formatter(old, keep_md5, spaced).many([]) == []
+    assert Formatter("json" if old else "db", keep_md5, spaced).many([]) == []
 
 
 def test_limit_clears_caches():
-    formatter = Formatter(True, True)
+    formatter = Formatter("json", True)
     formatter._LIMIT = 3
     dicts = _dicts(seed=5, count=40)
     for params in dicts:
@@ -207,15 +208,15 @@ def test_realistic_tensor_hand_spelled():
     item = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2, 8, 96], "Max": 1.6641521453857422,
             "Min": -2.0886893272399902, "Mean": -0.019612, "Norm": 22.99660873413086, "requires_grad": True,
             "data_name": "-1", "md5": "00000000"}
-    old = Formatter(True, True).params({"k": item})
+    old = Formatter("json", True).params({"k": item})
     assert old == ('{"k":{"type":"torch.Tensor","dtype":"torch.float32","shape":"[2, 8, 96]","Max":"1.664152",'
                    '"Min":"-2.088689","Mean":"-0.019612","Norm":"22.996609","data_name":"-1","md5":"00000000"}}')
-    new = Formatter(False, False, spaced=True).params({"k": item})
+    new = Formatter("db", False, spaced=True).params({"k": item})
     assert new == ('{"k": {"type": "torch.Tensor", "dtype": "torch.float32", "shape": "[2, 8, 96]", '
                    '"Max": "1.6641521453857422", "Min": "-2.0886893272399902", "Mean": "-0.019612", '
                    '"Norm": "22.99660873413086", "requires_grad": "True", "data_name": "-1"}}')
     group = {"type": PG, "group_ranks": [0, 1], "group_id": 3, "data_name": "-1", "Max": None, "md5": "0"}
-    assert Formatter(True, True).params({"g": group, "n": {"type": None, "Max": None}}) == (
+    assert Formatter("json", True).params({"g": group, "n": {"type": None, "Max": None}}) == (
         '{"g":{"type":"torch.ProcessGroup","group_ranks":"[0, 1]","group_id":"3","data_name":"-1"},'
         '"n":{"value":"null"}}')
 
@@ -245,7 +246,7 @@ def test_equal_values_are_not_merged(field, old, keep_md5, spaced):
     check_everywhere(_column_items(field, values), old, keep_md5, spaced)
     check_everywhere(_column_items(field, values[::-1]), old, keep_md5, spaced)
     # every value alone in its own call on one warm Formatter, twice
-    formatter = Formatter(old, keep_md5, spaced)
+    formatter = Formatter("json" if old else "db", keep_md5, spaced)
     for _ in range(2):
         for value in values:
             check(_column_items(field, [value])[1:2], old, keep_md5, spaced, formatter)
@@ -255,7 +256,7 @@ def test_equal_values_are_not_merged(field, old, keep_md5, spaced):
 def test_signed_zeros_hand_spelled(old):
     item = {"type": "t", "Max": 0.0, "Max diff": 0.0}
     negative = {"type": "t", "Max": -0.0, "Max diff": -0.0}
-    formatter = Formatter(old, True)
+    formatter = Formatter("json" if old else "db", True)
     first = formatter.many([{"a": item, "b": negative}])
     second = formatter.many([{"b": negative}, {"a": item}])
     assert first == ['{"a":{"type":"t","Max":"0.0","Max diff":"0.0"},"b":{"type":"t","Max":"-0.0","Max diff":"-0.0"}}']
@@ -270,10 +271,10 @@ def test_signed_zeros_hand_spelled(old):
 def test_nan_and_infinities_spelled():
     items = {f"k{i}": {"type": "t", "Max": v, "Max diff": v, "MaxRelativeErr": v}
              for i, v in enumerate([math.nan, math.inf, -math.inf, float("nan")])}
-    old = json.loads(Formatter(True, True).params(items))
+    old = json.loads(Formatter("json", True).params(items))
     assert [(d["Max"], d["Max diff"], d["MaxRelativeErr"]) for d in old.values()] == [
         ("nan", "nan", "nan%"), ("inf", "inf", "inf%"), ("-inf", "-inf", "-inf%"), ("nan", "nan", "nan%")]
-    new = json.loads(Formatter(False, True).params(items))
+    new = json.loads(Formatter("db", True).params(items))
     assert [(d["Max"], d["Max diff"], d["MaxRelativeErr"]) for d in new.values()] == [
         ("nan", "nan", "nan%"), ("inf", "inf", "inf%"), ("-inf", "-inf", "-inf%"), ("nan", "nan", "nan%")]
 
@@ -311,7 +312,7 @@ def test_escaping(old, keep_md5, spaced):
                                                      "data_name": weird}})
     dicts.append({w: {"type": "t", "Max": 1, w: w} for w in WEIRD})
     check_everywhere(dicts, old, keep_md5, spaced)
-    for text in Formatter(old, keep_md5, spaced).many(dicts):
+    for text in Formatter("json" if old else "db", keep_md5, spaced).many(dicts):
         if "\ud800" not in text:
             json.loads(text)
 
@@ -327,13 +328,13 @@ def _random_floats(seed: int, count: int) -> list:
 
 @pytest.mark.parametrize("old,spaced", [(True, False), (False, True), (True, True), (False, False)])
 def test_stat_cells_random_floats(old, spaced):
-    text = P._text_old if old else P._text_new
+    text = T.text_json if old else T.text_db
     values = _random_floats(seed=11 + old, count=1000)
     fields = list(STAT_CELLS)
     others = [f for f in fields if f not in ("Max diff", "MaxRelativeErr")]
     dicts = [{f"k{i}": {"type": "torch.Tensor", "Max": v, "Max diff": v, others[i % 6]: -v, "MaxRelativeErr": v}}
              for i, v in enumerate(values)]
-    formatter = Formatter(old, True, spaced)
+    formatter = Formatter("json" if old else "db", True, spaced)
     for attempt in range(2):           # cold, then warm caches
         got = formatter.many(dicts) if attempt == 0 else [formatter.params(d) for d in dicts]
         for i, (value, document) in enumerate(zip(values, got)):
@@ -350,12 +351,12 @@ def test_stat_cells_hand_spelled():
             "MaxRelativeErr": 4.560037062668932e-05, "Min diff": 2.5, "MinRelativeErr": 0.5, "Mean": 1e-05,
             "Mean diff": 1e-05, "MeanRelativeErr": 1e-05, "Norm": 0.1234567, "L2norm diff": 0.1234567,
             "NormRelativeErr": 123456.7890123}
-    old = json.loads(Formatter(True, True).params({"k": item}))["k"]
+    old = json.loads(Formatter("json", True).params({"k": item}))["k"]
     assert old == {"type": "torch.Tensor", "Max": "0.001372", "Max diff": "-0.001372",
                    "MaxRelativeErr": "4.560037e-05%", "Min diff": "2.5", "MinRelativeErr": "0.5%",
                    "Mean": "1.000000e-05", "Mean diff": "1e-05", "MeanRelativeErr": "1e-05%", "Norm": "0.123457",
                    "L2norm diff": "0.123457", "NormRelativeErr": "123456.789012%"}
-    new = json.loads(Formatter(False, True).params({"k": item}))["k"]
+    new = json.loads(Formatter("db", True).params({"k": item}))["k"]
     assert new == {"type": "torch.Tensor", "Max": "0.0013717176734644454", "Max diff": "-0.001372",
                    "MaxRelativeErr": "4.560037062668932e-05%", "Min diff": "2.5", "MinRelativeErr": "0.5%",
                    "Mean": "1e-05", "Mean diff": "1e-05", "MeanRelativeErr": "1e-05%", "Norm": "0.1234567",
@@ -366,7 +367,7 @@ def test_same_float_in_cell_and_statistic_in_one_call():
     for value, max_text, cell_text, rel_text in [(1e-05, "1.000000e-05", "1e-05", "1e-05%"),
                                                  (1.5e-07, "1.500000e-07", "1.5e-07", "1.5e-07%"),
                                                  (2.5e+20, "2.500000e+20", "2.5e+20", "2.5e+20%")]:
-        formatter = Formatter(True, True)
+        formatter = Formatter("json", True)
         documents = formatter.many([{"a": {"type": "t", "Max": value}}, {"a": {"type": "t", "Max": 1.0,
                                                                               "Max diff": value,
                                                                               "MaxRelativeErr": value}},
@@ -391,15 +392,15 @@ def _many_floats(count: int) -> list:
 
 def test_batch_helpers_equal_per_value_functions():
     values = _many_floats(100_000)
-    assert P._float_texts_old(values) == [P._text_old(v) for v in values]
-    assert P._float_texts_new(values) == [P._text_new(v) for v in values]
+    assert F.float_texts_json(values) == [T.text_json(v) for v in values]
+    assert F.float_texts_db(values) == [T.text_db(v) for v in values]
     texts = list(map(repr, values))
-    assert P._cell_texts_old(values, "") == list(map(P._text_old, texts))
-    assert P._cell_texts_new(values, "") == list(map(P._text_new, texts))
+    assert F.cell_texts_json(values, "") == list(map(T.text_json, texts))
+    assert F.cell_texts_db(values, "") == list(map(T.text_db, texts))
     some = values[::4] + values[-5:]         # the suffix is only appended: a quarter of the values
     texts = [repr(v) + "%" for v in some]
-    assert P._cell_texts_old(some, "%") == list(map(P._text_old, texts))
-    assert P._cell_texts_new(some, "%") == list(map(P._text_new, texts))
+    assert F.cell_texts_json(some, "%") == list(map(T.text_json, texts))
+    assert F.cell_texts_db(some, "%") == list(map(T.text_db, texts))
 
 
 def _hard_floats(seed: int, count: int) -> list:
@@ -426,28 +427,28 @@ def _hard_floats(seed: int, count: int) -> list:
 @pytest.mark.filterwarnings("error")            # NaN, infinities, subnormals: no numpy warning either
 def test_column_spelling_of_hard_floats(quote):
     values = _hard_floats(seed=3, count=4000) + [math.nan, math.inf, -math.inf, 5e-324, 1e-320, 1.7976931348623157e308]
-    assert P._float_texts_old(values, quote) == [quote + P._text_old(v) + quote for v in values]
-    assert P._float_texts_new(values, quote) == [quote + P._text_new(v) + quote for v in values]
+    assert F.float_texts_json(values, quote) == [quote + T.text_json(v) + quote for v in values]
+    assert F.float_texts_db(values, quote) == [quote + T.text_db(v) + quote for v in values]
     for suffix in ("", "%"):
         texts = [repr(v) + suffix for v in values]
-        assert P._cell_texts_old(values, suffix, quote) == [quote + P._text_old(t) + quote for t in texts]
-        assert P._cell_texts_new(values, suffix, quote) == [quote + P._text_new(t) + quote for t in texts]
+        assert F.cell_texts_json(values, suffix, quote) == [quote + T.text_json(t) + quote for t in texts]
+        assert F.cell_texts_db(values, suffix, quote) == [quote + T.text_db(t) + quote for t in texts]
 
 
 def test_column_spelling_takes_numpy_for_most_floats(monkeypatch):
     """Nearly all floats of a column are spelled without the per-value functions (which are the slow path)."""
     counted = []
-    each = P._cell_texts_old_each
-    monkeypatch.setattr(P, "_cell_texts_old_each", lambda values, suffix: counted.extend(values) or each(values, suffix))
-    monkeypatch.setattr(P, "_float_texts_old_each", lambda values: counted.extend(values) or [])
+    each = F._cell_texts_json_each
+    monkeypatch.setattr(F, "_cell_texts_json_each", lambda values, suffix: counted.extend(values) or each(values, suffix))
+    monkeypatch.setattr(F, "_float_texts_json_each", lambda values: counted.extend(values) or [])
     values = (10 ** np.random.default_rng(1).uniform(-12, 7, 10_000)).tolist()
-    P._cell_texts_old(values, "%", '"')
+    F.cell_texts_json(values, "%", '"')
     assert len(counted) < 100
     rng = np.random.default_rng(2)        # (from 1e7 up to 1e16 more or all of them are spelled one by one)
     values = (10 ** np.concatenate([rng.uniform(-12, 7, 8_000), rng.uniform(16, 20, 2_000)])).tolist()
     counted.clear()
-    monkeypatch.setattr(P, "_float_texts_old_each", lambda values: counted.extend(values) or ["x"] * len(values))
-    P._float_texts_old(values, '"')
+    monkeypatch.setattr(F, "_float_texts_json_each", lambda values: counted.extend(values) or ["x"] * len(values))
+    F.float_texts_json(values, '"')
     assert len(counted) < 100
 
 
@@ -458,11 +459,11 @@ def test_column_spelling_falls_back_when_orjson_writes_otherwise(monkeypatch):
     def scientific(numbers, option=None):
         return ("[" + ",".join("%.17e" % n for n in numbers.tolist()) + "]").encode()
 
-    monkeypatch.setattr(P, "orjson", type("O", (), {"dumps": staticmethod(scientific),
+    monkeypatch.setattr(F, "orjson", type("O", (), {"dumps": staticmethod(scientific),
                                                     "OPT_SERIALIZE_NUMPY": orjson.OPT_SERIALIZE_NUMPY}))
     values = _hard_floats(seed=4, count=300)
-    assert P._float_texts_old(values, '"') == ['"' + P._text_old(v) + '"' for v in values]
-    assert P._cell_texts_old(values, "%") == [P._text_old(repr(v) + "%") for v in values]
+    assert F.float_texts_json(values, '"') == ['"' + T.text_json(v) + '"' for v in values]
+    assert F.cell_texts_json(values, "%") == [T.text_json(repr(v) + "%") for v in values]
 
 
 # ---------------------------------------------------------------------------------------- 5. mixed columns
@@ -546,8 +547,8 @@ def test_stat_diff_numbers_through_formatter():
     numbers = dict(zip(("Max diff", "MaxRelativeErr"), stat_diff(target, golden, numbers=True)[:2]))
     texts = dict(zip(("Max diff", "MaxRelativeErr"), stat_diff(target, golden)[:2]))
     for old in (True, False):
-        text = P._text_old if old else P._text_new
-        formatter = Formatter(old, True)
+        text = T.text_json if old else T.text_db
+        formatter = Formatter("json" if old else "db", True)
         items = {f"k{i}": {"type": "t", "Max": 1.0, "Max diff": numbers["Max diff"][i],
                            "MaxRelativeErr": numbers["MaxRelativeErr"][i]} for i in range(len(target))}
         spelled = json.loads(formatter.params(items))
@@ -589,8 +590,8 @@ def test_cells_by_row_equal_cells_in_the_dicts(old, keep_md5, spaced):
     dicts[0] = {"k": {"type": "torch.Tensor", "Max diff": "own", "Max": 1.5, "md5": "0"}}
     rows[0] = {"k": 3}
     merged = [_merged(params, found, cells) for params, found in zip(dicts, rows)]
-    expected = Formatter(old, keep_md5, spaced).many(merged)
-    formatter = Formatter(old, keep_md5, spaced)
+    expected = Formatter("json" if old else "db", keep_md5, spaced).many(merged)
+    formatter = Formatter("json" if old else "db", keep_md5, spaced)
     assert formatter.many(dicts, rows, cells) == expected
     assert formatter.many(dicts, rows, cells) == expected          # warm caches
     assert [formatter.params(d, r, cells) for d, r in zip(dicts, rows)] == expected

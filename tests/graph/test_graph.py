@@ -278,3 +278,134 @@ def test_backward_fixes(tmp_path):
     shutil.copytree(STATS / "target", same)
     assert run_cli(["graph", "-tp", same, "-o", tmp_path / "s"]) == 0
     assert _vis(tmp_path / "s")["node"][attn]["upnode"] == "Module.blocks.0.Block.backward.0"
+
+
+def test_parameter_gradients_paired_by_name(tmp_path):
+    """A target whose autograd recorded weight before bias (the golden: bias first) still pairs the
+    parameters_grad node, and each gradient with the golden gradient of its own name (issue 19, section 3)."""
+    name = "Module.blocks.1.mlp.fc1.CastLinear.parameters_grad.0"
+    target = tmp_path / "target"
+    shutil.copytree(STATS / "target", target)
+    dump = json.loads((target / "dump.json").read_text())
+    body = dump["data"][name]
+    assert list(body) == ["bias", "weight"]
+    dump["data"][name] = {"weight": body["weight"], "bias": body["bias"]}
+    (target / "dump.json").write_text(json.dumps(dump))
+    golden = json.loads((STATS / "golden" / "dump.json").read_text())["data"][name]
+    for fmt, pattern in (("json", "*.vis"), ("db", "*.vis.db")):
+        out = tmp_path / fmt
+        assert run_cli(["graph", "-tp", target, "-gp", STATS / "golden", "-o", out, "--format", fmt]) == 0
+        if fmt == "json":
+            node = _vis(out)["NPU"]["node"][name]
+            link, params = node["matched_node_link"], node["input_data"]
+        else:
+            connection = sqlite3.connect(only_file(out, pattern))
+            link, params = connection.execute("select matched_node_link, input_data from tb_nodes where node_name = ?"
+                                              " and data_source = 'NPU'", (name,)).fetchone()
+            link, params = json.loads(link), json.loads(params)
+        assert link and link[-1] == name
+        assert list(params) == [f"{name}.weight", f"{name}.bias"]
+        for param in ("weight", "bias"):
+            expected = body[param][0]["Max"] - golden[param][0]["Max"]
+            assert float(params[f"{name}.{param}"]["Max diff"]) == pytest.approx(expected, rel=1e-5, abs=1e-12)
+
+
+def test_db_cells_and_stacks_as_the_reference(tmp_path):
+    """The .vis.db's statistics cells are spelled as the reference writes them (the fixture holds the reference's
+    cells of 30 parameters covering every spelling), and module nodes keep their whole stack there."""
+    assert run_cli(["graph", "-tp", STATS / "target", "-gp", STATS / "golden", "-o", tmp_path, "--format", "db"]) == 0
+    connection = sqlite3.connect(only_file(tmp_path, "compare_*.vis.db"))
+    expected = json.loads((REF / "stats_mix_db_cells.ref.json").read_text())
+    for name, params in expected.items():
+        texts = connection.execute("select input_data, output_data from tb_nodes where node_name = ? and "
+                                   "data_source = 'NPU'", (name,)).fetchone()
+        ours = {**json.loads(texts[0]), **json.loads(texts[1])}
+        for param, cells in params.items():
+            assert {column: ours[param][column] for column in cells} == cells, (name, param)
+    stacks = json.loads((STATS / "target" / "stack.json").read_text())
+    lines = next(group[1] for group in stacks.values() if "Module.tok_emb.Embedding.forward.0" in group[0])
+    stack = connection.execute("select s.stack_info from tb_nodes n join tb_stack s on n.stack_id = s.id where "
+                               "n.node_name = 'Module.tok_emb.Embedding.forward.0' and n.data_source = 'NPU'")
+    assert json.loads(stack.fetchone()[0]) == lines and len(lines) > 1
+
+
+def test_db_stat_cells_hand_computed():
+    from msprobe.graph.scoring import db_stat_cells
+
+    npu = [7, 1.5, float("inf"), None, "True", 0.1, -3.0]
+    bench = [5, 0.0, 1.0, None, "True", 0.3, 2.0]
+    cells = {f"{side} {stat}": values for side, values in (("NPU", npu), ("Bench", bench))
+             for stat in ("max", "min", "mean", "l2norm")}
+    spelled = db_stat_cells(cells)
+    assert spelled["Max diff"] == ["2", "1.5", "Nan", "N/A", "N/A", repr(0.1 - 0.3), "-5.0"]
+    # |diff / bench| in percent, at most 6 decimals: 40%, 66.666...% and 250%
+    assert spelled["MaxRelativeErr"] == ["40.0%", "N/A", "Nan", "N/A", "N/A", "66.666667%", "250.0%"]
+    assert spelled["NormRelativeErr"] == spelled["MaxRelativeErr"]
+
+
+def _with_lone_surrogate(tmp_path, where: str) -> Path:
+    """A copy of the stats_mix target with a lone surrogate escape (\\ud800) in an entry name, a value or a stack."""
+    copy = tmp_path / where
+    shutil.copytree(STATS / "target", copy)
+    if where == "stack":
+        stacks = json.loads((copy / "stack.json").read_text())
+        stacks["0"][1][0] += "\ud800"
+        (copy / "stack.json").write_text(json.dumps(stacks))
+    elif where == "value":
+        dump = json.loads((copy / "dump.json").read_text())
+        dump["data"]["Functional.embedding.0.forward"]["input_kwargs"] = {"mode": {"type": "str", "value": "a\ud800"}}
+        (copy / "dump.json").write_text(json.dumps(dump))
+    else:
+        for name in ("dump.json", "construct.json"):
+            text = (copy / name).read_text()
+            (copy / name).write_text(text.replace('"Functional.embedding.0.forward"',
+                                                  '"Functional.embedding\\ud800.0.forward"'))
+    return copy
+
+
+@pytest.mark.parametrize("where, options, failing", [
+    ("name", [], "dump.json"), ("value", ["--format", "db"], "dump.json"), ("stack", ["-cs"], "stack.json"),
+    ("stack", ["--format", "db"], "stack.json")])
+def test_lone_surrogate_is_a_clear_error(tmp_path, capsys, where, options, failing):
+    """Text UTF-8 cannot hold (issue 18): one line naming the file, exit 1, nothing written."""
+    target = _with_lone_surrogate(tmp_path, where)
+    out = tmp_path / "out"
+    assert run_cli(["graph", "-tp", target, "-gp", STATS / "golden", "-o", out, "--retries", "0", *options]) == 1
+    err = capsys.readouterr().err
+    assert f"{target / failing} holds a lone UTF-16 surrogate" in err and "internal error" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not list(out.glob("*.vis*")) and not list(out.glob(".tmp*"))
+
+
+def test_lone_surrogate_in_a_dropped_stack_line_is_no_error(tmp_path):
+    """The default .vis keeps one stack line per node; a surrogate in the others is never written."""
+    target = _with_lone_surrogate(tmp_path, "stack")
+    assert run_cli(["graph", "-tp", target, "-gp", STATS / "golden", "-o", tmp_path / "out"]) == 0
+
+
+def test_lone_surrogate_as_a_subprocess(tmp_path):
+    import subprocess
+    import sys
+
+    target = _with_lone_surrogate(tmp_path, "value")
+    done = subprocess.run([sys.executable, "-m", "msprobe", "graph", "-tp", str(target), "-gp", str(STATS / "golden"),
+                           "-o", str(tmp_path / "out"), "--retries", "0"], capture_output=True, text=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and "holds a lone UTF-16 surrogate" in done.stderr
+
+
+def test_parameters_follow_the_compare_core_items(tmp_path):
+    """One reading of the dump grammar (issue 19): a scalar's dtype and shape in the graph are the compare core's;
+    a slice that is not a list has shape "()" (the graph's own walk said "[]"), the src of a communication call
+    dtype "int" (as the reference writes it; was "<class int>")."""
+    target = tmp_path / "target"
+    shutil.copytree(STATS / "target", target)
+    dump = json.loads((target / "dump.json").read_text())
+    dump["data"]["Functional.embedding.0.forward"]["input_kwargs"] = {
+        "part": {"type": "slice", "value": "all"}, "src": {"type": "int", "value": 0}}
+    (target / "dump.json").write_text(json.dumps(dump))
+    assert run_cli(["graph", "-tp", target, "-o", tmp_path / "out"]) == 0
+    inputs = _vis(tmp_path / "out")["node"]["Functional.embedding.0.forward"]["input_data"]
+    part, src = inputs["Functional.embedding.0.forward.input.part"], inputs["Functional.embedding.0.forward.input.src"]
+    assert (part["dtype"], part["shape"]) == ("slice", "()")
+    assert (src["dtype"], src["shape"], src["Max"]) == ("int", "[]", "0")

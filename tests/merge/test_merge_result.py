@@ -157,7 +157,7 @@ def test_reader_selects_rows_from_inline_and_shared_strings(tmp_path):
     table = ResultTable(columns=["NPU Name", "Stack"], cells={"NPU Name": ["Torch.a.0.forward.input.0", long_name],
                                                              "Stack": ["s" * 100, "s" * 100]})
     write_xlsx(table, str(tmp_path / "t.xlsx"), highlight_column=None)
-    header, rows = readers.read_xlsx(str(tmp_path / "t.xlsx"), ("Distributed.",))
+    header, rows = readers.read_xlsx(str(tmp_path / "t.xlsx"), lambda name: "Distributed." in name)
     assert header == ["NPU Name", "Stack"] and rows == [[long_name, "s" * 100]]
 
 
@@ -180,3 +180,139 @@ def test_each_rank_is_checked_within_its_own_group(tmp_path):
     rows = [r for r in sheet.iter_rows(min_row=2, values_only=True)]
     assert [(r[1], r[2], r[3]) for r in rows] == [("[0, 1]", "rank0 rank1", True), ("[2, 3]", "rank2 rank3", False)]
     assert rows[1][4] in ("rank2", "rank3")
+
+
+def test_results_resaved_with_coloured_rich_text_merge_the_same(tmp_path):
+    """Issue 18: a result re-saved by openpyxl with coloured rich text (`<color>` inside the cells) lost 116 of
+    239 rows; names and messages coloured in every other row must change nothing."""
+    from openpyxl.cell.rich_text import CellRichText, TextBlock
+    from openpyxl.cell.text import InlineFont
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for path in (MERGE / "results").glob("*.xlsx"):
+        book = openpyxl.load_workbook(path)
+        sheet = book.active
+        message = [c.value for c in sheet[1]].index("Err_message") + 1
+        for row in range(2, sheet.max_row + 1, 2):
+            name = sheet.cell(row, 1).value
+            sheet.cell(row, 1).value = CellRichText(TextBlock(InlineFont(color="FFFF0000"), name[:12]), name[12:])
+            sheet.cell(row, message).value = CellRichText(TextBlock(InlineFont(color="FF00FF00"), "colour"), " x")
+        book.save(folder / path.name)
+    assert b"<color" in zipfile.ZipFile(next(folder.glob("*.xlsx"))).read("xl/worksheets/sheet1.xml")
+    assert run_cli(["merge_result", "-i", folder, "-o", tmp_path / "out", "-config", MERGE / "merge_config.yaml"]) == 0
+    assert_same_workbook(only_file(tmp_path / "out", "*.xlsx"), MERGE / "reference" / "merge.xlsx")
+
+
+STAT_HEADER = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
+               "NPU Requires_grad", "Bench Requires_grad", "Max diff", "Min diff", "Mean diff", "L2norm diff",
+               "MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr", "NPU max", "NPU min",
+               "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean", "Bench l2norm",
+               "Requires_grad Consistent", "Result", "Err_message"]
+
+
+def stat_row(name, max_diff="0", npu_max="1.0", bench_max="1.0"):
+    row = dict.fromkeys(STAT_HEADER, "0")
+    row.update({"NPU Name": name, "Bench Name": name, "Max diff": max_diff, "NPU max": npu_max,
+                "Bench max": bench_max, "Requires_grad Consistent": "True", "Result": "pass", "Err_message": "[]"})
+    return [row[c] for c in STAT_HEADER]
+
+
+def write_ranks(folder, rows, ranks=(0, 1)):
+    folder.mkdir(exist_ok=True)
+    for rank in ranks:
+        with open(folder / f"compare_result_rank{rank}_20260101000000.csv", "w", newline="") as handle:
+            csv.writer(handle).writerows([STAT_HEADER] + rows)
+    return folder
+
+
+def test_an_output_that_was_none_shows_n_a(tmp_path):
+    """Spec §6: `NPU:N/A  Bench:N/A` when the output was None (compare writes its statistics as None)."""
+    folder = write_ranks(tmp_path / "in", [stat_row("Torch.empty.0.forward.output.0", "N/A", "None", "None")])
+    (tmp_path / "cfg.yaml").write_text("api: [Torch.empty]\ncompare_index: [Max diff]\n")
+    assert run_cli(["merge_result", "-i", folder, "-o", tmp_path / "out", "-config", tmp_path / "cfg.yaml"]) == 0
+    sheet = openpyxl.load_workbook(only_file(tmp_path / "out", "*.xlsx"))["Max diff"]
+    assert [c.value for c in sheet[2]] == ["Torch.empty.0.forward.output.0", "NPU:N/A  Bench:N/A",
+                                          "NPU:N/A  Bench:N/A"]
+
+
+@pytest.mark.parametrize("value", ['=HYPERLINK("http://evil","x")', "=cmd|' /C calc'!A0", "@SUM(1)", "1;=2+3"])
+def test_formula_like_metric_cells_are_refused(value, tmp_path, capsys):
+    folder = write_ranks(tmp_path / "in", [stat_row("Distributed.all_reduce.0.forward.output.0", value)])
+    (tmp_path / "cfg.yaml").write_text("api: [Distributed]\ncompare_index: [Max diff]\n")
+    assert run_cli(["merge_result", "-i", folder, "-o", tmp_path / "out", "-config", tmp_path / "cfg.yaml"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Malicious value" in err[0] and value in err[0]
+    assert not list((tmp_path / "out").iterdir())
+
+
+def test_repeated_compare_index_gives_one_sheet_each_and_unknown_keys_are_named(tmp_path, capsys):
+    folder = write_ranks(tmp_path / "in", [stat_row("Distributed.all_reduce.0.forward.output.0")])
+    (tmp_path / "cfg.yaml").write_text("api: [Distributed, Distributed]\ncompare_index: [Max diff, Max diff, "
+                                       "Min diff, Max diff]\ncompare_indexes: [Cosine]\nbackend: x\n")
+    assert run_cli(["merge_result", "-i", folder, "-o", tmp_path / "out", "-config", tmp_path / "cfg.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "compare_index lists Max diff more than once; one sheet each." in out
+    assert "unknown key(s) ignored: 'compare_indexes', 'backend'" in out
+    book = openpyxl.load_workbook(only_file(tmp_path / "out", "*.xlsx"))
+    assert book.sheetnames == ["Max diff", "Min diff", "Consistency"]
+    assert book["Max diff"].max_row == 2
+
+
+def test_absurd_configs_are_refused_before_parsing(tmp_path, capsys, monkeypatch):
+    from msprobe.merge import merge_result
+
+    folder = write_ranks(tmp_path / "in", [stat_row("Distributed.all_reduce.0.forward.output.0")])
+    (tmp_path / "big.yaml").write_text("api:\n" + "".join(f"  - Torch.op{i}\n" for i in range(60_000)))
+    assert run_cli(["merge_result", "-i", folder, "-o", tmp_path / "out", "-config", tmp_path / "big.yaml"]) == 1
+    assert "a merge config (a list of API prefixes) is at most 1048576 bytes" in capsys.readouterr().err
+    monkeypatch.setattr(merge_result, "MAX_APIS", 100)
+    (tmp_path / "aliases.yaml").write_text("x: &a Distributed\napi: [" + ", ".join(["*a"] * 101) + "]\n")
+    assert run_cli(["merge_result", "-i", folder, "-o", tmp_path / "out", "-config", tmp_path / "aliases.yaml"]) == 1
+    assert "'api' lists 101 entries; at most 100 are supported" in capsys.readouterr().err
+
+
+def test_many_apis_select_the_same_rows_in_time_linear_in_the_rows(tmp_path, capsys):
+    """20,000 APIs (3 of them present) select what the 3 alone select; the rows are matched through an index,
+    not API by API (the code before took 60 s for 10,000 APIs on these four results)."""
+    import time
+
+    apis = [f"Torch.op{i}" for i in range(20_000)] + ["Distributed.all_reduce", "Distributed.all_gather",
+                                                       "Distributed.broadcast"]
+    (tmp_path / "many.yaml").write_text("api:\n" + "".join(f"  - {api}\n" for api in apis) +
+                                        "compare_index:\n  - Max diff\n  - L2norm diff\n  - MeanRelativeErr\n")
+    start = time.monotonic()
+    assert run_cli(["merge_result", "-i", MERGE / "results", "-o", tmp_path, "-config", tmp_path / "many.yaml"]) == 0
+    assert time.monotonic() - start < 30
+    assert_same_workbook(only_file(tmp_path, "multi_ranks_compare_merge_*.xlsx"), MERGE / "reference" / "merge.xlsx")
+    out = capsys.readouterr().out
+    assert "Torch.op9 not found in rank0 compare result." in out
+    assert "... and 19990 more APIs not found in rank0 compare result." in out
+
+
+def test_api_selection_agrees_with_plain_substring_search():
+    from msprobe.merge.merge_result import FEW_APIS, ApiSelection
+
+    apis = ["Distributed", "all_reduce", "Torch.add.0", "a", "Functional.linear.0.forward", "x.y"] + \
+        [f"Torch.op{i}" for i in range(FEW_APIS)]
+    names = ["Distributed.all_reduce.0.forward.output.0", "Torch.add.0.forward.input.0", "Torch.add.10.forward",
+             "Functional.linear.0.forward.input.0", "Module.x.y.z", "Tensor.__add__.0.forward", "b.c",
+             "Torch.op3.0.forward", "Torch.op30"]
+    indexed, plain = ApiSelection(tuple(apis)), ApiSelection(tuple(apis[:FEW_APIS]))
+    assert indexed.index is not None and plain.index is None
+    for name in names:
+        expected = {f"{api}." for api in apis if f"{api}." in name}
+        assert indexed.matched(name) == expected and indexed(name) == bool(expected), name
+
+
+def test_a_csv_cell_longer_than_the_csv_field_limit_is_read(tmp_path):
+    """Issue 18 §4: compare's csv with a 3000-frame stack failed with `_csv.Error: field larger than field limit
+    (131072)`."""
+    row = stat_row("Distributed.all_reduce.0.forward.output.0", "0.5")
+    row[STAT_HEADER.index("Err_message")] = "['File x.py, line 1, in f, \\n y = g(x)', " * 6000 + "]"
+    assert len(row[STAT_HEADER.index("Err_message")]) > 131072
+    folder = write_ranks(tmp_path / "in", [row])
+    (tmp_path / "cfg.yaml").write_text("api: [Distributed]\ncompare_index: [Max diff]\n")
+    assert run_cli(["merge_result", "-i", folder, "-o", tmp_path / "out", "-config", tmp_path / "cfg.yaml"]) == 0
+    sheet = openpyxl.load_workbook(only_file(tmp_path / "out", "*.xlsx"))["Max diff"]
+    assert [c.value for c in sheet[2]] == ["Distributed.all_reduce.0.forward.output.0", 0.5, 0.5]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -62,40 +64,95 @@ def load_data(path: Path) -> dict:
     return json.loads(path.read_text())["data"]
 
 
-def leaf_differences(ref, ours, path, out, skip_md5=False):
-    """Append every field where a reference leaf and ours differ (statistics within relative 1e-6)."""
+# Portability (docs/contributing.md): statistics computed on this machine are never compared bit-exactly with values
+# recorded on another CPU. Reduction order differs between CPUs (AVX2, AVX-512, ARM) and thread counts, so a Mean
+# that is 0 in exact arithmetic comes out as -7.45e-09 on one machine and -5.59e-09 on another. A statistic agrees
+# when it lies within TOLERANCE of the tensor's own scale (max(|Max|, |Min|); the Norm's own magnitude for Norm).
+# Adam divides each gradient by its own root mean square, so a near-zero gradient element whose last bit differs can
+# move its update by up to lr: the optimizer's entries (construct parent "optimizer") are held to OPTIMIZER_TOLERANCE
+# of the scale (measured: 5.7e-4 between AVX2 and AVX-512 on the refdata model). Everything else is portable and
+# compared exactly: entry names and order, structure, types, dtypes, shapes, requires_grad, non-tensor values.
+TOLERANCE = 1e-5
+OPTIMIZER_TOLERANCE = 1e-2
+STATISTICS = ("Max", "Min", "Mean", "Norm")
+
+
+def optimizer_entries() -> frozenset:
+    """Names of the entries recorded inside optimizer.step() (the same names at every level of the refdata run)."""
+    construct = json.loads((FIXTURES / "stats_mix_step0" / "target" / "construct.json").read_text())
+    return frozenset(name for name, parent in construct.items() if parent == "optimizer")
+
+
+def statistic_scale(leaf: dict, key: str) -> float:
+    if key == "Norm":
+        return abs(leaf["Norm"])
+    return max(abs(leaf["Max"]), abs(leaf["Min"]))
+
+
+def statistics_agree(ref: dict, ours: dict, key: str, tolerance: float) -> bool:
+    a, b = ref.get(key), ours.get(key)
+    if not isinstance(a, float) or isinstance(b, bool) or not isinstance(b, (int, float)):
+        return a == b   # None, bool, int statistics of integer tensors: exact
+    if math.isnan(a) or math.isinf(a):
+        return str(a) == str(b)
+    return abs(a - b) <= tolerance * statistic_scale(ref, key)
+
+
+def leaf_differences(ref, ours, path, out, tolerance=TOLERANCE, compare_md5=False):
+    """Append every field where a reference leaf and ours differ: portable fields exactly, statistics within
+    `tolerance` of the tensor's scale, md5 only when asked (CRC-32 of float results is not portable)."""
     if isinstance(ref, dict) and "type" in ref:
-        for key in ("type", "dtype", "shape", "requires_grad", "value", "data_name", "md5"):
-            if key == "md5" and skip_md5:
-                continue
+        for key in ("type", "dtype", "shape", "requires_grad", "value", "data_name"):
             if ref.get(key) != (ours or {}).get(key):
                 out.append((path, key, ref.get(key), (ours or {}).get(key)))
-        for key in ("Max", "Min", "Mean", "Norm"):
-            a, b = ref.get(key), (ours or {}).get(key)
-            if isinstance(a, float) and isinstance(b, float) and not math.isnan(a) and not math.isinf(a):
-                if abs(a - b) > 1e-6 * max(abs(a), abs(b)):
-                    out.append((path, key, a, b))
-            elif a != b:
-                out.append((path, key, a, b))
+        if compare_md5 and ref.get("md5") != (ours or {}).get("md5"):
+            out.append((path, "md5", ref.get("md5"), (ours or {}).get("md5")))
+        if ref.get("type") == "torch.Tensor" and ours:
+            for key in STATISTICS:
+                if not statistics_agree(ref, ours, key, tolerance):
+                    out.append((path, key, ref.get(key), ours.get(key)))
     elif isinstance(ref, dict):
         if not isinstance(ours, dict) or list(ref) != list(ours):
             out.append((path, "keys", ref, ours))
             return
         for key in ref:
-            leaf_differences(ref[key], ours[key], f"{path}.{key}", out, skip_md5)
+            leaf_differences(ref[key], ours[key], f"{path}.{key}", out, tolerance, compare_md5)
     elif isinstance(ref, list):
         if not isinstance(ours, list) or len(ref) != len(ours):
             out.append((path, "length", ref, ours))
             return
         for i, (a, b) in enumerate(zip(ref, ours)):
-            leaf_differences(a, b, f"{path}.{i}", out, skip_md5)
+            leaf_differences(a, b, f"{path}.{i}", out, tolerance, compare_md5)
     elif ref != ours:
         out.append((path, "value", ref, ours))
 
 
-def is_inplace(entry: str) -> bool:
-    api = entry.split(".")[1]
-    return api.endswith("_") and not api.endswith("__") or api.startswith("__i")
+def dump_differences(ref: dict, ours: dict) -> list:
+    optimizer = optimizer_entries()
+    differences = []
+    for name in ref:
+        tolerance = OPTIMIZER_TOLERANCE if name in optimizer else TOLERANCE
+        leaf_differences(ref[name], ours[name], name, differences, tolerance)
+    return differences
+
+
+def tensor_leaves(value, path=""):
+    """(path, leaf) of every tensor record in an entry body, in order."""
+    if isinstance(value, dict) and "type" in value:
+        if value["type"] == "torch.Tensor":
+            yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from tensor_leaves(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from tensor_leaves(item, f"{path}.{i}")
+
+
+def crc32_of(tensor) -> str:
+    """CRC-32 of a tensor's bytes in row-major order, computed here independently of the collector."""
+    raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return format(zlib.crc32(raw), "08x")
 
 
 CASES = {  # fixture folder -> (level, summary_mode)
@@ -121,24 +178,67 @@ def dumps(tmp_path_factory):
     return result
 
 
+@pytest.fixture(scope="module")
+def tensor_run(tmp_path_factory):
+    """Our own mix dump of real tensors, made in this process with the same seeds as `dumps` (DEFAULT size)."""
+    root = tmp_path_factory.mktemp("tensor_run")
+    train(dump_path=str(root / "dump"), debugger_kwargs={"task": "tensor", "level": "mix"})
+    return our_dump(root / "dump")
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_matches_reference_dump(dumps, case):
     ref = load_data(FIXTURES / case / "target" / "dump.json")
     ours = load_data(dumps[case] / "dump.json")
-    shared = [name for name in ref if name in ours]
-    assert len(shared) / len(ref) >= 0.95
-    assert len(shared) == len(ref)             # currently every reference entry is produced
-    assert list(ours) == list(ref)             # and in the reference's order
-    md5_mode = CASES[case][1] == "md5"
-    differences = []
-    for name in shared:
-        # the reference's CRC-32 of an in-place API's *input* sometimes shows the value after the call
-        leaf_differences(ref[name], ours[name], name, differences, skip_md5=md5_mode and is_inplace(name))
-    assert differences == []
-    if md5_mode:
-        md5s = [leaf["md5"] for body in ours.values() for section in ("input_args", "output")
-                for leaf in body.get(section, []) if isinstance(leaf, dict) and "md5" in leaf]
-        assert len(md5s) > 500 and all(len(m) == 8 and int(m, 16) >= 0 for m in md5s)
+    assert list(ours) == list(ref)             # every reference entry, in the reference's order
+    assert dump_differences(ref, ours) == []
+
+
+def test_md5_is_the_crc32_of_the_tensors_of_the_same_run(dumps, tensor_run):
+    """The CRC-32 of a float result is not portable, so our md5 dump is checked against the tensors that our own
+    tensor-mode run of the same model saved in this process, and against the reference only where it is portable."""
+    md5_dump = load_data(dumps["md5_mix_step0"] / "dump.json")
+    tensor_dump = load_data(tensor_run / "dump.json")
+    assert list(md5_dump) == list(tensor_dump)
+    checked = 0
+    for name, body in md5_dump.items():
+        md5_leaves = list(tensor_leaves(body))
+        saved_leaves = list(tensor_leaves(tensor_dump[name]))
+        assert [path for path, _ in md5_leaves] == [path for path, _ in saved_leaves], name
+        for (path, leaf), (_, saved) in zip(md5_leaves, saved_leaves):
+            tensor = torch.load(tensor_run / "dump_tensor_data" / saved["data_name"], weights_only=True)
+            assert (leaf["dtype"], leaf["shape"]) == (str(tensor.dtype), list(tensor.shape)), name + path
+            assert leaf["md5"] == crc32_of(tensor), name + path
+            checked += 1
+    assert checked > 1000
+    # integer inputs (the token ids) are the same bytes on every machine: there the reference's CRC-32 must agree
+    ref = load_data(FIXTURES / "md5_mix_step0" / "target" / "dump.json")
+    ids = ref["Functional.embedding.0.forward"]["input_args"][0]
+    assert ids["dtype"] == "torch.int64"
+    assert md5_dump["Functional.embedding.0.forward"]["input_args"][0]["md5"] == ids["md5"]
+
+
+def test_statistics_are_those_of_the_saved_tensors(tensor_run):
+    """Every statistic of our tensor-mode dump, recomputed in float64 from the tensor the same run saved."""
+    data = load_data(tensor_run / "dump.json")
+    checked = 0
+    for name, body in data.items():
+        for path, leaf in tensor_leaves(body):
+            tensor = torch.load(tensor_run / "dump_tensor_data" / leaf["data_name"], weights_only=True)
+            if not tensor.is_floating_point() or tensor.numel() == 0:
+                continue
+            values = tensor.double()
+            expected = {"Max": values.max().item(), "Min": values.min().item(), "Mean": values.mean().item(),
+                        "Norm": values.norm().item()}
+            # float32 accumulation, and low-precision statistics rounded back to the tensor's dtype
+            tolerance = max(TOLERANCE, 2 * torch.finfo(tensor.dtype).eps)
+            for key in STATISTICS:
+                if math.isfinite(expected[key]) and math.isfinite(statistic_scale(expected, key)):
+                    assert abs(leaf[key] - expected[key]) <= tolerance * statistic_scale(expected, key), (name + path, key)
+                else:   # a masked fill with -inf: the same non-finite value
+                    assert str(leaf[key]) == str(expected[key]) or leaf[key] == expected[key], (name + path, key)
+            checked += 1
+    assert checked > 1000
 
 
 def test_layout_and_side_files(dumps):
@@ -169,9 +269,23 @@ def test_our_compare_reads_our_dump(dumps, tmp_path):
     assert len(body) == 1350
     bench = header.index("Bench Name")
     assert all(row[bench] not in ("N/A", "") for row in body)
-    max_diff = header.index("Max diff")
-    diffs = [row[max_diff] for row in body if row[max_diff] not in ("N/A", "None", "")]
-    assert len(diffs) > 1000 and all(float(d.strip()) == 0.0 for d in diffs if d.strip() != "nan")
+    # our statistics against the reference collector's, recorded on another machine: within the tensor's scale
+    column = {key: header.index(key) for key in ("NPU Name", "Max diff", "NPU max", "NPU min")}
+    optimizer = optimizer_entries()
+    checked = 0
+    for row in body:
+        diff, high, low = (row[column[key]].strip() for key in ("Max diff", "NPU max", "NPU min"))
+        try:
+            diff, scale = abs(float(diff)), max(abs(float(high)), abs(float(low)))
+        except ValueError:
+            continue     # N/A, None: non-tensor and non-float rows
+        if math.isnan(diff):
+            continue
+        api = re.match(r"(.*?\.(?:forward|backward))\.", row[column["NPU Name"]])
+        entry = api.group(1) if api else row[column["NPU Name"]]
+        assert diff <= (OPTIMIZER_TOLERANCE if entry in optimizer else TOLERANCE) * scale, row[column["NPU Name"]]
+        checked += 1
+    assert checked > 1000
 
 
 def test_tensor_mode_matches_reference(tmp_path, tensor_mix):
@@ -182,17 +296,16 @@ def test_tensor_mode_matches_reference(tmp_path, tensor_mix):
     assert dump["dump_data_dir"] == str(directory / "dump_tensor_data")
     ref, ours = load_data(ref_json), dump["data"]
     assert list(ours) == list(ref)
-    differences = []
-    for name in ref:
-        leaf_differences(ref[name], ours[name], name, differences)
-    assert differences == []
+    assert dump_differences(ref, ours) == []
     ref_dir, our_dir = ref_json.parent / "dump_tensor_data", directory / "dump_tensor_data"
     assert sorted(p.name for p in our_dir.iterdir()) == sorted(p.name for p in ref_dir.iterdir())
     for name in ("Functional.linear.2.forward.input.0.pt", "Module.blocks.0.mlp.fc1.CastLinear.parameters_grad.0.weight.pt",
                  "Functional.linear.5.backward.output.0.pt", "Functional.softmax.0.forward.output.0.pt"):
         a = torch.load(ref_dir / name, weights_only=True)
         b = torch.load(our_dir / name, weights_only=True)
-        assert a.dtype == b.dtype and torch.equal(a, b), name
+        assert (a.dtype, a.shape) == (b.dtype, b.shape), name
+        # values recorded on another CPU: equal within the tensor's scale, never bit for bit
+        assert (a.double() - b.double()).abs().max() <= TOLERANCE * a.double().abs().max(), name
 
 
 def test_debugger_does_not_change_training(tmp_path):

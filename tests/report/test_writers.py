@@ -1,20 +1,26 @@
-"""Writers: CSV text, XLSX types/fills/sheet split, atomic replacement, formula refusal."""
+"""Writers: CSV text, XLSX types/fills/sheet split, atomic replacement, formula refusal; the reader of result
+workbooks on what every writer (ours, openpyxl, XlsxWriter) writes."""
 
 from __future__ import annotations
 
 import math
+import re
+import zipfile
 
 import openpyxl
 import pytest
+import xlsxwriter
+from openpyxl.cell.rich_text import CellRichText, TextBlock
+from openpyxl.cell.text import InlineFont
 
 from msprobe.errors import MsprobeError
-from msprobe.report import xlsx_writer
+from msprobe.report import readers, xlsx_writer
 from msprobe.report.cells import cell_text, number_or_none
 from msprobe.report.csv_writer import write_csv
 from msprobe.report.table import ResultTable
 from msprobe.report.xlsx_writer import write_xlsx
 
-from conftest import read_csv
+from conftest import FIXTURES, fixture_pair, only_file, read_csv, run_cli
 
 
 def table(rows=3):
@@ -87,3 +93,180 @@ def test_failed_write_keeps_the_previous_file(tmp_path):
     with pytest.raises(TypeError):
         write_csv(broken, str(path))
     assert path.read_text() == "previous" and [p.name for p in tmp_path.iterdir()] == ["r.csv"]
+
+
+# -- the reader ------------------------------------------------------------------------------------------------
+HEADER = ["NPU Name", "Max diff", "Requires_grad Consistent", "Err_message", "NPU_Stack_Info"]
+NAMES = [f"Distributed.all_reduce.{i}.forward.output.0" for i in range(3)] + \
+    ["Functional.linear.0.forward.input.0", "Torch.add.0.forward.output.0"]
+ROWS = [[NAMES[0], 0.5, True, "a & b <c> \"q\" 'x' \u00e9\u4e2d", "File x.py, line 3\n y = f(x)" * 8],
+        [NAMES[1], 3, False, " leading and trailing ", None],
+        [NAMES[2], -1.25e-07, True, None, "s" * 100],
+        [NAMES[3], None, None, "<color rgb=\"FF\"/> is text", "[]"],
+        [NAMES[4], 12, True, "last", "t" * 70]]
+
+
+def _rich(text: str):
+    """Text split into a red run and a plain run (what a user colouring part of a cell saves)."""
+    middle = max(1, len(text) // 2)
+    return CellRichText(TextBlock(InlineFont(color="FFFF0000", b=True), text[:middle]), text[middle:])
+
+
+def _openpyxl_book(path, rich: bool, rows=ROWS):
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.append(HEADER)
+    for row in rows:
+        cells = list(row)
+        if rich:
+            cells[0] = _rich(cells[0])                          # the name itself, coloured
+            cells[3] = _rich(cells[3]) if cells[3] else None     # and a message cell before the stack
+        sheet.append(cells)
+    book.save(path)
+
+
+def _xlsxwriter_book(path, rich: bool, rows=ROWS):
+    book = xlsxwriter.Workbook(str(path))
+    sheet = book.add_worksheet()
+    red = book.add_format({"color": "red", "bold": True})
+    sheet.write_row(0, 0, HEADER)
+    for number, row in enumerate(rows, start=1):
+        for column, value in enumerate(row):
+            if value is None:
+                continue
+            if rich and column in (0, 3) and len(value) > 1:
+                middle = max(1, len(value) // 2)
+                sheet.write_rich_string(number, column, red, value[:middle], value[middle:])
+            else:
+                sheet.write(number, column, value)
+    book.close()
+
+
+def _rewrite_sheet(path, change):
+    """The workbook with its first worksheet's XML passed through change (a function of the text)."""
+    with zipfile.ZipFile(path) as source:
+        members = {name: source.read(name) for name in source.namelist()}
+    members["xl/worksheets/sheet1.xml"] = change(members["xl/worksheets/sheet1.xml"].decode()).encode()
+    with zipfile.ZipFile(path, "w") as target:
+        for name, data in members.items():
+            target.writestr(name, data)
+
+
+def _without_references(text: str) -> str:
+    return re.sub(r'(<c\b[^>]*?) r="[A-Z]+\d+"', r"\1", text)
+
+
+def _prefixed(text: str) -> str:
+    """Every element of the sheet in a prefixed namespace (`<x:row>`), as some .NET writers save it."""
+    text = text.replace('xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"',
+                        'xmlns:x="http://schemas.openxmlformats.org/spreadsheetml/2006/main"')
+    return re.sub(r"<(/?)(?![?!])([A-Za-z]+)(?=[\s>/])", r"<\1x:\2", text)
+
+
+def _with_comments_and_cdata(text: str) -> str:
+    text = text.replace("<t>last</t>", "<t><![CDATA[last]]></t>")
+    return re.sub(r"(<row\b[^>]*>)", r'\1<!-- <c r="A1" t="inlineStr"><is><t>fake</t></is></c> -->', text)
+
+
+def _ours(path, rich: bool, rows=ROWS):
+    columns = {name: [row[i] for row in rows] for i, name in enumerate(HEADER)}
+    write_xlsx(ResultTable(columns=list(HEADER), cells=columns, numeric_columns=frozenset({"Max diff"})), str(path),
+               highlight_column=None)
+
+
+# Without r= every cell must be written, so those workbooks have no empty cell.
+DENSE = [[v if v is not None else "-" for v in row] for row in ROWS]
+WRITERS = {
+    "msprobe": (_ours, False, None, [[("None" if v is None else v) for v in row] for row in ROWS]),
+    "openpyxl": (_openpyxl_book, False, None, ROWS),
+    "openpyxl rich text": (_openpyxl_book, True, None, ROWS),
+    "openpyxl without r=": (_openpyxl_book, True, _without_references, DENSE),
+    "xlsxwriter shared strings": (_xlsxwriter_book, False, None, ROWS),
+    "xlsxwriter rich text": (_xlsxwriter_book, True, None, ROWS),
+    "xlsxwriter without r=": (_xlsxwriter_book, True, _without_references, DENSE),
+    "namespace prefixes": (_openpyxl_book, True, _prefixed, ROWS),
+    "comments and CDATA": (_openpyxl_book, False, _with_comments_and_cdata, ROWS),
+}
+
+
+def _padded(rows: list) -> list:
+    return [list(row) + [None] * (len(HEADER) - len(row)) for row in rows]
+
+
+@pytest.mark.parametrize("kind", list(WRITERS))
+def test_reader_reads_every_writer_as_openpyxl_does(kind, tmp_path):
+    """Rows, names and cells of plain, shared-string and (coloured) rich-text workbooks, with or without cell
+    references: all of them, those selected by name and only the asked columns, as written (and as openpyxl
+    reads them)."""
+    make, rich, change, written = WRITERS[kind]
+    path = tmp_path / "book.xlsx"
+    make(path, rich, written)
+    if change:
+        _rewrite_sheet(path, change)
+    assert _padded(list(openpyxl.load_workbook(path).active.iter_rows(values_only=True))) == [HEADER] + written
+    header, rows = readers.read_xlsx(str(path))
+    assert header == HEADER and _padded(rows) == written
+    header, rows = readers.read_xlsx(str(path), lambda name: "Distributed.all_reduce." in name)
+    assert _padded(rows) == written[:3]
+    header, rows = readers.read_xlsx(str(path), lambda name: name.endswith("input.0"), {"Max diff"})
+    assert _padded(rows) == [[NAMES[3], written[3][1], None, None, None]]
+
+
+def test_reader_refuses_a_document_type_declaration(tmp_path):
+    path = tmp_path / "book.xlsx"
+    _openpyxl_book(path, False)
+    _rewrite_sheet(path, lambda text: text.replace("<worksheet", '<!DOCTYPE w [<!ENTITY e "x">]><worksheet', 1))
+    with pytest.raises(MsprobeError, match="document type declaration"):
+        readers.read_xlsx(str(path))
+
+
+def test_reader_leaves_phonetic_runs_out_of_shared_strings():
+    data = ('<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><si><t>plain</t></si><si/>'
+            '<si><r><rPr><color rgb="FFFF0000"/></rPr><t>ri</t></r><r><t xml:space="preserve">ch </t></r>'
+            '<rPh sb="0" eb="1"><t>PHONETIC</t></rPh><phoneticPr fontId="1"/></si><si><t>a &amp;lt; b</t></si></sst>')
+    assert readers._shared_strings(data.encode(), "x.xlsx") == ["plain", "", "rich ", "a &lt; b"]
+
+
+# -- every workbook the project writes ----------------------------------------------------------------------------
+def _fills(path) -> set:
+    """(sheet, colour) of the filled rows of a workbook, as openpyxl reads it."""
+    book = openpyxl.load_workbook(path)
+    return {(sheet.title, row[0].fill.fgColor.rgb) for sheet in book for row in sheet.iter_rows(min_row=2)
+            if row[0].fill.fill_type == "solid"}
+
+
+def test_every_workbook_the_project_writes_opens_in_openpyxl(tmp_path, multirank_step0):
+    """compare, kernel compare (--rank/--step: its fills were '#FF0000', which openpyxl refuses) and merge_result
+    write workbooks that openpyxl opens, with their aRGB fills."""
+    import tarfile
+
+    import numpy as np
+
+    target, golden = fixture_pair("stats_L1_step0")
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "compare", "-c"]) == 0
+    assert ("Sheet1", "FFFF0000") in _fills(only_file(tmp_path / "compare", "compare_result_*.xlsx"))
+
+    with tarfile.open(FIXTURES / "kernel_l2.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    kernel = tmp_path / "kernel_l2"
+    data = kernel / "golden" / "rank_0" / "Net" / "0" / "0"
+    noisy = sorted(p for p in data.glob("*.npy") if np.load(p).ndim >= 2)[0]
+    np.save(noisy, -np.load(noisy))                       # a "No" row
+    assert run_cli(["compare", "-tp", kernel / "target", "-gp", kernel / "golden", "-o", tmp_path / "kernel",
+                    "--rank", "0", "--step", "0"]) == 0
+    assert _fills(only_file(tmp_path / "kernel", "compare_result_0_0_*.xlsx")) == {("Sheet1", "FFFF0000")}
+
+    ranks_target, ranks_golden = multirank_step0
+    assert run_cli(["compare", "-tp", ranks_target, "-gp", ranks_golden, "-o", tmp_path / "ranks", "-c"]) == 0
+    for path in (tmp_path / "ranks").glob("compare_result_rank*.xlsx"):
+        openpyxl.load_workbook(path)
+    assert run_cli(["merge_result", "-i", tmp_path / "ranks", "-o", tmp_path / "merged", "-config",
+                    FIXTURES / "merge" / "merge_config.yaml"]) == 0
+    book = openpyxl.load_workbook(only_file(tmp_path / "merged", "*.xlsx"))
+    assert book.sheetnames == ["Max diff", "L2norm diff", "MeanRelativeErr", "Consistency"]
+
+
+def test_fills_that_are_not_argb_are_refused_before_writing(tmp_path):
+    with pytest.raises(ValueError, match="aRGB"):
+        write_xlsx(table(), str(tmp_path / "r.xlsx"), "Result", {"error": "#FF0000"})
+    assert list(tmp_path.iterdir()) == []

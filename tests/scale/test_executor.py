@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from dying_workers import always_die, compare_or_die_once
+from dying_workers import always_die, compare_or_die_once, refuse, storage_hiccup_once
 from scale_data import make_ranks, result_files
 
 from msprobe.compare.batch import run_batch
@@ -82,16 +82,32 @@ def test_a_worker_that_always_dies_is_reported_after_its_retries(ranks, tmp_path
     assert batch.results[0].label == jobs[0].label
 
 
-def test_bad_rank_fails_every_attempt_and_the_others_complete(ranks, tmp_path, capsys):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_transient_errors_are_retried_and_input_errors_are_not(ranks, tmp_path, workers):
+    target, golden = ranks
+    jobs = locate(str(target), str(golden)).jobs[:2]
+    options = CompareOptions(output_dir=str(tmp_path / "a"), output_format="csv", compare_only=True)
+    os.makedirs(options.output_dir)
+    batch, _ = run_batch(jobs, options, Backend("local", workers=workers, retries=2), storage_hiccup_once)
+    assert all(isinstance(r, CompareSummary) for r in batch.results) and batch.retried == {0, 1}
+    options = replace(options, output_dir=str(tmp_path / "b"))
+    os.makedirs(options.output_dir)
+    batch, _ = run_batch(jobs, options, Backend("local", workers=workers, retries=2), refuse)
+    assert [r.message for r in batch.results] == [f"{job.target} is not a dump" for job in jobs]
+    assert not batch.retried and (tmp_path / "b" / f".refused{jobs[0].suffix}").read_text() == "1"
+
+
+def test_bad_rank_is_reported_at_once_and_the_others_complete(ranks, tmp_path, capsys):
+    """Invalid JSON cannot pass on a second attempt: no retry, whatever --retries says."""
     target, golden = ranks
     broken = tmp_path / "target"
     shutil.copytree(target, broken)
     (broken / "rank2" / "dump.json").write_text("{not json")
-    assert _compare(broken, golden, tmp_path / "out", "--retries", "1") == 0
+    assert _compare(broken, golden, tmp_path / "out", "--retries", "2") == 0
     captured = capsys.readouterr()
-    assert captured.out.count("[rank2] attempt 1 of 2 failed, retrying: ") == 1
+    assert "retrying" not in captured.out and "attempts)" not in captured.out
     assert "Ranks: 5 of 6 complete (0 from an earlier run, 0 after a retry); 1 failed: rank2: " in captured.out
-    assert "(2 attempts)." in captured.out
+    assert "is not valid JSON" in captured.out
     assert len(list((tmp_path / "out").glob("compare_result_rank*.csv"))) == 5
     # the failed rank has no marker: a re-run tries it again and skips the other five
     assert _compare(broken, golden, tmp_path / "out", "--retries", "0") == 0

@@ -99,7 +99,8 @@ def test_killed_worker_is_retried_and_its_rank_completed(cluster, dataset, tmp_p
     assert result_files(tmp_path) == result_files(local)
 
 
-def test_bad_rank_is_reported_after_its_retries_while_the_others_complete(cluster, dataset, tmp_path, capsys):
+def test_bad_rank_is_reported_at_once_while_the_others_complete(cluster, dataset, tmp_path, capsys):
+    """A dump that is not valid fails every attempt the same way: reported without retries."""
     target, golden, local = dataset
     broken = tmp_path / "target"
     shutil.copytree(target, broken, copy_function=os.link)
@@ -108,9 +109,8 @@ def test_bad_rank_is_reported_after_its_retries_while_the_others_complete(cluste
     code = run_cli(["compare", "-tp", broken, "-gp", golden, "-o", tmp_path / "out", "--csv", "--backend", "ray"])
     out = capsys.readouterr().out
     assert code == 0
-    assert out.count("[rank5] attempt") == 2
+    assert "[rank5] attempt" not in out and "attempts)" not in out
     assert "15 of 16 complete (0 from an earlier run, 0 after a retry); 1 failed: rank5: " in out
-    assert "(3 attempts)." in out
     reference = {name: data for name, data in result_files(local).items() if "rank5" not in name}
     assert result_files(tmp_path / "out") == reference
 
@@ -135,7 +135,7 @@ def test_interrupted_driver_resumes_without_redoing_finished_ranks(cluster, data
         ray.get(holder)
     assert code == 130 and "interrupted" in err, err
     finished = {path.name: path.stat().st_mtime_ns for path in out.glob("compare_result_rank*.csv")
-                if (markers / f"rank{path.name.split('_')[2][4:]}.json").exists()}
+                if list(markers.glob(f"rank{path.name.split('_')[2][4:]}.*.json"))}     # rank<N>.<run>.json
     assert 3 <= len(finished) < RANKS
     assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", out, "--csv", "--backend", "ray"]) == 0
     assert f"{len(finished)} of {RANKS} tasks were completed by an earlier run" in capsys.readouterr().out
