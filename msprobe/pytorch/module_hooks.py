@@ -198,10 +198,11 @@ class ModuleHooks:
         call = None
         backward = f"{key}.backward.{index}"
         if torch.is_grad_enabled() and col.direction_ok("backward") and col.selected(backward):
-            self._order += 1
-            parent_bw = parent.replace(".forward.", ".backward.") if parent else None
-            call = _Call(backward, parent_bw, self._order, col.generation, self._marker(),
-                         [get_gradient_edge(t) for t in grad_tensors(args)])
+            with col.shielded(f"{backward} set-up"):      # without it the forward entry is still written
+                self._order += 1
+                parent_bw = parent.replace(".forward.", ".backward.") if parent else None
+                call = _Call(backward, parent_bw, self._order, col.generation, self._marker(),
+                             [get_gradient_edge(t) for t in grad_tensors(args)])
         self._forward.setdefault(id(mod), []).append((forward, body, stack, dump, call))
 
     def _after(self, mod, out) -> None:

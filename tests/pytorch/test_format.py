@@ -200,3 +200,22 @@ def test_every_config_key_is_documented():
     assert [k for k in sorted(keys) if f"`{k}`" not in docs] == []
     readme = (ROOT / "README.md").read_text()
     assert 'PrecisionDebugger(config_path="config.json")' in readme
+
+
+def test_a_failing_backward_set_up_keeps_the_forward_entries(tmp_path, monkeypatch):
+    import msprobe.pytorch.module_hooks as module_hooks
+
+    def broken(_tensor):
+        raise RuntimeError("no edge")
+
+    monkeypatch.setattr(module_hooks, "get_gradient_edge", broken)
+    expected = zoo.train("rnn", steps=1)
+    got = zoo.train("rnn", PrecisionDebugger(dump_path=str(tmp_path / "d"), level="mix"), steps=1)
+    assert all(torch.equal(expected[1][k], got[1][k]) for k in expected[1])
+    data = data_of(tmp_path / "d")
+    construct = json.loads((dump_of(tmp_path / "d") / "construct.json").read_text())
+    assert [n for n in data if n.startswith("Module.") and ".forward." in n] == [
+        "Module.emb.Embedding.forward.0", "Module.lstm.LSTM.forward.0", "Module.gru.GRU.forward.0",
+        "Module.head.Linear.forward.0"]
+    assert not [n for n in data if n.startswith("Module.") and ".backward." in n]
+    assert construct["Torch.gru.0.forward"] == "Module.gru.GRU.forward.0"     # the module stack stays right
