@@ -33,24 +33,51 @@ ADVICE_NAN = ("The target produced NaN or Inf where the golden did not: look for
 ADVICE_OTHER = "The values of this row differ beyond the thresholds; compare its inputs and outputs."
 
 
+ADVICE_INTRODUCED = ("First introduced error (Error_Origin, beyond what its inputs and the dtypes' precision "
+                     "explain): line {row}, {node}. Start there; rows marked inherited or dtype after it follow "
+                     "from it or from the lower precision.")
+ADVICE_NONE_INTRODUCED = ("Error_Origin: no row is introduced - every difference is carried from the inputs or within "
+                          "the rounding of the lower-precision dtype.")
+
+
 @dataclass(frozen=True)
 class Advice:
     row: int | None     # 1-based data row of the table, None when every row passes
     node: str           # item name, "NA" when every row passes
     text: str
+    judged: bool = False                # Error_Origin was judged (statistics and tensor modes)
+    introduced_row: int | None = None   # 1-based row of the first `introduced` output
+    introduced_node: str = "NA"
 
     def lines(self) -> list:
-        return [f"Line: {self.row if self.row is not None else 'NA'}", f"Suspect Nodes: {self.node}",
-                f"Expert Advice: {self.text}"]
+        lines = [f"Line: {self.row if self.row is not None else 'NA'}", f"Suspect Nodes: {self.node}",
+                 f"Expert Advice: {self.text}"]
+        if self.judged:
+            lines.append(self.origin_text())
+        return lines
+
+    def origin_text(self) -> str:
+        if self.introduced_row is None:
+            return ADVICE_NONE_INTRODUCED
+        return ADVICE_INTRODUCED.format(row=self.introduced_row, node=self.introduced_node)
 
 
-def advise(names: list, states: list, results: list, messages: list, matched: int = 1) -> Advice:
+def advise(names: list, states: list, results: list, messages: list, matched: int = 1,
+           origins: list | None = None) -> Advice:
+    """The first error row and its likely cause; with origins (the Error_Origin column), also the first
+    `introduced` row, and a note when the first error row's own error is only the dtype's rounding."""
+    extra: dict = {}
+    if origins is not None:
+        first = next((row for row, origin in enumerate(origins) if origin == "introduced"), None)
+        extra = {"judged": True, "introduced_row": None if first is None else first + 1,
+                 "introduced_node": "NA" if first is None else names[first]}
     if not matched:
         return Advice(None, "NA", ADVICE_NOTHING_MATCHED)
     for row, result in enumerate(results):
         if result == "error":
-            return Advice(row + 1, names[row], _advice_for(names[row], states[row], messages[row]))
-    return Advice(None, "NA", ADVICE_OK)
+            text = _advice_for(names[row], states[row], messages[row])
+            return Advice(row + 1, names[row], text, **extra)
+    return Advice(None, "NA", ADVICE_OK, **extra)
 
 
 def _advice_for(name: str, state: str, message: str) -> str:

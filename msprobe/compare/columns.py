@@ -15,15 +15,16 @@ TENSOR_METRICS = ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thous
                   "Five Thousandths Err Ratio"]
 MD5_VALUES = ["NPU MD5", "BENCH MD5"]
 VERDICT = ["Requires_grad Consistent", "Result", "Err_message"]
+ERROR_ORIGIN = "Error_Origin"   # beyond the reference (issue 21): statistics and tensor modes, after Err_message
 STACK = "NPU_Stack_Info"
 DATA_NAME = "Data_name"
 
 
 def columns_for(mode: str, with_stack: bool) -> list[str]:
     if mode == STATISTICS:
-        columns = BASIC + STAT_DIFFS + STAT_VALUES + VERDICT
+        columns = BASIC + STAT_DIFFS + STAT_VALUES + VERDICT + [ERROR_ORIGIN]
     elif mode == TENSOR:
-        columns = BASIC + TENSOR_METRICS + STAT_VALUES + VERDICT
+        columns = BASIC + TENSOR_METRICS + STAT_VALUES + VERDICT + [ERROR_ORIGIN]
     elif mode == MD5:
         columns = BASIC + MD5_VALUES + VERDICT
     else:

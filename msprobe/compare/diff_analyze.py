@@ -10,7 +10,15 @@ import time
 from dataclasses import dataclass, field, replace
 
 from msprobe.compare import columns as col
-from msprobe.compare.pipeline import CompareOptions, build_table, detect_mode, match_items, read_side
+from msprobe.compare.error_origin import INTRODUCED
+from msprobe.compare.pipeline import (
+    CompareOptions,
+    build_table,
+    detect_mode,
+    error_origin_column,
+    match_items,
+    read_side,
+)
 from msprobe.dump.locate import Job
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger
@@ -43,6 +51,7 @@ class Node:
     group: str = ""          # rank group of a communication op, e.g. "[0, 1, 2, 3]"
     data_info: dict = field(default_factory=dict)
     stack: list | None = None
+    introduced: bool = False  # some output's Error_Origin is "introduced" (not explained by inputs or dtypes)
 
 
 @dataclass
@@ -53,6 +62,8 @@ class RankDigest:
     first_large: Node | None
     json_file: str
     entries: int
+    first_introduced: Node | None = None   # the dtype-aware answer (issue 21)
+    origin_judged: bool = True             # False for md5 dumps: no magnitudes, no Error_Origin
 
 
 def rank_number(job: Job) -> int:
@@ -90,6 +101,9 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
     table, judge_input = build_table(table_mode, target, golden, t_items, g_items, pairs, options, job.label)
     rows = len(table)
     cells = table.cells
+    origin = _error_origin(mode, table, judge_input, target, golden, t_items, g_items, pairs, options, job.label)
+    if origin is not None:
+        cells[col.ERROR_ORIGIN] = origin
     states = [t_items.state[i] for i in pairs.target.tolist()]
     matched = pairs.matched.tolist()
     row_differs = _row_differences(table_mode, cells, matched, rows)
@@ -108,6 +122,7 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
         name = t_items.entry_names[entry]
         node, items = _entry_node(name, start, stop, len(nodes), layer, table_mode, cells, states, matched,
                                   row_differs, rel_columns, stacks, t_items, g_items, pairs, table.columns)
+        node.introduced = origin is not None and INTRODUCED in origin[start:stop]
         if name.count(".") >= 3 or target.is_debug:
             entries[name] = {"is_same": not node.differs, "op_items": items}
         nodes.append(node)
@@ -122,11 +137,23 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
     candidates = [n for n in nodes if not n.name.startswith(SKIPPED)]
     first = next((n for n in candidates if n.differs), None)
     first_large = next((n for n in candidates if n.large), None)
+    first_introduced = next((n for n in candidates if n.introduced), None)
     for node in nodes:
-        if node is not first and node is not first_large:
+        if node is not first and node is not first_large and node is not first_introduced:
             node.data_info = {}
             node.stack = None
-    return RankDigest(job.label, rank_number(job), first, first_large, json_file, len(nodes))
+    return RankDigest(job.label, rank_number(job), first, first_large, json_file, len(nodes), first_introduced,
+                      origin is not None)
+
+
+def _error_origin(mode, table, judge_input, target, golden, t_items, g_items, pairs, options, label):
+    """Error_Origin of every row: from the statistics table, or for real-data dumps from the tensors themselves
+    (read here for this judgement only; the first divergence stays the statistics' answer); None for md5."""
+    if mode == col.MD5:
+        return None
+    if mode == col.TENSOR:
+        table, judge_input = build_table(col.TENSOR, target, golden, t_items, g_items, pairs, options, label)
+    return error_origin_column(mode, table, judge_input, t_items, pairs)
 
 
 def _row_differences(mode: str, cells: dict, matched: list, rows: int) -> list:
@@ -224,6 +251,8 @@ class Finding:
     origin: list           # RankDigest of the rank(s) where the divergence starts
     received: list         # RankDigest of ranks whose first divergence came through a communication op
     clean: list            # ranks without divergence
+    aware: RankDigest | None = None   # the rank of the first divergence the dtypes do not explain
+    judged: bool = True               # Error_Origin was judged (not md5)
 
 
 def find_origin(digests: list) -> Finding:
@@ -232,11 +261,29 @@ def find_origin(digests: list) -> Finding:
     own = [d for d in diverged if not (d.first.is_comm and not d.first.inputs_differ)]
     received = [d for d in diverged if d not in own]
     pool = own or received
+    introduced = [d for d in digests if d.first_introduced is not None]
+    aware = min(introduced, key=lambda d: (d.first_introduced.layer, d.first_introduced.position, d.rank),
+                default=None)
+    judged = all(d.origin_judged for d in digests)
     if not pool:
-        return Finding([], [], clean)
+        return Finding([], [], clean, aware, judged)
     best = min((d.first.layer, d.first.position) for d in pool)
     origin = [d for d in pool if (d.first.layer, d.first.position) == best]
-    return Finding(origin, [d for d in diverged if d not in origin], clean)
+    return Finding(origin, [d for d in diverged if d not in origin], clean, aware, judged)
+
+
+def dtype_aware_record(finding: Finding) -> dict:
+    """The first divergence that the dtypes do not explain: the first entry (in execution order, the earliest
+    communication layer over ranks) with an `introduced` output; op_name null when there is none."""
+    digest = finding.aware
+    if digest is None:
+        reason = ("every difference is within what the inputs and the dtypes' precision explain" if finding.judged
+                  else "md5 dumps hold no magnitudes: Error_Origin is not judged")
+        return {"op_name": None, "rank": None, "reason": reason}
+    node = digest.first_introduced
+    return {"op_name": node.name, "rank": digest.rank, "entry": node.position + 1,
+            "communication_layer": node.layer, "max_output_relative_error": node.max_relative,
+            "data_info": node.data_info, "stack_info": node.stack}
 
 
 def node_record(node: Node, role: str) -> dict:
@@ -267,6 +314,7 @@ def analysis_record(finding: Finding) -> dict:
         role = ("received through communication" if digest.first.is_comm and not digest.first.inputs_differ
                 else "diverged later")
         result.setdefault(f"rank_{digest.rank}", []).append(node_record(digest.first, role))
+    result["dtype_aware"] = dtype_aware_record(finding)
     return result
 
 
@@ -297,4 +345,18 @@ def describe(finding: Finding) -> list:
             lines.append(f"{rank} diverges later at {node.name} (after {node.layer} communication ops).")
     for digest in finding.clean:
         lines.append(f"{digest.label.strip('[] ') or 'rank ' + str(digest.rank)}: no divergence.")
+    lines.append(dtype_aware_line(finding))
     return lines
+
+
+def dtype_aware_line(finding: Finding) -> str:
+    digest = finding.aware
+    if digest is None:
+        if not finding.judged:
+            return "Dtype-aware: not judged (md5 dumps hold no magnitudes)."
+        return ("Dtype-aware: no op introduces error beyond what its inputs and the dtypes' precision explain "
+                "(every difference is dtype rounding or carried from upstream).")
+    node = digest.first_introduced
+    rank = digest.label.strip("[] ") or f"rank {digest.rank}"
+    return (f"Dtype-aware: first divergence not explained by the dtypes: {node.name} on {rank} "
+            f"(entry {node.position + 1}): its output error exceeds what its inputs and dtypes explain.")

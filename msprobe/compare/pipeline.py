@@ -12,6 +12,7 @@ import numpy as np
 
 from msprobe.compare import columns as col
 from msprobe.compare.advisor import Advice, advise
+from msprobe.compare.error_origin import judge_origin
 from msprobe.compare.mapping import MappingOptions, build_mappings, write_data_mapping
 from msprobe.compare.match import Pairs, match_exact, match_fuzzy, match_mapped
 from msprobe.compare.rules import JudgeInput, judge
@@ -257,18 +258,30 @@ def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOpti
     results, messages = judge(judge_input)
     table.cells["Result"] = results
     table.cells["Err_message"] = messages
+    origins = None
+    if mode != col.MD5:
+        origins = table.cells[col.ERROR_ORIGIN] = error_origin_column(mode, table, judge_input, t_items, pairs)
     summary = CompareSummary(label=label, mode=mode, rows=len(table), matched=int(pairs.matched.sum()))
     for result in results:
         summary.results[result] = summary.results.get(result, 0) + 1
     summary.tensor_problems = len(judge_input.tensor_problems or ())
     advice = advise(table.cells["NPU Name"], _take(t_items.state, pairs.target), results, messages,
-                    summary.matched)
+                    summary.matched, origins)
     if not summary.matched:
         logger.warning("%sCan't match any op: no target item has a golden partner.", label)
     summary.advice = advice
     if advice.row is not None:
         summary.first_error, summary.first_error_row = advice.node, advice.row
     return table, summary
+
+
+def error_origin_column(mode: str, table: ResultTable, judge_input: JudgeInput, t_items: Items, pairs: Pairs) -> list:
+    """The Error_Origin cell of every row (compare/error_origin.py)."""
+    ops = [parts.op_no_number for parts in t_items.entry_parts] if len(t_items.entry_parts) == len(
+        t_items.entry_names) else None
+    return judge_origin(mode, table.cells, judge_input.entry, judge_input.entry_names,
+                        _take(t_items.state, pairs.target), _take(t_items.is_tensor, pairs.target),
+                        judge_input.matched, judge_input.dtypes, judge_input.shapes, entry_ops=ops)
 
 
 def match_items(target: Dump, golden: Dump, t_items: Items, g_items: Items, options: CompareOptions,

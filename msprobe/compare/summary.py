@@ -12,6 +12,9 @@ def summary_line(summary) -> str:
             f"golden partner): {counts}")
     if summary.first_error is not None:
         line += f"; first error: {summary.first_error} (row {summary.first_error_row})"
+    advice = summary.advice
+    if advice is not None and advice.judged and advice.introduced_row is not None:
+        line += f"; first introduced (Error_Origin): {advice.introduced_node} (row {advice.introduced_row})"
     if summary.tensor_problems:
         line += f"; {summary.tensor_problems} tensor pairs not comparable (see Err_message)"
     if summary.output:

@@ -321,7 +321,9 @@ def summary_from_table(columns: list, cells: dict, source: str) -> dict:
     bench = cells.get("Bench Name")
     matched = n if bench is None else sum(1 for v in bench if v not in (NA, None, ""))
     messages = [_text(v) for v in cells.get("Err_message", [""] * n)]
-    advice = advise(names, [_state(x) for x in names], results, messages, matched)
+    origins = cells.get("Error_Origin")
+    advice = advise(names, [_state(x) for x in names], results, messages, matched,
+                    None if origins is None else [_text(v) for v in origins])
     return {"rows": n, "matched": matched, "results": {k: counts.get(k, 0) for k in ("pass", "warning", "error")},
             "first_error": advice.node if advice.row is not None else None, "first_error_row": advice.row,
             "advice": advice.text, "mode": detect_mode(columns), "source": source}
@@ -423,6 +425,11 @@ def diff_analyze_lines(path: str) -> list:
         raise MsprobeError(f"{path} is not a diff_analyze result (expected an object keyed by rank).")
     lines = []
     for rank, nodes in content.items():
+        if rank == "dtype_aware" and isinstance(nodes, dict):
+            name = nodes.get("op_name")
+            lines.append(f"dtype-aware: {name} on rank {nodes.get('rank')} (first introduced error)" if name else
+                         "dtype-aware: none (every difference is carried from inputs or within dtype precision)")
+            continue
         for node in nodes if isinstance(nodes, list) else []:
             if not isinstance(node, dict) or "op_name" not in node:
                 continue

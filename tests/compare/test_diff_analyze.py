@@ -24,10 +24,21 @@ def test_single_process_file_pair(case, first, tmp_path):
     target, golden = fixture_pair(case)
     assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path, "-da"]) == 0
     result = analysis(tmp_path)
-    assert list(result) == ["rank_0"]
+    assert list(result) == ["rank_0", "dtype_aware"]
     assert result["rank_0"][0]["op_name"] == first and result["rank_0"][0]["role"] == "origin"
+    # the only perturbation is the intended bfloat16 cast of blocks.0.mlp.fc1: no op introduces error
+    assert result["dtype_aware"]["op_name"] is None and result["dtype_aware"]["rank"] is None
     per_rank = json.loads(only_file(tmp_path, "compare_result_*.json").read_text())
     assert per_rank[first]["is_same"] is False
+    origins = {item["Error_Origin"] for entry in per_rank.values() for item in entry["op_items"]
+               if "Error_Origin" in item}
+    if case.startswith("md5"):
+        assert not origins
+    else:
+        assert "introduced" not in origins and "dtype" in origins
+    if case != "stats_L0_step0" and not case.startswith("md5"):
+        outputs = [item for item in per_rank[first]["op_items"] if item["state"] == "output"]
+        assert [item["Error_Origin"] for item in outputs] == ["dtype"]
     assert not list(tmp_path.glob("*.csv")) and not list(tmp_path.glob("*.xlsx"))
 
 
@@ -36,12 +47,19 @@ def test_step_folder_with_proc_dirs(tmp_path):
         shutil.copytree(FIXTURES / "stats_mix_step0" / side, tmp_path / side / "proc42")
     assert run_cli(["compare", "-tp", tmp_path / "target", "-gp", tmp_path / "golden", "-o", tmp_path / "o", "-da"]) == 0
     assert analysis(tmp_path / "o")["rank_0"][0]["op_name"] == "Functional.linear.2.forward"
+    assert analysis(tmp_path / "o")["dtype_aware"]["op_name"] is None
 
 
-def test_tensor_dump(tensor_mix, tmp_path):
+def test_tensor_dump(tensor_mix, tmp_path, capsys):
     target, golden = tensor_mix
     assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path, "-da"]) == 0
-    assert analysis(tmp_path)["rank_0"][0]["op_name"] == "Functional.linear.2.forward"
+    result = analysis(tmp_path)
+    assert result["rank_0"][0]["op_name"] == "Functional.linear.2.forward"
+    assert result["dtype_aware"]["op_name"] is None
+    assert "Dtype-aware: no op introduces error" in capsys.readouterr().out
+    per_rank = json.loads(only_file(tmp_path, "compare_result_*.json").read_text())
+    outputs = [i for i in per_rank["Functional.linear.2.forward"]["op_items"] if i["state"] == "output"]
+    assert [i["Error_Origin"] for i in outputs] == ["dtype"]
 
 
 def test_multirank_origin_and_spread(multirank_step0, tmp_path, capsys):
@@ -56,6 +74,7 @@ def test_multirank_origin_and_spread(multirank_step0, tmp_path, capsys):
         assert node["role"] == "received through communication"
     assert "Divergence starts on rank1 at Functional.linear.2.forward" in capsys.readouterr().out
     assert len(list(tmp_path.glob("compare_result_rank*.json"))) == 4
+    assert result["dtype_aware"] == {**result["dtype_aware"], "op_name": None, "rank": None}
 
 
 def test_identical_dumps_have_no_divergence(tmp_path, capsys):

@@ -57,7 +57,7 @@ def test_stack_path_without_s_gives_no_stack(tmp_path):
     config = compare_json(tmp_path, CASE / "target" / "dump.json", CASE / "target" / "stack.json")
     assert run_cli(["-f", "pytorch", "compare", "-i", config, "-o", tmp_path / "o", "--csv", "-c"]) == 0
     header, _ = header_and_stacks(tmp_path / "o")
-    assert "NPU_Stack_Info" not in header and header[-1] == "Err_message"
+    assert "NPU_Stack_Info" not in header and header[-2:] == ["Err_message", "Error_Origin"]
 
 
 @pytest.mark.parametrize("form", ["legacy", "current"])

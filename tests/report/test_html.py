@@ -239,6 +239,11 @@ def test_report_in_headless_chromium(tmp_path):
             str(counts["pass"]), str(counts["warning"]), str(counts["error"]))
         assert text("sum-first") == f"{expected['first_name']}  (row {expected['first_row']})"
         assert text("view-count") == f"{expected['rows']} of {expected['rows']} rows"
+        origin = header.index("Error_Origin")
+        introduced = [i for i, r in enumerate(body) if r[origin] == "introduced"]
+        assert browser.evaluate("window.msprobeReport.introducedRows()") == introduced
+        assert text("sum-introduced") == (f"{body[introduced[0]][0]}  (row {introduced[0] + 1})" if introduced
+                                          else "none")
 
         # filter to error rows
         browser.evaluate("(function(){var s=document.getElementById('filter-result'); s.value='error';"
@@ -284,6 +289,7 @@ def test_report_shows_the_diff_analyze_answer(multirank_step0, tmp_path):
     lines = diff_analyze_lines(str(analysis))
     assert lines[0].startswith("rank_1: Functional.linear.2.forward (origin")
     assert any(line.startswith("rank_0: Distributed.all_reduce.0.forward (received through communication") for line in lines)
+    assert lines[-1].startswith("dtype-aware: none")
     assert run_cli(["compare", "-tp", target / "rank1", "-gp", golden / "rank1", "-o", tmp_path / "t", "--csv",
                     "-c"]) == 0
     table = only_file(tmp_path / "t", "compare_result_*.csv")
@@ -291,3 +297,18 @@ def test_report_shows_the_diff_analyze_answer(multirank_step0, tmp_path):
     page = only_file(tmp_path / "r", "*.html").read_text()
     data = _json.loads(page.split('id="msprobe-data">', 1)[1].split("</script>", 1)[0])
     assert data["summary"]["diff_analyze"] == lines
+
+
+def test_page_carries_error_origin_and_the_chart_marks_introduced_rows(tmp_path):
+    """The page data holds the Error_Origin column (the script marks its introduced rows on the chart and names
+    the first one in the summary)."""
+    from msprobe.report.html import page_data
+
+    columns = ["NPU Name", "Result", "Err_message", "Error_Origin"]
+    cells = {"NPU Name": ["a.forward.output.0", "b.forward.output.0", "c.forward.output.0"],
+             "Result": ["pass", "pass", "error"], "Err_message": ["", "", ""],
+             "Error_Origin": ["dtype", "introduced", "inherited"]}
+    data = page_data(columns, cells, {"mode": "statistics"})
+    assert [row[3] for row in decode_rows(data)] == cells["Error_Origin"]
+    script = (Path(__file__).parents[2] / "msprobe" / "data" / "report" / "report.js").read_text()
+    assert "colIndex('Error_Origin')" in script and "'introduced'" in script and "first introduced" in script

@@ -57,6 +57,12 @@
     dir[r0] = nm.indexOf('.forward') >= 0 ? 0 : nm.indexOf('.backward') >= 0 ? 1 : 2;
   }
   var firstError = S.first_error_row ? S.first_error_row - 1 : -1;
+  // Error_Origin (statistics and tensor modes): introduced rows are marked apart from inherited and dtype ones
+  var ORIGIN = colIndex('Error_Origin'), introduced = [], firstIntroduced = -1;
+  if (ORIGIN >= 0) {
+    for (var ro = 0; ro < N; ro++) if (text(ro, ORIGIN) === 'introduced') introduced.push(ro);
+    firstIntroduced = introduced.length ? introduced[0] : -1;
+  }
 
   // ---------------------------------------------------------------- dom helpers
   function el(tag, cls, txt) {
@@ -95,6 +101,18 @@
     firstV.textContent = 'none';
   }
   cards.appendChild(firstBox);
+  if (ORIGIN >= 0) {
+    var introBox = card('sum-introduced', 'first introduced error (not explained by inputs or dtypes)', '', 'wide');
+    var introV = introBox.querySelector('.v');
+    if (firstIntroduced >= 0) {
+      var introLink = el('span', 'link', (NAME >= 0 ? text(firstIntroduced, NAME) : '') + '  (row ' + (firstIntroduced + 1) + ')');
+      introLink.addEventListener('click', function () { goToRow(firstIntroduced); });
+      introV.appendChild(introLink);
+    } else {
+      introV.textContent = 'none';
+    }
+    cards.appendChild(introBox);
+  }
   sumSec.appendChild(cards);
   var advice = el('div', S.first_error ? 'error' : '', S.advice ? 'Advice: ' + S.advice : '');
   advice.id = 'advice';
@@ -118,8 +136,9 @@
   var logBox = el('input'); logBox.type = 'checkbox'; logBox.id = 'logscale';
   var logLabel = add(el('label'), logBox, document.createTextNode(' log scale'));
   var legend = el('span', 'legend');
-  [['forward', 'var(--fwd)'], ['backward', 'var(--bwd)'], ['other', 'var(--other)'], ['error row', 'var(--error)']]
-    .forEach(function (x) { var i = el('i'); i.style.background = x[1]; legend.appendChild(add(el('span'), i, document.createTextNode(x[0]))); });
+  var legendItems = [['forward', 'var(--fwd)'], ['backward', 'var(--bwd)'], ['other', 'var(--other)'], ['error row', 'var(--error)']];
+  if (ORIGIN >= 0) legendItems.push(['introduced (Error_Origin)', 'var(--introduced)']);
+  legendItems.forEach(function (x) { var i = el('i'); i.style.background = x[1]; legend.appendChild(add(el('span'), i, document.createTextNode(x[0]))); });
   add(bar, el('h2', null, 'Metric along execution order'), metricSel, logLabel, legend);
   var canvas = el('canvas'); canvas.id = 'chart';
   var hover = el('div', 'muted'); hover.id = 'hover';
@@ -195,6 +214,23 @@
       if (seenE[ye * W + xe]) continue;
       seenE[ye * W + xe] = 1;
       g.beginPath(); g.arc(xe, ye, 3, 0, 2 * Math.PI); g.fill();
+    }
+    g.fillStyle = '#8e24aa';
+    var seenI = new Uint8Array(W * H);
+    for (var k2 = 0; k2 < introduced.length; k2++) {     // introduced rows: triangles above the point
+      var ri = introduced[k2];
+      if (!isFinite(chartVals[ri])) continue;
+      var xi = Math.round(xOf(ri)), yi = Math.round(yOf(chartVals[ri]));
+      if (seenI[yi * W + xi]) continue;
+      seenI[yi * W + xi] = 1;
+      g.beginPath(); g.moveTo(xi, yi - 9); g.lineTo(xi - 4, yi - 3); g.lineTo(xi + 4, yi - 3); g.closePath(); g.fill();
+    }
+    if (firstIntroduced >= 0) {
+      var xq = xOf(firstIntroduced);
+      g.strokeStyle = '#8e24aa'; g.setLineDash([2, 2]); g.lineWidth = 1.5;
+      g.beginPath(); g.moveTo(xq, M.t); g.lineTo(xq, cssH - M.b); g.stroke(); g.setLineDash([]);
+      g.fillStyle = '#8e24aa'; g.textAlign = xq > cssW * 0.6 ? 'right' : 'left'; g.textBaseline = 'top';
+      g.fillText(' first introduced: ' + (NAME >= 0 ? text(firstIntroduced, NAME) : '') + ' ', xq, M.t + 14);
     }
     if (firstError >= 0) {
       var xf = xOf(firstError);
@@ -480,6 +516,7 @@
   }
   window.msprobeReport = {
     rows: N, columns: C, text: text, goToRow: goToRow, pointAt: pointAt,
+    introducedRows: function () { return introduced.slice(); },
     firstPoint: function () { for (var r = 0; r < N; r++) if (isFinite(chartVals[r])) return r; return -1; },
     view: function () { return Array.prototype.slice.call(view); },
     selected: function () { return selected; },

@@ -1,0 +1,155 @@
+"""Error_Origin rules on hand-made rows: every expectation is computed here from the documented formula."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from msprobe.compare import error_origin as eo
+from msprobe.compare.advisor import advise
+from msprobe.compare.columns import ERROR_ORIGIN, MD5, STATISTICS, TENSOR, columns_for
+
+BF16, FP32 = "torch.bfloat16", "torch.float32"
+GOLDEN = (1.0, -1.0, 0.25, 4.0)          # max, min, mean, norm of the golden tensors below
+
+
+def judge(rows, names, mode=STATISTICS, trace=None):
+    """rows: (entry, state, is_tensor, t_dtype, g_dtype, shape, t_stats, g_stats[, eucdist])."""
+    cells = {f"{side} {stat}": [] for side in ("NPU", "Bench") for stat in ("max", "min", "mean", "l2norm")}
+    cells["EucDist"] = []
+    entry, states, tensor, t_dt, g_dt, shapes = [], [], [], [], [], []
+    for row in rows:
+        e, state, is_tensor, td, gd, shape, t_stats, g_stats = row[:8]
+        entry.append(e)
+        states.append(state)
+        tensor.append(is_tensor)
+        t_dt.append(td)
+        g_dt.append(gd)
+        shapes.append(shape)
+        for stat, tv, gv in zip(("max", "min", "mean", "l2norm"), t_stats, g_stats):
+            cells[f"NPU {stat}"].append(tv)
+            cells[f"Bench {stat}"].append(gv)
+        cells["EucDist"].append(row[8] if len(row) > 8 else "N/A")
+    return eo.judge_origin(mode, cells, np.asarray(entry), names, states, tensor, np.ones(len(rows), dtype=bool),
+                           (t_dt, g_dt), (shapes, shapes), trace)
+
+
+def unary(t_out, t_in=GOLDEN, out_dtypes=(FP32, FP32), name="Functional.gelu.0.forward", mode=STATISTICS,
+          dist=("N/A", "N/A")):
+    rows = [(0, "input", True, FP32, FP32, "[4, 4]", t_in, GOLDEN, dist[0]),
+            (0, "output", True, *out_dtypes, "[4, 4]", t_out, GOLDEN, dist[1])]
+    return judge(rows, [name], mode)
+
+
+def test_column_follows_err_message_in_statistics_and_tensor_modes_only():
+    for mode in (STATISTICS, TENSOR):
+        columns = columns_for(mode, with_stack=True)
+        assert columns[columns.index("Err_message") + 1] == ERROR_ORIGIN
+    assert ERROR_ORIGIN not in columns_for(MD5, with_stack=True)
+
+
+def test_inputs_are_never_judged_and_equal_outputs_are_empty():
+    assert unary(GOLDEN) == ["", ""]
+
+
+def test_relative_error_of_statistics_is_the_largest_change_over_the_magnitude():
+    # max moves by 0.03 (of magnitude 1), mean by 0.01, norm by 0.08 of 4: e = max(0.03, 0.01, 0.02) = 0.03
+    errors, carried, *_ = eo.row_errors(STATISTICS, {
+        "NPU max": [1.03], "NPU min": [-1.0], "NPU mean": [0.26], "NPU l2norm": [4.08],
+        "Bench max": [1.0], "Bench min": [-1.0], "Bench mean": [0.25], "Bench l2norm": [4.0]})
+    assert errors[0] == pytest.approx(0.03)
+    assert carried[0] == pytest.approx(0.04)       # as an input: the mean moved 0.01 / 0.25 of itself
+
+
+def test_error_within_the_lower_precision_rounding_is_dtype():
+    eps = 2.0 ** -7
+    # no input error: a bfloat16 output is dtype while e <= k * eps(bfloat16) (k = 2 for an unlisted op)
+    assert unary((1 + 1.9 * eps, -1.0, 0.25, 4.0), out_dtypes=(BF16, FP32))[1] == "dtype"
+    assert unary((1 + 2.1 * eps, -1.0, 0.25, 4.0), out_dtypes=(BF16, FP32))[1] == "introduced"
+    # the same error between two float32 tensors is far above float32 rounding
+    assert unary((1 + 1.9 * eps, -1.0, 0.25, 4.0))[1] == "introduced"
+
+
+def test_error_carried_from_the_inputs_is_inherited_up_to_the_amplification():
+    # input e = 0.001 (max); statistics: allowed = 8 (slack) * 2 (unlisted op) * e_in (+ float32 rounding)
+    t_in = (1.001, -1.0, 0.25, 4.0)
+    e_in = 0.001 + 0.0       # the mean did not move, so it is read as 0.001
+    allowed = eo.STAT_SLACK * eo.KIND_PARAMS[eo.OTHER][0] * e_in
+    assert unary((1 + 0.9 * allowed, -1.0, 0.25, 4.0), t_in)[1] == "inherited"
+    assert unary((1 + 1.1 * allowed, -1.0, 0.25, 4.0), t_in)[1] == "introduced"
+
+
+def test_tensor_mode_reads_eucdist_over_the_golden_norm():
+    # e_in = 0.004 / 4 = 0.001; tensor mode has no slack: allowed = 2 * 0.001 (hypot with float32 rounding)
+    assert unary(GOLDEN, GOLDEN, mode=TENSOR, dist=(0.004, 0.0079))[1] == "inherited"
+    assert unary(GOLDEN, GOLDEN, mode=TENSOR, dist=(0.004, 0.0081))[1] == "introduced"
+
+
+def test_linear_amplification_from_norms_and_contraction_length():
+    # |x| |W| / (sqrt(K) |y|) = 8 * 2 / (4 * 1) = 4, times 1 + 2/sqrt(16) = 1.5: A = 6
+    golden = [(1.0, -1.0, 0.0, 8.0), (1.0, -1.0, 0.0, 2.0), (1.0, -1.0, 0.0, 1.0)]
+    trace: list = []
+    rows = [(0, "input", True, FP32, FP32, "[4, 16]", golden[0], golden[0], 0.008),
+            (0, "input", True, FP32, FP32, "[16, 16]", golden[1], golden[1], 0.0),
+            (0, "output", True, FP32, FP32, "[4, 16]", golden[2], golden[2], 0.0059)]
+    assert judge(rows, ["Functional.linear.0.forward"], TENSOR, trace)[2] == "inherited"
+    (_, e, e_in, a, *_), = trace
+    assert (e, e_in, a) == (pytest.approx(0.0059), pytest.approx(0.001), pytest.approx(6.0))
+    rows[2] = rows[2][:8] + (0.0061,)
+    assert judge(rows, ["Functional.linear.0.forward"], TENSOR)[2] == "introduced"
+
+
+def test_a_differing_scalar_argument_makes_the_output_introduced():
+    rows = [(0, "input", True, FP32, FP32, "[4]", GOLDEN, GOLDEN),
+            (0, "input", False, "<class 'float'>", "<class 'float'>", "[]", (0.5,) * 4, (0.25,) * 4),
+            (0, "output", True, FP32, FP32, "[4]", (2.0, -2.0, 0.5, 8.0), GOLDEN)]
+    assert judge(rows, ["Tensor.__mul__.0.forward"])[2] == "introduced"
+
+
+def test_collective_outputs_and_parameter_gradients_are_never_introduced():
+    out = (1.5, -1.0, 0.25, 4.0)
+    assert unary(out, name="Distributed.all_reduce.0.forward")[1] == "inherited"
+    rows = [(0, "parameters_grad", True, FP32, FP32, "[4]", out, GOLDEN)]
+    assert judge(rows, ["Module.fc.Linear.parameters_grad"]) == ["inherited"]
+
+
+def test_backward_entry_counts_its_forward_tensors_as_inputs():
+    forward_in = (1.01, -1.0, 0.25, 4.0)      # the saved forward input carries e = 0.01
+    rows = [(0, "input", True, FP32, FP32, "[4]", forward_in, GOLDEN),
+            (0, "output", True, FP32, FP32, "[4]", forward_in, GOLDEN),
+            (1, "input", True, FP32, FP32, "[4]", GOLDEN, GOLDEN),
+            (1, "output", True, FP32, FP32, "[4]", (1.05, -1.0, 0.25, 4.0), GOLDEN)]
+    names = ["Functional.gelu.0.forward", "Functional.gelu.0.backward"]
+    assert judge(rows, names)[3] == "inherited"
+    alone = [(0,) + row[1:] for row in rows[2:]]
+    assert judge(alone, names[1:])[1] == "introduced"      # without the forward entry nothing explains it
+
+
+def test_module_allows_bfloat16_rounding_that_its_rows_do_not_show():
+    out = (1 + 0.01, -1.0, 0.25, 4.0)          # e = 0.01 <= 2 * eps(bfloat16) = 0.0156
+    assert unary(out, name="Module.fc1.Linear.forward.0")[1] == "dtype"
+    assert unary(out, name="Functional.gelu.0.forward")[1] == "introduced"
+
+
+def test_infinity_on_one_side_is_introduced_unless_an_input_has_it():
+    out = (math.inf, -1.0, math.inf, math.inf)
+    assert unary(out)[1] == "introduced"
+    assert unary(out, t_in=(math.inf, -1.0, math.inf, math.inf))[1] == "inherited"
+
+
+def test_advisor_names_the_first_introduced_row():
+    names = ["a.output.0", "b.output.0", "c.output.0"]
+    advice = advise(names, ["output"] * 3, ["error", "pass", "error"], ["", "", ""], 3,
+                    ["dtype", "inherited", "introduced"])
+    assert advice.row == 1 and advice.introduced_row == 3 and advice.introduced_node == "c.output.0"
+    assert advice.lines()[3].startswith("First introduced error") and "line 3, c.output.0" in advice.lines()[3]
+    none = advise(names, ["output"] * 3, ["pass"] * 3, [""] * 3, 3, ["dtype", "", "inherited"])
+    assert none.introduced_row is None and none.lines()[3].startswith("Error_Origin: no row is introduced")
+    assert len(advise(names, ["output"] * 3, ["pass"] * 3, [""] * 3, 3).lines()) == 3     # md5: no line
+
+
+def test_debug_saves_are_not_judged():
+    rows = [(0, "debug", True, FP32, FP32, "[4]", (1.5, -1.0, 0.25, 4.0), GOLDEN)]
+    assert judge(rows, ["x.debug"]) == [""]
