@@ -72,6 +72,7 @@ class PrecisionDebugger:
         if not self._directory_set:
             self.collector.writer.reset(self._step_directory())
             self._directory_set = True
+        self.collector.guard_compiled(models)
         if self.config.level in ("L0", "mix"):
             self.collector.install_module_hooks(models)
         if self.config.level in ("L1", "mix"):
@@ -82,6 +83,7 @@ class PrecisionDebugger:
         if not self._running:
             return
         self._running = False
+        self.collector.finish_modules()
         self.collector.uninstall()
         self.collector.writer.write()
 

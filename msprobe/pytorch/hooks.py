@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
 import sys
 import threading
 import traceback
-import warnings
 
 import torch
 import torch.nn.functional as F  # noqa: N812
+from torch._guards import CompileContext
 from torch.overrides import TorchFunctionMode
 
 from msprobe.log import get_logger
+from msprobe.pytorch.module_hooks import ModuleHooks, guard_compiled
 from msprobe.pytorch.stats import tensor_record, value_record
 from msprobe.pytorch.writer import StepWriter
 
@@ -33,10 +35,13 @@ zeros_like ones ones_like full full_like arange linspace logspace eye identity d
 tril triu_indices tril_indices clone __bool__ stride
 """.split())
 
-# Tensor methods / torch functions that are not hooked at all: metadata queries, indexing helpers,
-# Python protocol methods and autograd plumbing.
+# Tensor methods / torch functions that are not hooked at all: metadata queries, indexing helpers, Python
+# protocol methods and autograd plumbing, as with the reference. Also (docs/dump.md, "What is recorded"):
+# detach (autograd bookkeeping, called by the optimizers themselves), `~` and the random generators (exact,
+# no precision content; the reference does not record them), and the Python-level reflected operators
+# (`a @ t` -> torch.matmul(a, t) ...), whose inner torch call is recorded instead, as the reference does.
 _NOT_HOOKED = frozenset("""
-view contiguous __getitem__ __setitem__ size dim item tolist numel __len__ __iter__ __repr__ __format__
+view contiguous __getitem__ size dim item tolist numel __len__ __iter__ __repr__ __format__
 __hash__ __reduce_ex__ __deepcopy__ __setstate__ __array__ __array_wrap__ data_ptr is_contiguous
 storage_offset element_size nelement requires_grad_ retain_grad register_hook
 register_post_accumulate_grad_hook backward is_floating_point is_complex is_tensor is_grad_enabled
@@ -44,15 +49,17 @@ is_nonzero get_device untyped_storage storage __contains__ __index__ __int__ __f
 __get__ __set__ __delete__ __torch_function__ __torch_dispatch__ _is_view is_set_to __reversed__ __dir__
 __rtruediv__ __rdiv__ dim_order is_inference is_shared share_memory_ _has_compatible_shallow_copy_type tensor as_tensor from_numpy
 get_default_dtype is_storage is_autocast_enabled
+detach detach_ __invert__ __rmatmul__ __rfloordiv__ __rlshift__ __rrshift__
+rand rand_like randn randn_like randint randint_like randperm uniform_ random_
 """.split())
 _PRIVATE_HOOKED = frozenset({"_foreach_norm", "_fused_adam_", "_fused_adamw_"})
 
 # Python operators reach a TorchFunctionMode under the method's name (`a + b` arrives as Tensor.add), so
 # these are wrapped directly to keep the reference's names (Tensor.__add__ ...).
 TENSOR_OPERATORS = tuple(f"__{n}__" for n in """
-add radd iadd sub isub mul rmul imul truediv itruediv div idiv floordiv rfloordiv ifloordiv mod rmod imod
-pow rpow ipow matmul rmatmul and rand iand or ror ior xor rxor ixor lshift rlshift ilshift rshift rrshift
-irshift eq ne lt le gt ge neg abs invert
+add radd iadd sub isub mul rmul imul truediv itruediv div idiv floordiv ifloordiv mod rmod imod
+pow rpow ipow matmul and rand iand or ror ior xor rxor ixor lshift ilshift rshift irshift eq ne lt le gt ge
+neg abs
 """.split())
 
 DISTRIBUTED_APIS = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
@@ -137,6 +144,8 @@ class _ApiMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if torch.compiler.is_compiling():      # the compiler traces what the user's code does, nothing else
+            return func(*args, **kwargs)
         col = self.collector
         if col.busy or not col.api_active:
             return func(*args, **kwargs)
@@ -165,6 +174,8 @@ class Collector:
         self._mode = None
         self._patched: list = []
         self._handles: list = []
+        self._wrappers: dict = {}     # one wrapper per patched function for the collector's life (see _patch)
+        self.modules = ModuleHooks(self)
         self.reset_counters()
 
     # ------------------------------------------------------------------ state
@@ -179,16 +190,14 @@ class Collector:
     def reset_counters(self) -> None:
         self.api_counts: dict = {}
         self.module_counts: dict = {}
-        self.module_bw_counts: dict = {}
         self.param_grad_counts: dict = {}
         self.module_stack: list = []
         self.stack_cache: dict = {}       # formatted stacks per chain of (code, line) positions
-        self._pending_forward: dict = {}
-        self._pending_grads: dict = {}
+        self.modules.reset()
         self.generation += 1
 
     # ------------------------------------------------------------------ filters
-    def _selected(self, name: str) -> bool:
+    def selected(self, name: str) -> bool:
         cfg = self.config
         if cfg.scope and not any(s in name for s in cfg.scope):
             return False
@@ -196,12 +205,12 @@ class Collector:
             return False
         return True
 
-    def _direction_ok(self, direction: str) -> bool:
+    def direction_ok(self, direction: str) -> bool:
         modes = set(self.config.data_mode)
         wanted = modes & {"forward", "backward"}
         return "all" in modes or not wanted or direction in wanted
 
-    def _section_ok(self, section: str) -> bool:
+    def section_ok(self, section: str) -> bool:
         modes = set(self.config.data_mode)
         wanted = modes & {"input", "output"}
         return "all" in modes or not wanted or section in wanted
@@ -225,43 +234,65 @@ class Collector:
             return {str(k): self.record(v, f"{prefix}.{k}", depth + 1) for k, v in value.items()}
         return value_record(value)
 
-    def _guard(self, name: str, body: dict, what: str, func):
+    def log_once(self, key, message: str, *args) -> None:
+        if key not in self._errors_logged:
+            self._errors_logged.add(key)
+            get_logger().warning(message, *args)
+
+    def guard(self, name: str, body: dict, what: str, func):
         """Run one recording step; an error is logged once and marks the entry instead of propagating."""
         try:
             return func()
         except Exception as exc:  # noqa: BLE001 - the user's training must go on
-            key = (type(exc).__name__, what)
-            if key not in self._errors_logged:
-                self._errors_logged.add(key)
-                get_logger().warning("msprobe dump: recording %s of %s failed (%s: %s); the entry is marked "
-                                     "with dump_error and training continues", what, name,
-                                     type(exc).__name__, exc)
+            self.log_once((type(exc).__name__, what),
+                           "msprobe dump: recording %s of %s failed (%s: %s); the entry is marked with dump_error "
+                           "and training continues", what, name, type(exc).__name__, exc)
             body["dump_error"] = f"{what}: {type(exc).__name__}: {exc}"
             return None
 
-    def _inputs(self, name: str, body: dict, args, kwargs) -> None:
+    @contextlib.contextmanager
+    def shielded(self, what: str):
+        """Our own work inside a hook: never recorded (busy), and an error is logged once and swallowed, so that
+        it never reaches the user's training step."""
+        previous = self.busy
+        self.busy = True
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - the user's training must go on
+            self.log_once((type(exc).__name__, "hook"),
+                           "msprobe dump: a hook failed in %s (%s: %s); what it was recording is skipped and "
+                           "training continues", what, type(exc).__name__, exc)
+        finally:
+            self.busy = previous
+
+    def stack_lines(self) -> tuple:
+        return _stack_lines(self.stack_cache)
+
+    def record_inputs(self, name: str, body: dict, args, kwargs) -> None:
         """Record the inputs before the call (in-place APIs change them)."""
-        if not self._section_ok("input"):
+        if not self.section_ok("input"):
             return
 
         def work():
             body["input_args"] = self.record(list(args), f"{name}.input")
             body["input_kwargs"] = {k: self.record(v, f"{name}.kwargs.{k}") for k, v in kwargs.items()}
-        self._guard(name, body, "input", work)
+        self.guard(name, body, "input", work)
 
-    def _outputs(self, name: str, body: dict, out) -> None:
-        if not self._section_ok("output"):
+    def record_outputs(self, name: str, body: dict, out) -> None:
+        if not self.section_ok("output"):
             return
         values = list(out) if isinstance(out, tuple) else [out]
-        self._guard(name, body, "output", lambda: body.__setitem__("output", self.record(values, f"{name}.output")))
+        self.guard(name, body, "output", lambda: body.__setitem__("output", self.record(values, f"{name}.output")))
 
-    def _add_entry(self, name: str, body: dict, stack=None) -> None:
+    def add_entry(self, name: str, body: dict, stack=None) -> None:
         self.writer.data[name] = body
         if stack is not None:
             self.writer.add_stack(name, stack)
 
     # ------------------------------------------------------------------ APIs
     def run_api(self, prefix: str, name: str, func, args, kwargs, collective: bool = False):
+        if CompileContext.try_get() is not None:     # torch.compile's own machinery at work (not its tracing)
+            return func(*args, **kwargs)
         key = f"{prefix}.{name}"
         index = self.api_counts.get(key, 0)
         self.api_counts[key] = index + 1
@@ -269,22 +300,22 @@ class Collector:
         parent = self.module_stack[-1] if self.module_stack else None
         if self.config.level == "mix":
             self.writer.construct[forward] = parent
-        dump = name not in LOW_RISK and self._selected(f"{key}.{index}")
+        dump = name not in LOW_RISK and self.selected(f"{key}.{index}")
         previous = self.busy
         self.busy = True
         try:
             body: dict = {}
             stack = None
-            if dump and self._direction_ok("forward"):
-                self._inputs(forward, body, args, kwargs)
-                stack = self._guard(forward, body, "stack", lambda: _stack_lines(self.stack_cache))
+            if dump and self.direction_ok("forward"):
+                self.record_inputs(forward, body, args, kwargs)
+                stack = self.guard(forward, body, "stack", self.stack_lines)
             out = func(*args, **kwargs)
-            if dump and self._direction_ok("forward"):
-                self._outputs(forward, body, (*args, *kwargs.values()) if collective else out)
-                self._add_entry(forward, body, stack)
-            if dump and not collective and self._direction_ok("backward") and torch.is_grad_enabled():
-                self._guard(forward, body, "backward hook",
-                            lambda: self._hook_api_backward(f"{key}.{index}.backward", parent, out))
+            if dump and self.direction_ok("forward"):
+                self.record_outputs(forward, body, (*args, *kwargs.values()) if collective else out)
+                self.add_entry(forward, body, stack)
+            if dump and not collective and self.direction_ok("backward") and torch.is_grad_enabled():
+                self.guard(forward, body, "backward hook",
+                           lambda: self._hook_api_backward(f"{key}.{index}.backward", parent, out))
             return out
         finally:
             self.busy = previous
@@ -299,21 +330,18 @@ class Collector:
         def hook(grad_inputs, grad_outputs):
             if generation != self.generation or not self.api_active:
                 return None
-            previous = self.busy
-            self.busy = True
-            try:
+            with self.shielded(name):
+                self.modules.flush()        # module entries complete before this node ran come first
                 body: dict = {}
                 if self.config.level == "mix":
                     self.writer.construct[name] = parent_bw
-                if self._section_ok("input"):
-                    self._guard(name, body, "input",
-                                lambda: body.__setitem__("input", self.record(list(grad_outputs), f"{name}.input")))
-                if self._section_ok("output"):
-                    self._guard(name, body, "output",
-                                lambda: body.__setitem__("output", self.record(list(grad_inputs), f"{name}.output")))
-                self._add_entry(name, body)
-            finally:
-                self.busy = previous
+                if self.section_ok("input"):
+                    self.guard(name, body, "input",
+                               lambda: body.__setitem__("input", self.record(list(grad_outputs), f"{name}.input")))
+                if self.section_ok("output"):
+                    self.guard(name, body, "output",
+                               lambda: body.__setitem__("output", self.record(list(grad_inputs), f"{name}.output")))
+                self.add_entry(name, body)
             return None
         grad_fn.register_hook(hook)
 
@@ -323,18 +351,16 @@ class Collector:
             return
         for name, original in functional_apis().items():
             if inspect.isfunction(original):
-                self._patch(F, name, self._wrapper("Functional", name, original))
+                self._patch(F, name, "Functional")
         for name in TENSOR_OPERATORS:
-            original = getattr(torch.Tensor, name, None)
-            if original is not None:
-                self._patch(torch.Tensor, name, self._wrapper("Tensor", name, original))
+            if getattr(torch.Tensor, name, None) is not None:
+                self._patch(torch.Tensor, name, "Tensor")
         if torch.distributed.is_available():
             import torch.distributed as dist
 
             for name in DISTRIBUTED_APIS:
-                original = getattr(dist, name, None)
-                if original is not None:
-                    self._patch(dist, name, self._wrapper("Distributed", name, original, collective=True))
+                if getattr(dist, name, None) is not None:
+                    self._patch(dist, name, "Distributed", collective=True)
         self._install_phases()
         self._mode = _ApiMode(self)
         self._mode.__enter__()
@@ -347,9 +373,8 @@ class Collector:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         for name in ("clip_grad_norm_", "clip_grad_value_"):
-            original = getattr(nn_utils, name, None)
-            if original is not None:
-                self._patch(nn_utils, name, self._phase_wrapper("clip_grad", original))
+            if getattr(nn_utils, name, None) is not None:
+                self._patch(nn_utils, name, "clip_grad", phase=True)
         self._handles.append(register_optimizer_step_pre_hook(lambda *_: self.enter_phase("optimizer")))
         self._handles.append(register_optimizer_step_post_hook(lambda *_: self.exit_phase("optimizer")))
 
@@ -362,11 +387,25 @@ class Collector:
         if phase in self.module_stack:
             del self.module_stack[len(self.module_stack) - 1 - self.module_stack[::-1].index(phase):]
 
-    def _phase_wrapper(self, phase, original):
+    def _patch(self, owner, name: str, prefix: str, collective: bool = False, phase: bool = False) -> None:
+        """Replace owner.name by its wrapper until uninstall(). The wrapper object is made once per collector: a
+        function compiled with torch.compile is guarded on the identity of the globals it calls, so a new wrapper
+        at every start() would recompile it at every step."""
+        original = getattr(owner, name)
+        wrapper = self._wrappers.get((id(owner), name))
+        if wrapper is None or wrapper.__wrapped__ is not original:
+            make = self._phase_wrapper if phase else self._wrapper
+            wrapper = self._wrappers[(id(owner), name)] = make(prefix, name, original, collective)
+        self._patched.append((owner, name, original))
+        setattr(owner, name, wrapper)
+
+    def _phase_wrapper(self, phase, _name, original, _collective):
         collector = self
 
         @functools.wraps(original)
         def wrapper(*args, **kwargs):
+            if torch.compiler.is_compiling():
+                return original(*args, **kwargs)
             collector.enter_phase(phase)
             try:
                 return original(*args, **kwargs)
@@ -374,16 +413,12 @@ class Collector:
                 collector.exit_phase(phase)
         return wrapper
 
-    def _patch(self, owner, name, replacement) -> None:
-        self._patched.append((owner, name, getattr(owner, name)))
-        setattr(owner, name, replacement)
-
     def _wrapper(self, prefix, name, original, collective=False):
         collector = self
 
         @functools.wraps(original)
         def wrapper(*args, **kwargs):
-            if collector.busy or not collector.api_active:
+            if torch.compiler.is_compiling() or collector.busy or not collector.api_active:
                 return original(*args, **kwargs)
             return collector.run_api(prefix, name, original, args, kwargs, collective=collective)
         return wrapper
@@ -402,119 +437,14 @@ class Collector:
         self._handles = []
 
     # ------------------------------------------------------------------ modules
+    def guard_compiled(self, models) -> None:
+        guard_compiled(self, models, self._handles)
+
     def install_module_hooks(self, models) -> None:
-        warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
-        many = len(models) > 1
-        for model_index, model in enumerate(models):
-            for path, module in model.named_modules():
-                if not path:
-                    continue
-                prefix = f"Module.{model_index}.{path}" if many else f"Module.{path}"
-                self._hook_module(module, f"{prefix}.{type(module).__name__}")
+        self.modules.install(models, self._handles)
         self.module_active = True
 
-    def _hook_module(self, module, key: str) -> None:
-        def pre(mod, args, kwargs):
-            if not self.module_active or self.busy:
-                return None
-            previous = self.busy
-            self.busy = True
-            try:
-                index = self.module_counts.get(key, 0)
-                self.module_counts[key] = index + 1
-                forward = f"{key}.forward.{index}"
-                parent = self.module_stack[-1] if self.module_stack else None
-                self.writer.construct[forward] = parent
-                self.module_stack.append(forward)
-                body: dict = {}
-                stack = None
-                dump = self._selected(forward) and self._direction_ok("forward")
-                if dump:
-                    self._inputs(forward, body, args, kwargs)
-                    stack = self._guard(forward, body, "stack", lambda: _stack_lines(self.stack_cache))
-                self._pending_forward.setdefault(id(mod), []).append((forward, body, stack, dump))
-            finally:
-                self.busy = previous
-            return None
-
-        def post(mod, args, kwargs, out):
-            pending = self._pending_forward.get(id(mod))
-            if not self.module_active or not pending:
-                return None
-            previous = self.busy
-            self.busy = True
-            try:
-                forward, body, stack, dump = pending.pop()
-                if forward in self.module_stack:
-                    del self.module_stack[self.module_stack.index(forward):]
-                if dump and out is not None:
-                    self._outputs(forward, body, out)
-                    params = dict(mod.named_parameters(recurse=False))
-                    if self._section_ok("input"):
-                        self._guard(forward, body, "parameters", lambda: body.__setitem__("parameters", {
-                            n: self.record(p, f"{forward}.parameters.{n}") for n, p in params.items()}))
-                    # reference order: input_args, input_kwargs, output, parameters
-                    self._add_entry(forward, body, stack)
-            finally:
-                self.busy = previous
-            return None
-
-        def backward(mod, grad_input, grad_output):
-            if not self.module_active:
-                return None
-            previous = self.busy
-            self.busy = True
-            try:
-                index = self.module_bw_counts.get(key, 0)
-                self.module_bw_counts[key] = index + 1
-                name = f"{key}.backward.{index}"
-                forward_parent = self.writer.construct.get(f"{key}.forward.{index}")
-                self.writer.construct[name] = (forward_parent.replace(".forward.", ".backward.")
-                                               if forward_parent else None)
-                if not (self._selected(name) and self._direction_ok("backward")):
-                    return None
-                body: dict = {}
-                grads_in = [] if all(g is None for g in grad_input) else list(grad_input)
-                if self._section_ok("input"):
-                    self._guard(name, body, "input",
-                                lambda: body.__setitem__("input", self.record(list(grad_output), f"{name}.input")))
-                if self._section_ok("output"):
-                    self._guard(name, body, "output",
-                                lambda: body.__setitem__("output", self.record(grads_in, f"{name}.output")))
-                self._add_entry(name, body)
-            finally:
-                self.busy = previous
-            return None
-
-        self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-        self._handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))
-        self._handles.append(module.register_full_backward_hook(backward))
-        params = [(n, p) for n, p in module.named_parameters(recurse=False) if p.requires_grad]
-        for pname, param in params:
-            self._handles.append(param.register_hook(self._param_grad_hook(key, pname, [n for n, _ in params])))
-
-    def _param_grad_hook(self, key: str, pname: str, names: list):
-        def hook(grad):
-            if not self.module_active:
-                return None
-            previous = self.busy
-            self.busy = True
-            try:
-                pending = self._pending_grads.setdefault(key, {})
-                pending[pname] = grad
-                if len(pending) < len(names):
-                    return None
-                del self._pending_grads[key]
-                index = self.param_grad_counts.get(key, 0)
-                self.param_grad_counts[key] = index + 1
-                name = f"{key}.parameters_grad.{index}"
-                if not (self._selected(name) and self._direction_ok("backward")):
-                    return None
-                body: dict = {}
-                self._guard(name, body, "parameters_grad", lambda: body.update({
-                    n: [self.record(g, f"{name}.{n}")] for n, g in pending.items()}))  # arrival order
-                self._add_entry(name, body)
-            finally:
-                self.busy = previous
-            return None
-        return hook
+    def finish_modules(self) -> None:
+        """Before stop(): the module backward entries still waiting are written, the hooks left on leaves go."""
+        with self.shielded("stop"):
+            self.modules.stop()

@@ -28,13 +28,13 @@ def tensor_stats(t: torch.Tensor) -> dict:
         return {"Max": bool(t.any().item()), "Min": bool(t.all().item()), "Mean": None, "Norm": None}
     if t.is_complex():
         t = t.abs()
-    if not t.is_floating_point():
-        low, high = torch.aminmax(t)
-        return {"Max": high.item(), "Min": low.item(), "Mean": None, "Norm": None}
-    if t.dim() == 0:
+    if t.dim() == 0:          # the value itself for every statistic, integer or float (as the reference)
         value = t.item()
         value = json_number(value) if isinstance(value, float) else value
         return {"Max": value, "Min": value, "Mean": value, "Norm": value}
+    if not t.is_floating_point():
+        low, high = torch.aminmax(t)
+        return {"Max": high.item(), "Min": low.item(), "Mean": None, "Norm": None}
     data = t.float() if t.dtype in _LOW_PRECISION else t
     back = t.dtype if t.dtype in _LOW_PRECISION else None
     low, high = torch.aminmax(data)   # one pass for both

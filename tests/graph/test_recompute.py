@@ -62,10 +62,11 @@ def test_recomputed_calls_move_under_the_backward(tmp_path):
     construct = json.loads((dump / "construct.json").read_text())
     recomputed = "Module.stack.blocks.1.Block.forward.1"
     assert construct[recomputed] is None        # the dump puts the recomputation at the top
-    # torch stops the recomputation once backward has what it needs: the outer call never finishes, so only its
-    # children have data and stacks, and those stacks show the recomputation
+    # torch stops the recomputation once backward has what it needs: the outer call never finishes; it is recorded
+    # with output [null] as the reference records it, and the stacks show the recomputation
     stacks = json.loads((dump / "stack.json").read_text())
-    assert not any(recomputed in names for names, _ in stacks.values())
+    assert json.loads((dump / "dump.json").read_text())["data"][recomputed]["output"] == [None]
+    assert is_recompute(next(v[1] for v in stacks.values() if recomputed in v[0]))
     lines = next(v[1] for v in stacks.values() if "Module.stack.blocks.1.fc.Linear.forward.1" in v[0])
     assert is_recompute(lines)
     assert run_cli(["graph", "-tp", dump, "-o", tmp_path / "out"]) == 0
