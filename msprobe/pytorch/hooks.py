@@ -187,6 +187,17 @@ class Collector:
     def busy(self, value: bool) -> None:
         self._tls.busy = value
 
+    @contextlib.contextmanager
+    def working(self):
+        """Our own work, or a call whose inner APIs belong to it: the APIs called inside are not recorded (busy,
+        per thread); the previous state comes back however the block ends."""
+        previous = self.busy
+        self.busy = True
+        try:
+            yield
+        finally:
+            self.busy = previous
+
     def reset_counters(self) -> None:
         self.api_counts: dict = {}
         self.module_counts: dict = {}
@@ -254,16 +265,13 @@ class Collector:
     def shielded(self, what: str):
         """Our own work inside a hook: never recorded (busy), and an error is logged once and swallowed, so that
         it never reaches the user's training step."""
-        previous = self.busy
-        self.busy = True
-        try:
-            yield
-        except Exception as exc:  # noqa: BLE001 - the user's training must go on
-            self.log_once((type(exc).__name__, "hook"),
-                           "msprobe dump: a hook failed in %s (%s: %s); what it was recording is skipped and "
-                           "training continues", what, type(exc).__name__, exc)
-        finally:
-            self.busy = previous
+        with self.working():
+            try:
+                yield
+            except Exception as exc:  # noqa: BLE001 - the user's training must go on
+                self.log_once((type(exc).__name__, "hook"),
+                               "msprobe dump: a hook failed in %s (%s: %s); what it was recording is skipped and "
+                               "training continues", what, type(exc).__name__, exc)
 
     def stack_lines(self) -> tuple:
         return _stack_lines(self.stack_cache)
@@ -301,9 +309,7 @@ class Collector:
         if self.config.level == "mix":
             self.writer.construct[forward] = parent
         dump = name not in LOW_RISK and self.selected(f"{key}.{index}")
-        previous = self.busy
-        self.busy = True
-        try:
+        with self.working():
             body: dict = {}
             stack = None
             if dump and self.direction_ok("forward"):
@@ -317,8 +323,6 @@ class Collector:
                 self.guard(forward, body, "backward hook",
                            lambda: self._hook_api_backward(f"{key}.{index}.backward", parent, out))
             return out
-        finally:
-            self.busy = previous
 
     def _hook_api_backward(self, name: str, parent, out) -> None:
         grad_fn = _first_grad_fn(out)

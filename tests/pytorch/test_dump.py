@@ -380,3 +380,21 @@ def test_hook_error_is_logged_once_and_marked(tmp_path, monkeypatch, capsys):
     assert data["Tensor.masked_fill.0.forward"]["dump_error"] == "input: RuntimeError: boom"
     assert "output" in data["Tensor.masked_fill.0.forward"]
     assert capsys.readouterr().out.count("boom") == 2   # logged once per (error, section), not per entry
+
+
+def test_working_marks_the_thread_busy_and_restores_it_however_the_block_ends():
+    """Collector.working, the one busy guard of the hooks: APIs called inside are not recorded, and the state
+    before it comes back after a nested block, an exception, or a block entered while already busy."""
+    from types import SimpleNamespace
+
+    from msprobe.pytorch.hooks import Collector
+
+    state = SimpleNamespace(busy=False)
+    with pytest.raises(RuntimeError):
+        with Collector.working(state):
+            assert state.busy
+            with Collector.working(state):
+                assert state.busy
+            assert state.busy                   # the inner block restores busy, not idle
+            raise RuntimeError("a failing API")
+    assert state.busy is False
