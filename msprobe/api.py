@@ -23,10 +23,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from msprobe.compare import columns as col
 from msprobe.errors import MsprobeError, UsageError
 from msprobe.log import get_logger
 from msprobe.optional import require
+from msprobe.table import columns as col
 
 if TYPE_CHECKING:
     import pandas

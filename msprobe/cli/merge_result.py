@@ -36,7 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from msprobe.cli.compare import banner
-    from msprobe.compare import columns as col
     from msprobe.dump.paths import check_input_dir, prepare_output_dir
     from msprobe.log import get_logger
     from msprobe.merge.merge_result import (
@@ -48,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         read_ranks,
     )
     from msprobe.scale.stamp import timestamp
+    from msprobe.table import columns as col
     from msprobe.table.xlsx_writer import CONSISTENCY_FILLS, Sheet, write_workbook
 
     logger = get_logger()

@@ -31,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from msprobe.compare.advisor import advise
     from msprobe.dump.paths import check_input_file, prepare_output_dir
     from msprobe.errors import UsageError
     from msprobe.report.html import write_table_html
@@ -41,5 +42,5 @@ def run(args: argparse.Namespace) -> int:
     construct = check_input_file(args.construct, "construct.json") if args.construct else None
     diff_analyze = check_input_file(args.diff_analyze, "diff_analyze file") if args.diff_analyze else None
     output_dir = prepare_output_dir(args.output_dir) if args.output_dir else None
-    write_table_html(table, output_dir, construct, diff_analyze)
+    write_table_html(table, advise, output_dir, construct, diff_analyze)
     return 0

@@ -9,7 +9,6 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
-from msprobe.compare import columns as col
 from msprobe.compare.error_origin import INTRODUCED
 from msprobe.compare.pipeline import (
     CompareOptions,
@@ -25,6 +24,7 @@ from msprobe.io import write_text
 from msprobe.log import get_logger
 from msprobe.scale.stamp import timestamp
 from msprobe.scale.task import JobFailure
+from msprobe.table import columns as col
 from msprobe.table.cells import NA, number_or_none
 
 COMM_PREFIXES = ("Distributed.", "MintDistributed.", "communication.comm_func")

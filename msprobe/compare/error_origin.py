@@ -25,8 +25,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from msprobe.compare import columns as col
 from msprobe.frameworks.dtypes import canonical
+from msprobe.table import columns as col
 from msprobe.table.cells import number_or_none
 
 INTRODUCED, INHERITED, DTYPE, NONE = "introduced", "inherited", "dtype", ""

@@ -9,7 +9,6 @@ from operator import itemgetter
 
 import numpy as np
 
-from msprobe.compare import columns as col
 from msprobe.compare.advisor import Advice, advise
 from msprobe.compare.error_origin import judge_origin
 from msprobe.compare.mapping import MappingOptions, build_mappings, write_data_mapping
@@ -25,6 +24,7 @@ from msprobe.errors import MsprobeError
 from msprobe.io import write_text
 from msprobe.log import get_logger, progress
 from msprobe.scale.stamp import timestamp
+from msprobe.table import columns as col
 from msprobe.table.cells import NA, number_or_none
 from msprobe.table.model import ResultTable
 

@@ -8,9 +8,9 @@ from itertools import repeat
 
 import numpy as np
 
-from msprobe.compare.columns import MD5, TENSOR
 from msprobe.frameworks.dtypes import canonical
 from msprobe.table.cells import NA, cell_text
+from msprobe.table.columns import MD5, TENSOR
 
 PASS, WARNING, ERROR = 0, 1, 2
 RESULT_TEXT = ("pass", "warning", "error")

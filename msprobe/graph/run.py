@@ -9,7 +9,6 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from msprobe.compare import columns as col
 from msprobe.compare.mapping import MappingOptions
 from msprobe.compare.pipeline import CompareOptions, compare_dumps, match_items, side_of
 from msprobe.dump.locate import Job
@@ -21,6 +20,7 @@ from msprobe.graph.params import entry_params
 from msprobe.graph.scoring import columns_used
 from msprobe.graph.tree import build_graph
 from msprobe.log import get_logger
+from msprobe.table import columns as col
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 
-from msprobe.compare import columns as col
 from msprobe.graph import floats
 from msprobe.graph.texts import STAT_CELLS
 from msprobe.graph.tree import COLLECTION, ROOT, Graph
+from msprobe.table import columns as col
 from msprobe.table.cells import NA, cell_text, number_or_none
 
 JSON_COLUMNS = {

@@ -8,11 +8,11 @@ import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from msprobe.compare import columns as col
 from msprobe.dump.paths import check_input_file, load_yaml
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger, progress
 from msprobe.substrings import SubstringIndex
+from msprobe.table import columns as col
 from msprobe.table.cells import NA
 from msprobe.table.model import ResultTable
 from msprobe.table.readers import read_table

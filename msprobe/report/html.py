@@ -27,12 +27,11 @@ from collections import Counter
 
 import orjson
 
-from msprobe.compare import columns as col
-from msprobe.compare.advisor import advise
 from msprobe.dump.reader import load_json, read_construct
 from msprobe.errors import MsprobeError
 from msprobe.io import write_text
 from msprobe.log import get_logger
+from msprobe.table import columns as col
 from msprobe.table.cells import NA
 from msprobe.table.readers import read_table
 
@@ -303,8 +302,9 @@ def _state(name: str) -> str:
     return ""
 
 
-def summary_from_table(columns: list, cells: dict, source: str) -> dict:
-    """The page summary recomputed from a read-back table's Result column (and the advisor rules)."""
+def summary_from_table(columns: list, cells: dict, source: str, advise) -> dict:
+    """The page summary recomputed from a read-back table's Result column and the advisor rules (`advise`:
+    compare/advisor.advise, given by the caller: the report sits below the compare engine)."""
     n = len(cells[columns[0]]) if columns else 0
     results = [_text(v) for v in cells.get(col.RESULT, [""] * n)]
     counts = Counter(results)
@@ -426,7 +426,7 @@ def diff_analyze_lines(path: str) -> list:
     return lines
 
 
-def write_table_html(table_path: str, output_dir: str | None = None, construct_path: str | None = None,
+def write_table_html(table_path: str, advise, output_dir: str | None = None, construct_path: str | None = None,
                      diff_analyze_path: str | None = None) -> str:
     """The page of an existing compare result (.csv or .xlsx); summary numbers recomputed from Result."""
     header, rows = read_table(table_path)
@@ -441,7 +441,7 @@ def write_table_html(table_path: str, output_dir: str | None = None, construct_p
 
         construct = read_construct(construct_path)
     source = os.path.basename(table_path)
-    summary = summary_from_table(header, cells, source)
+    summary = summary_from_table(header, cells, source, advise)
     if diff_analyze_path:
         summary["diff_analyze"] = diff_analyze_lines(diff_analyze_path)
     data = page_data(header[:width], cells, summary, construct)

@@ -9,7 +9,7 @@ import pytest
 
 from msprobe.compare import error_origin as eo
 from msprobe.compare.advisor import advise
-from msprobe.compare.columns import ERROR_ORIGIN, MD5, STATISTICS, TENSOR, columns_for
+from msprobe.table.columns import ERROR_ORIGIN, MD5, STATISTICS, TENSOR, columns_for
 
 BF16, FP32 = "torch.bfloat16", "torch.float32"
 GOLDEN = (1.0, -1.0, 0.25, 4.0)          # max, min, mean, norm of the golden tensors below
