@@ -34,7 +34,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def setup_logging() -> None:
     """Log lines `YYYY-mm-dd HH:MM:SS (pid) [LEVEL] message`; level from MSPROBE_LOG_LEVEL (0-3)."""
     logger = get_logger()
-    if logger.handlers:
+    # Set up once. A NullHandler is the Python API's "quiet" mark (msprobe/api.py): its workers add no console
+    # handler. Other handlers (pytest >= 9.2 attaches its capture handlers to non-propagating loggers too) do not
+    # stand in for the console output.
+    if any(isinstance(handler, (_StdoutHandler, logging.NullHandler)) for handler in logger.handlers):
         return
     handler = _StdoutHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(asctime)s (%(process)d) [%(levelname)s] %(message)s",
