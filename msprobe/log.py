@@ -31,13 +31,19 @@ class _StdoutHandler(logging.StreamHandler):
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def setup_logging() -> None:
-    """Log lines `YYYY-mm-dd HH:MM:SS (pid) [LEVEL] message`; level from MSPROBE_LOG_LEVEL (0-3)."""
+def setup_logging(take_over: bool = False) -> None:
+    """Log lines `YYYY-mm-dd HH:MM:SS (pid) [LEVEL] message`; level from MSPROBE_LOG_LEVEL (0-3).
+
+    The command line (take_over=True) owns its process's console: it adds its handler unless msprobe's own handler
+    or the Python API's "quiet" NullHandler (msprobe/api.py) is there already; other handlers, such as the capture
+    handlers pytest >= 9.2 attaches to non-propagating loggers, do not print to the console. A task (the default)
+    sets up only a process whose msprobe logger has no handler at all (a spawned or Ray worker) and leaves what its
+    caller configured (an API user's handler, an inherited one) alone."""
     logger = get_logger()
-    # Set up once. A NullHandler is the Python API's "quiet" mark (msprobe/api.py): its workers add no console
-    # handler. Other handlers (pytest >= 9.2 attaches its capture handlers to non-propagating loggers too) do not
-    # stand in for the console output.
-    if any(isinstance(handler, (_StdoutHandler, logging.NullHandler)) for handler in logger.handlers):
+    if take_over:
+        if any(isinstance(handler, (_StdoutHandler, logging.NullHandler)) for handler in logger.handlers):
+            return
+    elif logger.handlers:
         return
     handler = _StdoutHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(asctime)s (%(process)d) [%(levelname)s] %(message)s",

@@ -391,6 +391,14 @@ assert result.problems and "rank3" in result.problems[0], result.problems
     loud = _run_python("import logging; logging.basicConfig(level=logging.INFO)\n" + code, tmp_path)
     assert loud.returncode == 0, loud.stderr
     assert "rank3 exists only in the golden dump" in loud.stderr and "Compare mode: statistics" in loud.stderr
+    # a handler of the user's own on the msprobe logger is all there is: no task adds a console handler beside it,
+    # in this process (one worker) or in forked workers
+    own_handler = ("import logging, sys\nlogger = logging.getLogger('msprobe')\n"
+                   "logger.addHandler(logging.StreamHandler(sys.stderr))\nlogger.setLevel(logging.INFO)\n")
+    for jobs in (1, 2):
+        own = _run_python(own_handler + code.replace("jobs=2", f"jobs={jobs}"), tmp_path)
+        assert own.returncode == 0, own.stderr
+        assert own.stdout == "" and "Compare mode: statistics" in own.stderr, (jobs, own.stdout)
 
 
 def test_compare_is_callable_and_the_subpackage_importable():

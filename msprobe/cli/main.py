@@ -87,7 +87,7 @@ def main(argv: list | None = None) -> int:
     from msprobe.log import get_logger, setup_logging
     from msprobe.scale.stamp import release_claims
 
-    setup_logging()
+    setup_logging(take_over=True)
     module = importlib.import_module(args._module)
     # A compare builds millions of small acyclic objects, freed by reference counting; the cyclic collector
     # would scan them again and again (about a third of the run time), so it is paused while a command runs.
