@@ -137,3 +137,23 @@ def multirank_step0(tmp_path_factory) -> tuple[Path, Path]:
     with tarfile.open(FIXTURES / "multirank_step0.tar.gz") as archive:
         archive.extractall(base, filter="data")
     return base / "target" / "step0", base / "golden" / "step0"
+
+
+@pytest.fixture
+def msprobe_records(monkeypatch) -> list:
+    """The log records of the msprobe logger during one test, whatever earlier tests of the session did with its
+    handlers and propagation (where the records are printed depends on that; that they are emitted does not)."""
+    import logging
+
+    records: list = []
+    counter = logging.Handler()
+    counter.emit = records.append
+    logger = logging.getLogger("msprobe")
+    monkeypatch.setattr(logger, "handlers", [*logger.handlers, counter])
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    monkeypatch.setattr(logger, "disabled", False)
+    return records
+
+
+def count_records(records: list, text: str) -> int:
+    return sum(text in record.getMessage() for record in records)

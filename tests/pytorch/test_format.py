@@ -4,7 +4,6 @@ against gradients computed in the same process, entry order around in-place ops,
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 
@@ -14,6 +13,8 @@ torch = pytest.importorskip("torch")
 
 from msprobe.pytorch import PrecisionDebugger  # noqa: E402
 from msprobe.pytorch.stats import tensor_stats  # noqa: E402
+
+from conftest import count_records  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import zoo  # noqa: E402
@@ -166,29 +167,20 @@ def test_shared_module_backward_pairs_with_its_forward_call(tmp_path):
     assert torch.equal(saved(tmp_path, "Module.a.Linear.backward.0.output.0.pt"), x.grad)
 
 
-def test_a_failing_hook_is_logged_once_and_training_goes_on(tmp_path, monkeypatch):
+def test_a_failing_hook_is_logged_once_and_training_goes_on(tmp_path, monkeypatch, msprobe_records):
     from msprobe.pytorch.module_hooks import ModuleHooks
 
     def broken(self, call):
         raise RuntimeError("kaputt")
 
     monkeypatch.setattr(ModuleHooks, "_write", broken)
-    # the records themselves are counted: where they are printed (stdout, pytest's capture) depends on what earlier
-    # tests of the session did with the msprobe logger's handlers and propagation
-    records = []
-    counter = logging.Handler()
-    counter.emit = records.append
-    logger = logging.getLogger("msprobe")
-    monkeypatch.setattr(logger, "handlers", [*logger.handlers, counter])
-    monkeypatch.setattr(logger, "level", logging.INFO)
-    monkeypatch.setattr(logger, "disabled", False)
     expected = zoo.train("cnn")
     got = zoo.train("cnn", PrecisionDebugger(dump_path=str(tmp_path / "d"), level="mix"))
     assert all(torch.equal(a, b) for a, b in zip(expected[0], got[0]))
     assert all(torch.equal(expected[1][k], got[1][k]) for k in expected[1])
     data = data_of(tmp_path / "d")
     assert "Module.fc.Linear.forward.0" in data and "Module.fc.Linear.backward.0" not in data
-    assert sum("kaputt" in record.getMessage() for record in records) == 1
+    assert count_records(msprobe_records, "kaputt") == 1
 
 
 def test_root_config_json_is_read_as_is(tmp_path, monkeypatch):

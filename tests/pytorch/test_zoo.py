@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_csv, run_cli
+from conftest import count_records, read_csv, run_cli
 
 torch = pytest.importorskip("torch")
 
@@ -96,6 +96,13 @@ def _check_compiled_region_left_alone(tmp_path, backend):
         return zoo.train("compiled", debugger, model=model)
 
     expected = run()
+    # Bit-identity with the debugger is only testable where the compiled model itself trains reproducibly: seen
+    # here, inductor's code under ATEN_CPU_CAPABILITY=avx2 gives other parameters on every run without any debugger
+    again = run()
+    if not (all(torch.equal(a, b) for a, b in zip(expected[0], again[0]))
+            and all(torch.equal(expected[1][k], again[1][k]) for k in expected[1])):
+        pytest.skip(f"the {backend}-compiled model does not train reproducibly on this machine even without the "
+                    "debugger, so bit-identity with it cannot be tested here")
     for level in ("L1", "mix", "L0"):
         assert_same_training(expected, run(debugger_for(tmp_path / level, level, "statistics")))
         names = list(json.loads((step_dir(tmp_path / level) / "dump.json").read_text())["data"])
@@ -107,7 +114,7 @@ def _check_compiled_region_left_alone(tmp_path, backend):
             assert "Functional.linear.0.forward" in names     # the eager head: the first linear recorded
 
 
-def test_compiled_module_is_left_alone_and_traced_the_same(tmp_path, capsys):
+def test_compiled_module_is_left_alone_and_traced_the_same(tmp_path, msprobe_records):
     """A recording backend: dynamo captures one and the same graph with the debugger at any level."""
     graphs = []
 
@@ -117,7 +124,7 @@ def test_compiled_module_is_left_alone_and_traced_the_same(tmp_path, capsys):
 
     _check_compiled_region_left_alone(tmp_path, backend)
     assert len(set(graphs)) == 1 and len(graphs) <= 3    # captured again at most when the API mode appears
-    assert capsys.readouterr().out.count("runs under torch.compile") == 3   # once per debugger
+    assert count_records(msprobe_records, "runs under torch.compile") == 3   # once per debugger
 
 
 def test_compiled_module_with_inductor_trains_identically(tmp_path):
