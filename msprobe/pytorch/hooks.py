@@ -493,7 +493,7 @@ class Collector:
         tls.mode_session = self.session
         tls.scopes = 1 if scoped else 0
         if scoped:
-            self.errors.once(("thread", threading.get_ident()), "thread %r runs torch while recording: its APIs are "
+            self.errors.once(("thread", threading.get_ident(), threading.current_thread().name), "thread %r runs torch while recording: its APIs are "
                              "recorded inside module forward calls and optimizer steps (torch's function mode is "
                              "per thread; its other plain torch calls are not seen)", threading.current_thread().name)
 
@@ -518,7 +518,7 @@ class Collector:
     def note_thread(self) -> None:
         """A wrapper ran in a thread that does not hold the mode: say once that its plain torch calls are unseen."""
         if getattr(self._tls, "mode_session", None) != self.session:
-            self.errors.once(("unseen thread", threading.get_ident()), "thread %r calls torch outside module "
+            self.errors.once(("unseen thread", threading.get_ident(), threading.current_thread().name), "thread %r calls torch outside module "
                              "forward calls while recording: its functionals and Tensor operators are recorded, its "
                              "other torch functions and Tensor methods there are not seen (torch's function mode "
                              "is per thread)", threading.current_thread().name)
