@@ -197,6 +197,15 @@ class StepWriter:
         self.lost = 0                    # entries not written since then
 
     # ------------------------------------------------------------------ critical sections
+    def forget(self) -> None:
+        """In a forked child (os.fork, a DataLoader worker): drop the step without touching its files, which
+        belong to the parent (the open file descriptors are the parent's too)."""
+        self._lock = threading.Lock()             # the parent may have held it when it forked
+        self._dump = self._construct = None
+        self._queue.clear()
+        self._closed = {}
+        self.directory = None
+
     @contextlib.contextmanager
     def _locked(self):
         self._inside.depth = getattr(self._inside, "depth", 0) + 1     # before acquiring: see call_soon

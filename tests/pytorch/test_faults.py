@@ -660,3 +660,28 @@ def test_a_torchscript_sub_module_is_left_alone(tmp_path, level, msprobe_records
     assert count_records(msprobe_records, "block is a TorchScript module") == 1
     assert not model.fc._forward_pre_hooks and not model.head._forward_hooks      # every hook removed at stop()
     untouched()
+
+
+# ------------------------------------------------------------------ a fork while recording (DataLoader workers)
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_forked_child_records_nothing_and_leaves_the_parents_files_alone(tmp_path):
+    model = Net()
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="mix")
+    debugger.start(model)
+    model(batch()).sum().backward()
+    pid = os.fork()
+    if pid == 0:                         # the child: works with torch, then exits at once
+        code = 0
+        try:
+            for _ in range(50):
+                torch.ones(100) + 1
+            code = 3 if debugger.running else 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    torch.exp(torch.ones(2))
+    debugger.stop()
+    names = list(dump_of(tmp_path)["data"])
+    assert names.count("Tensor.__add__.0.forward") == 0 and "Torch.exp.0.forward" in names
+    assert "incomplete" not in dump_of(tmp_path)
