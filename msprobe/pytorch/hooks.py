@@ -286,7 +286,13 @@ class Collector:
         return value_record(value)
 
     def tensor_leaf(self, tensor: torch.Tensor, name: str) -> dict:
-        """A tensor's record; what fails (statistics, its file) leaves a one-line dump_error in this record only."""
+        """A tensor's record; what fails (statistics, its file) leaves a one-line dump_error in this record only.
+        Computed with __torch_function__ off: no mode sees our own calls (even a tensor's properties would go
+        through it), and no tensor subclass of the user's runs code for them."""
+        with torch._C.DisableTorchFunction():
+            return self._tensor_leaf(tensor, name)
+
+    def _tensor_leaf(self, tensor: torch.Tensor, name: str) -> dict:
         record = tensor_record(tensor, self.config.summary_mode)
         if "dump_error" in record:
             self.errors.once(("statistics", record["dtype"], str(tensor.layout)), "a %s tensor (%s) at %s: %s; "
