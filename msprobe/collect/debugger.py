@@ -122,7 +122,7 @@ class DebuggerBase:
         return self._running
 
     def start(self, model=None) -> None:
-        self._quietly("step", self._tidy)
+        self._quietly("start", self._tidy)
         if self._running or not self.config.wants_step(self.current_step) or \
                 not self.config.wants_rank(self._quietly("rank", self._rank)):
             return
@@ -130,7 +130,7 @@ class DebuggerBase:
         self._quietly("start", lambda: self._start(models))
 
     def stop(self) -> None:
-        self._quietly("step", self._tidy)
+        self._quietly("stop", self._tidy)
         self._end(None)
 
     def step(self) -> None:
