@@ -125,7 +125,6 @@ def run_script(tmp_path: Path, level: str, crash: str, setup: str = "") -> subpr
                           cwd=tmp_path)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("level", LEVELS)
 def test_an_uncaught_exception_before_stop_still_leaves_the_dump(tmp_path, level):
     """The plain start()/stop() form: the exit handler writes the step."""
@@ -138,7 +137,6 @@ def test_an_uncaught_exception_before_stop_still_leaves_the_dump(tmp_path, level
     assert not [n for n in os.listdir(proc_dir(tmp_path / "dump")) if n.startswith(".tmp")]
 
 
-@pytest.mark.slow
 def test_sigterm_writes_the_step_then_the_process_dies_of_it(tmp_path):
     proc = run_script(tmp_path, "mix", "os.kill(os.getpid(), signal.SIGTERM); print('not reached')")
     assert proc.returncode == -signal.SIGTERM and "not reached" not in proc.stdout
@@ -147,7 +145,6 @@ def test_sigterm_writes_the_step_then_the_process_dies_of_it(tmp_path):
     assert "Module.fc.Linear.backward.0" in dump["data"] and "Functional.linear.0.forward" in dump["data"]
 
 
-@pytest.mark.slow
 def test_sigterm_calls_the_scripts_own_handler_after_writing(tmp_path):
     setup = ("def handler(signum, frame):\n"
              "    print('own handler', os.path.exists({marker!r}), flush=True)\n"
