@@ -32,7 +32,9 @@ writer.py
         close(incomplete=None) -> dump.json path or None: writes construct.json, stack.json, dump.json (with
             "incomplete": reason when given or when a write failed); never raises;
         call_soon(job): for signal handlers (run now, or when this thread leaves the writer);
+        forget(): in a forked child, drop the step without touching the parent's files;
         directory, tensor_dir, is_open, failure, lost.
+        Space is allocated (posix_fallocate) ahead of what is written, so that close() fits on a full disk.
     encode(value) -> bytes: a dump value as JSON (orjson; ints beyond 64 bits as exact numbers, lone surrogates as
         \\xNN text, other objects as str()); text_of(str).
 
@@ -57,7 +59,8 @@ debugger.py
         _uninstall() (any thread), _flush_pending(), _new_step(), _tidy(), _save(tensor, path).
         One debugger records at a time: a second start() stops the first (marked incomplete). At exit (atexit) and
         on SIGTERM (handler installed from the main thread while recording, the previous one called after) the
-        recording step is written, marked incomplete.
+        recording step is written, marked incomplete. In the child of a fork made while recording nothing is
+        recorded (_uninstall is called there) and the parent's files are left alone.
     Patches(errors): set(owner, name, replacement), restore() - only what still holds our replacement.
     active_debugger().
 """

@@ -52,6 +52,14 @@ def batch(seed: int = 0):
     return torch.randn(3, 4, generator=torch.Generator().manual_seed(seed))
 
 
+def started(tmp_path: Path, level: str, model, **kwargs) -> PrecisionDebugger:
+    """A debugger recording `model` into tmp_path after one forward and backward of it."""
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level=level, **kwargs)
+    debugger.start(model)
+    model(batch()).sum().backward()
+    return debugger
+
+
 def untouched() -> None:
     """Nothing of a debugger is left in torch: functionals and operators restored, no function mode."""
     assert torch.nn.functional.linear is torch._C._nn.linear
@@ -172,10 +180,7 @@ class PadNet(Net):
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_a_python_int_beyond_64_bits_is_written_as_the_reference_writes_it(tmp_path, level):
-    model = PadNet()
-    debugger = PrecisionDebugger(dump_path=str(tmp_path), level=level)
-    debugger.start(model)
-    model(batch()).sum().backward()
+    debugger = started(tmp_path, level, PadNet())
     z = F.pad(torch.ones(2, 2, dtype=torch.int64), (1, 1), value=2 ** 62)
     debugger.stop()
     raw = (proc_dir(tmp_path) / "dump.json").read_bytes()
@@ -350,9 +355,7 @@ def test_nested_start_and_stop_without_start_are_harmless(tmp_path):
 @pytest.mark.parametrize("level", LEVELS)
 def test_stop_from_another_thread(tmp_path, level):
     model = Net()
-    debugger = PrecisionDebugger(dump_path=str(tmp_path), level=level)
-    debugger.start(model)
-    model(batch()).sum().backward()
+    debugger = started(tmp_path, level, model)
     errors = []
 
     def stop():
@@ -662,10 +665,7 @@ def test_a_torchscript_sub_module_is_left_alone(tmp_path, level, msprobe_records
 # ------------------------------------------------------------------ a fork while recording (DataLoader workers)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
 def test_a_forked_child_records_nothing_and_leaves_the_parents_files_alone(tmp_path):
-    model = Net()
-    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="mix")
-    debugger.start(model)
-    model(batch()).sum().backward()
+    debugger = started(tmp_path, "mix", Net())
     pid = os.fork()
     if pid == 0:                         # the child: works with torch, then exits at once
         code = 0
