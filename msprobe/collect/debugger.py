@@ -178,7 +178,10 @@ class DebuggerBase:
             self.writer.open(step_directory(self.config.dump_path, self.current_step, self._rank()))
             self._running = True
             _ACTIVE[:] = [self]
-            _watch_process_end()
+            if not _watch_process_end():
+                self.errors.once("no sigterm", "start() runs outside the main thread, where Python cannot install a "
+                                 "SIGTERM handler: a step stopped by SIGTERM is not written (an exception or the "
+                                 "end of the process still is)")
 
     def _end(self, incomplete: str | None) -> None:
         """Stop recording and write the step's files; `incomplete` says why the step did not finish."""
@@ -217,18 +220,22 @@ class DebuggerBase:
 
 
 # ---------------------------------------------------------------------- process end
-def _watch_process_end() -> None:
-    """The exit handler (once per process) and, from the main thread, the SIGTERM handler while recording."""
+def _watch_process_end() -> bool:
+    """The exit handler (once per process) and, from the main thread, the SIGTERM handler while recording; False
+    when SIGTERM cannot be watched from this thread."""
     if not _EXIT_REGISTERED:
         atexit.register(_at_exit)
         _EXIT_REGISTERED.append(True)
-    if threading.current_thread() is not threading.main_thread() or _PREVIOUS_SIGTERM:
-        return
+    if threading.current_thread() is not threading.main_thread():
+        return signal.getsignal(signal.SIGTERM) is _on_sigterm
+    if _PREVIOUS_SIGTERM:
+        return True
     current = signal.getsignal(signal.SIGTERM)
     if current is None or current == signal.SIG_IGN:     # set outside Python, or ignored: left alone
-        return
+        return True
     _PREVIOUS_SIGTERM.append(current)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    return True
 
 
 def _release_sigterm() -> None:
