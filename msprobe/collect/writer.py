@@ -157,6 +157,31 @@ class _Members:
         remove_temporaries(self.made)
 
 
+class _Critical:
+    """The writer's lock. SIGTERM's handler runs in the main thread between two bytecodes, possibly while that
+    thread holds this lock: call_soon() then defers its job until the lock is left. `owner` is set only after
+    acquiring (a handler in between sees no owner, and re-enters the RLock on a writer not changed yet)."""
+
+    __slots__ = ("lock", "owner", "deferred")
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.owner = None
+        self.deferred: list = []
+
+    def __enter__(self):
+        self.lock.acquire()
+        self.owner = threading.get_ident()
+
+    def __exit__(self, *_exc):
+        self.owner = None
+        self.lock.release()
+        if self.deferred:
+            work, self.deferred = self.deferred, []
+            for job in work:
+                job()
+
+
 class Slot:
     """A position in dump.json taken before the entry's data is complete (StepWriter.reserve)."""
 
@@ -184,9 +209,7 @@ class StepWriter:
         self.suffix = suffix
         self.errors = errors or ErrorLog()
         self.directory: str | None = None
-        self._lock = threading.Lock()
-        self._inside = threading.local()
-        self._deferred: list = []
+        self._critical = _Critical()
         self._dump: _Members | None = None
         self._construct: _Members | None = None
         self._closed: dict = {}          # file name -> (size before the tail, members) of the closed step files
@@ -200,30 +223,17 @@ class StepWriter:
     def forget(self) -> None:
         """In a forked child (os.fork, a DataLoader worker): drop the step without touching its files, which
         belong to the parent (the open file descriptors are the parent's too)."""
-        self._lock = threading.Lock()             # the parent may have held it when it forked
+        self._critical = _Critical()              # the parent may have held the lock when it forked
         self._dump = self._construct = None
         self._queue.clear()
         self._closed = {}
         self.directory = None
 
-    @contextlib.contextmanager
-    def _locked(self):
-        self._inside.depth = getattr(self._inside, "depth", 0) + 1     # before acquiring: see call_soon
-        try:
-            with self._lock:
-                yield
-        finally:
-            self._inside.depth -= 1
-            if not self._inside.depth and self._deferred and threading.current_thread() is threading.main_thread():
-                work, self._deferred = self._deferred, []
-                for job in work:
-                    job()
-
     def call_soon(self, job) -> None:
         """Run `job` now, or, when this thread is inside the writer (a signal handler interrupted it), as soon
         as it leaves."""
-        if getattr(self._inside, "depth", 0):
-            self._deferred.append(job)
+        if self._critical.owner == threading.get_ident():
+            self._critical.deferred.append(job)
         else:
             job()
 
@@ -239,7 +249,7 @@ class StepWriter:
     def open(self, directory: str) -> None:
         """Start writing a step into `directory`, or continue the one closed there (start() after stop() within
         one step adds to the same files)."""
-        with self._locked():
+        with self._critical:
             if self._dump is not None:
                 return
             if directory != self.directory:
@@ -267,11 +277,12 @@ class StepWriter:
     def close(self, incomplete: str | None = None) -> str | None:
         """Write the entries still waiting, then construct.json, stack.json and dump.json (marked "incomplete"
         with the reason when the step did not finish, or when writing failed). The dump.json path, or None."""
-        with self._locked():
+        with self._critical:
             if self._dump is None:
                 return None
             while self._queue:
-                self._emit(self._queue.popleft())
+                done = self._queue.popleft()
+                self._emit(done.name, done.body)
             self._flush()
             directory = self.directory
             if self.level == "L1":
@@ -320,50 +331,50 @@ class StepWriter:
     # ------------------------------------------------------------------ entries
     def add(self, name: str, body: dict, stack: tuple | None = None) -> None:
         """A complete entry, in call order."""
-        with self._locked():
+        with self._critical:
             if self._dump is None:
                 return
             if stack is not None:
                 self._stacks.setdefault(stack, []).append(name)
-            slot = Slot(name, body, True)
             if self._queue:
-                self._queue.append(slot)
+                self._queue.append(Slot(name, body, True))
             else:
-                self._emit(slot)
+                self._emit(name, body)
 
     def reserve(self, name: str, body: dict) -> Slot:
         """Take the entry's position now; its body is written once complete() is called (or at close())."""
         slot = Slot(name, body, False)
-        with self._locked():
+        with self._critical:
             if self._dump is not None:
                 self._queue.append(slot)
         return slot
 
     def complete(self, slot: Slot) -> None:
-        with self._locked():
+        with self._critical:
             slot.ready = True
             while self._queue and self._queue[0].ready:
-                self._emit(self._queue.popleft())
+                done = self._queue.popleft()
+                self._emit(done.name, done.body)
 
     def add_construct(self, name: str, parent) -> None:
         """construct.json: the parent module (or phase) of an entry; nothing at level L1."""
-        with self._locked():
+        with self._critical:
             if self._construct is None or self.failure is not None:
                 return
             self._construct.add(encode(name), encode(parent))
             if len(self._construct.buffer) >= FLUSH_BYTES:
                 self._flush()
 
-    def _emit(self, slot: Slot) -> None:
+    def _emit(self, name: str, body: dict) -> None:
         if self.failure is not None:
             self.lost += 1
             return
         try:
-            value = encode(slot.body)
+            value = encode(body)
         except Exception as exc:  # noqa: BLE001 - one entry that cannot be encoded at all
             value = encode({"dump_error": f"writing: {one_line(exc)}"})
-            self.errors.failed("writing", slot.name, exc)
-        self._dump.add(encode(slot.name), value)
+            self.errors.failed("writing", name, exc)
+        self._dump.add(encode(name), value)
         if len(self._dump.buffer) >= FLUSH_BYTES:
             self._flush()
 

@@ -236,9 +236,13 @@ class Collector:
     def thread_stack(self) -> list:
         """This thread's stack of module forward calls and phases (the parents in construct.json)."""
         tls = self._tls
-        if getattr(tls, "generation", None) != self.generation:
-            tls.generation = self.generation
-            tls.stack = []
+        try:
+            if tls.generation == self.generation:
+                return tls.stack
+        except AttributeError:
+            pass
+        tls.generation = self.generation
+        tls.stack = []
         return tls.stack
 
     def parent(self):
