@@ -133,7 +133,7 @@ def test_rows_summary_and_columns_of_one_pair():
 
 
 def _pandas():
-    return pytest.importorskip("pandas", reason='pandas is not installed (pip install "msprobe[pandas]")')
+    return pytest.importorskip("pandas", reason='pandas is not installed (pip install "msprobe-toolkit[pandas]")')
 
 
 def _csv_number(text: str) -> float:
@@ -213,9 +213,9 @@ def test_to_pandas_of_a_folder_starts_with_the_rank(multirank_step0):
 def test_to_pandas_without_pandas_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "pandas", None)       # import pandas raises ImportError
     result = msprobe.compare(*fixture_pair("stats_L0_step0"))
-    with pytest.raises(ImportError, match=r'pip install "msprobe\[pandas\]"'):
+    with pytest.raises(ImportError, match=r'pip install "msprobe-toolkit\[pandas\]"'):
         result.to_pandas()
-    with pytest.raises(ImportError, match=r'msprobe\[pandas\]'):
+    with pytest.raises(ImportError, match=r'msprobe-toolkit\[pandas\]'):
         msprobe.read_dump(fixture_pair("stats_L0_step0")[0]).to_pandas()
 
 
