@@ -73,3 +73,14 @@ def missing_lines(quoted_lines, printed: str) -> list:
 def log_lines(block: str) -> list:
     """The lines of a quoted log: those starting with [INFO], [WARNING], [ERROR] or `...`."""
     return [line for line in block.splitlines() if re.match(r"\s*(\[(INFO|WARNING|ERROR)\]|\.\.\. )", line)]
+
+
+def text_pattern(quoted: str) -> re.Pattern:
+    """A quoted output block as one pattern, whitespace (line breaks, table alignment) normalised."""
+    return re.compile(line_pattern(" ".join(quoted.split())).pattern.removesuffix(r"\s*$"))
+
+
+def missing_blocks(quoted_blocks, printed: str) -> list:
+    """The quoted output blocks that the printed text does not hold (whitespace normalised)."""
+    flat = " ".join(printed.split())
+    return [block for block in quoted_blocks if not text_pattern(block).search(flat)]

@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from docs_text import missing_blocks
 
 import msprobe
 from msprobe.errors import DumpFormatError, MsprobeError, PathError, UsageError
@@ -438,6 +439,7 @@ def test_the_walk_through_of_docs_python_api_runs(tmp_path, monkeypatch, capsys)
         exec(compile(block, "docs/python_api.md", "exec"), namespace)
     printed = capsys.readouterr().out
     assert outputs[0].strip() in printed.splitlines()      # the summary line: counts only, no float digits
+    assert missing_blocks(outputs, printed) == []           # every output the page shows, as printed
     assert namespace["analysis"].op_name == "Functional.linear.2.forward"
     assert len(namespace["top"]) == 10 and len(namespace["paths"]) == 3
     assert not ran_plot or (tmp_path / "norm_relative_error.png").stat().st_size > 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 from collections import Counter
 from functools import lru_cache
 
@@ -185,30 +186,43 @@ def test_the_console_summary_example_of_compare_md(tmp_path, monkeypatch, capsys
     assert missing_lines(quoted, printed) == []
 
 
-@pytest.fixture
-def four_ranks(tmp_path):
-    import tarfile
-
-    with tarfile.open(FIXTURES / "multirank_step0.tar.gz") as archive:
-        archive.extractall(tmp_path / "mr", filter="data")
-    return tmp_path / "mr"
-
-
-def test_the_four_rank_example_of_compare_md(four_ranks, tmp_path, capsys):
-    assert run_cli(["compare", "-tp", four_ranks / "target" / "step0", "-gp", four_ranks / "golden" / "step0",
-                    "-o", tmp_path / "dir_out", "--csv", "-j", "2"]) == 0
+def test_the_four_rank_example_of_compare_md(multirank_step0, tmp_path, capsys):
+    target, golden = multirank_step0
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "dir_out", "--csv", "-j", "2"]) == 0
     quoted = _quoted_log("compare.md", "The end of the log (timestamps and process ids removed)")
     assert len(quoted) == 5
     assert missing_lines(quoted, capsys.readouterr().out) == []
 
 
-def test_the_first_divergence_examples_of_compare_md(four_ranks, tmp_path, capsys):
-    assert run_cli(["compare", "-tp", four_ranks / "target" / "step0", "-gp", four_ranks / "golden" / "step0",
-                    "-o", tmp_path / "da_out", "-da"]) == 0
+def test_the_example_of_dump_roots_that_do_not_match_everywhere(multirank_step0, tmp_path, capsys):
+    """compare.md §9.4: t/ holds step0/rank0, step0/rank1, step1/rank0; g/ holds step0/rank0, a truncated
+    step1/rank0 and step2/rank0."""
+    target, golden = multirank_step0
+    layout = {"t/step0/rank0": target / "rank1", "t/step0/rank1": target / "rank0", "t/step1/rank0": target / "rank2",
+              "g/step0/rank0": golden / "rank1", "g/step1/rank0": golden / "rank2", "g/step2/rank0": golden / "rank3"}
+    for where, source in layout.items():
+        shutil.copytree(source, tmp_path / where)
+    broken = tmp_path / "g" / "step1" / "rank0" / "dump.json"
+    broken.write_text(broken.read_text(encoding="utf-8")[:200], encoding="utf-8")
+    assert run_cli(["compare", "-tp", tmp_path / "t", "-gp", tmp_path / "g", "-o", tmp_path / "out", "--csv", "-c",
+                    "-j", "2"]) == 0
+    printed = capsys.readouterr()
+    quoted = _quoted_log("compare.md", "Two dump roots that do not match everywhere")
+    assert len(quoted) == 7
+    assert missing_lines(quoted, printed.out + printed.err) == []
+
+
+def test_the_first_divergence_examples_of_compare_md(multirank_step0, tmp_path, capsys):
+    target, golden = multirank_step0
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "da_out", "-da"]) == 0
     quoted = [line for line in _quoted_log("compare.md", "Four ranks, only rank 1 perturbed")
               if "Saving json file" not in line]
     assert any("Divergence starts on rank1" in line for line in quoted)
-    assert missing_lines(quoted, capsys.readouterr().out) == []
+    printed = capsys.readouterr().out
+    assert missing_lines(quoted, printed) == []
+    (op, error) = re.search(r"Divergence starts on rank1 at (\S+) .*? outputs ([\d.]+%)", printed).groups()
+    report = " ".join((DOCS / "report.md").read_text(encoding="utf-8").split())
+    assert re.findall(r"`rank_1: (\S+) \(origin, max output relative error ([\d.]+%)\)`", report) == [(op, error)]
     pair = FIXTURES / "stats_L0_step0"
     assert run_cli(["compare", "-tp", pair / "target" / "dump.json", "-gp", pair / "golden" / "dump.json",
                     "-o", tmp_path / "da2", "-da"]) == 0
@@ -244,13 +258,30 @@ def test_the_kernel_compare_example_of_compare_md(tmp_path, capsys):
     assert missing_lines(quoted, capsys.readouterr().out) == []
 
 
-def test_the_figures_of_the_merge_result_example(four_ranks, tmp_path, capsys):
-    assert run_cli(["compare", "-tp", four_ranks / "target" / "step0", "-gp", four_ranks / "golden" / "step0",
-                    "-o", tmp_path / "results", "-j", "2", "-c"]) == 0
+def test_the_figures_of_the_merge_result_example(multirank_step0, tmp_path, capsys):
+    """merge_result.md: the log line and the rows of the example on the four-rank fixture."""
+    import ast
+
+    import openpyxl
+
+    target, golden = multirank_step0
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "results", "-j", "2", "-c"]) == 0
     assert run_cli(["merge_result", "-i", tmp_path / "results", "-o", tmp_path / "merged", "-config",
                     FIXTURES / "merge" / "merge_config.yaml"]) == 0
     printed = " ".join(capsys.readouterr().out.split())
-    text = " ".join((DOCS / "merge_result.md").read_text(encoding="utf-8").split())
+    doc = DOCS / "merge_result.md"
+    text = " ".join(doc.read_text(encoding="utf-8").split())
     (quoted,) = re.findall(r"The log reports `([^`]+)`", text)
     assert quoted in printed
-
+    book = openpyxl.load_workbook(only_file(tmp_path / "merged", "*.xlsx"))
+    block = blocks_after(doc, "The log reports")[0]
+    sheet = None
+    checked = 0
+    for line in block.splitlines():
+        name, _, rest = line.partition(":") if re.match(r"^\w[\w ]*:", line) else ("", "", line)
+        sheet = book[name] if name else sheet
+        if rest.strip():
+            row = ast.literal_eval(rest.strip())
+            assert row in list(sheet.iter_rows(values_only=True)), (sheet.title, row)
+            checked += 1
+    assert checked == 5

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import csv
+import re
 import shutil
 import zipfile
 
 import openpyxl
 import pytest
+from docs_text import DOCS, blocks_after
 
 from msprobe.table import readers
 
@@ -48,7 +51,7 @@ def test_our_compare_results_merge_the_same(fmt, multirank_step0, tmp_path):
     assert_same_workbook(only_file(tmp_path / "out", "*.xlsx"), MERGE / "reference" / "merge_all_index.xlsx")
 
 
-def test_consistency_sheet_names_the_rank_whose_collective_output_differs(multirank_step0, tmp_path):
+def test_consistency_sheet_names_the_rank_whose_collective_output_differs(multirank_step0, tmp_path, capsys):
     target, golden = multirank_step0
     assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "cmp", "--csv", "-c"]) == 0
     victim = only_file(tmp_path / "cmp", "compare_result_rank2_*.csv")
@@ -69,6 +72,13 @@ def test_consistency_sheet_names_the_rank_whose_collective_output_differs(multir
     assert sum(1 for r in rows.values() if r[3] is False) == 1
     red = [row[0].fill.fgColor.rgb for row in sheet.iter_rows(min_row=2) if row[0].value == name]
     assert red == ["FFFF0000"]
+    # the example of docs/merge_result.md is this run: its log and its two rows
+    doc = DOCS / "merge_result.md"
+    (ending,) = re.findall(r"The log ends with\s+`([^`]+)`", doc.read_text(encoding="utf-8"))
+    assert ending in capsys.readouterr().out
+    quoted = blocks_after(doc, "The log ends with")[0].replace("<- red", "").replace(",\n ", ", ")
+    quoted = [ast.literal_eval(line.strip()) for line in quoted.splitlines() if line.strip()]
+    assert quoted == [rows[name], rows["Distributed.all_reduce.1.forward.output.0"]]
 
 
 def test_group_rows_show_the_group(tmp_path):
