@@ -479,3 +479,22 @@ def test_a_dump_root_of_steps(tmp_path):
             [(op.op_name, op.role, op.position) for op in alone.ops]
         assert found.lines[0].startswith(f"Divergence starts on {step} at {alone.op_name}")
     assert analysis.op_name == analysis.steps["step0"].op_name is not None
+
+
+def test_printing_the_analysis_of_a_dump_root_shows_every_step(tmp_path, capsys):
+    """print(diff_analyze(root)) answers for every step, as `compare -da` on the root prints it."""
+    import shutil
+
+    for side in ("target", "golden"):
+        for step in (0, 1):
+            shutil.copytree(FIXTURES / f"stats_L1_step{step}" / side, tmp_path / "root" / side / f"step{step}")
+    target, golden = tmp_path / "root" / "target", tmp_path / "root" / "golden"
+    analysis = msprobe.diff_analyze(target, golden, jobs=1)
+    printed = str(analysis).splitlines()
+    assert printed == [line for step in ("step0", "step1") for line in (f"{step}:", *analysis.steps[step].lines)]
+    assert sum(line.startswith("Divergence starts on ") for line in printed) == 2
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "out", "-da", "-j", "1"]) == 0
+    console = [line.split("[INFO] ", 1)[-1] for line in capsys.readouterr().out.splitlines()]
+    at = 0
+    for line in printed:                        # in the same order
+        at = console.index(line, at) + 1

@@ -326,3 +326,34 @@ def test_a_csv_cell_longer_than_the_csv_field_limit_is_read(tmp_path):
     assert run_cli(["merge_result", "-i", folder, "-o", tmp_path / "out", "-config", tmp_path / "cfg.yaml"]) == 0
     sheet = openpyxl.load_workbook(only_file(tmp_path / "out", "*.xlsx"))["Max diff"]
     assert [c.value for c in sheet[2]] == ["Distributed.all_reduce.0.forward.output.0", 0.5, 0.5]
+
+
+def test_single_process_results_are_merged_by_their_proc_folder(tmp_path, capsys):
+    """compare of a step folder of one proc<pid> folder writes compare_result_proc<pid>_<ts>: merge_result takes it
+    (a column per process, after the ranks); one such result alone has nothing to merge it with."""
+    for pid, step in ((4242, 0), (97, 1)):
+        for side, folder_pid in (("target", pid), ("golden", pid + 1)):
+            folder = tmp_path / f"run{pid}" / side / "step0" / f"proc{folder_pid}"
+            folder.mkdir(parents=True)
+            shutil.copy(FIXTURES / f"stats_L1_step{step}" / side / "dump.json", folder)
+        assert run_cli(["compare", "-tp", tmp_path / f"run{pid}" / "target" / "step0", "-gp",
+                        tmp_path / f"run{pid}" / "golden" / "step0", "-o", tmp_path / "cmp", "--csv", "-c"]) == 0
+    (first,) = (tmp_path / "cmp").glob("compare_result_proc4242_*.csv")
+    (tmp_path / "cfg.yaml").write_text("api: [Functional.linear]\ncompare_index: [Max diff]\n")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(first, alone)
+    capsys.readouterr()
+    assert run_cli(["merge_result", "-i", alone, "-o", tmp_path / "out1", "-config", tmp_path / "cfg.yaml"]) == 1
+    assert "Number of compare result is no more than 1" in capsys.readouterr().err
+    shutil.copy(next(copy_results(tmp_path, (3,)).glob("*.xlsx")), tmp_path / "cmp")
+    assert run_cli(["merge_result", "-i", tmp_path / "cmp", "-o", tmp_path / "out", "-config",
+                    tmp_path / "cfg.yaml"]) == 0
+    assert "Merging 3 compare results (rank3, proc97, proc4242)." in capsys.readouterr().out
+    book = openpyxl.load_workbook(only_file(tmp_path / "out", "*.xlsx"))
+    rows = list(book["Max diff"].iter_rows(values_only=True))
+    assert rows[0] == ("NPU Name", "rank3", "proc97", "proc4242")
+    table = read_csv(first)
+    linear = {row[0]: row[table[0].index("Max diff")] for row in table[1:] if row[0].startswith("Functional.linear.")}
+    merged = {row[0]: row[3] for row in rows[1:] if row[3] is not None}
+    assert merged.keys() == linear.keys() and all(float(merged[n]) == float(linear[n]) for n in linear)
