@@ -88,6 +88,7 @@ def test_written_layer_mapping_is_the_commands(tmp_path):
     only_file(cli_dir, "data_mapping_*.yaml")      # the generated mapping is among the files compared
 
 
+@pytest.mark.slow
 def test_folder_of_ranks(tmp_path, multirank_step0):
     target, golden = multirank_step0
     result, _ = _cli_then_api(tmp_path, target, golden, ["--csv", "--html", "-j", "2"], {"jobs": 2},
@@ -104,6 +105,7 @@ def test_folder_of_ranks(tmp_path, multirank_step0):
     assert result.rows[len(result.pairs[0])]["Rank"] == "rank1"
 
 
+@pytest.mark.slow
 def test_html_format_writes_the_pages_of_the_command(tmp_path, multirank_step0):
     target, golden = multirank_step0
     cli_dir = tmp_path / "cli"
@@ -163,6 +165,7 @@ def test_to_pandas_round_trips_the_csv(tmp_path, case, cli_args):
     _assert_frame_holds_csv(pd, frame, csv)
 
 
+@pytest.mark.slow
 def test_to_pandas_round_trips_the_tensor_csv(tmp_path, tensor_mix):
     pd = _pandas()
     assert run_cli(["compare", "-tp", tensor_mix[0], "-gp", tensor_mix[1], "-o", tmp_path, "--csv", "-c"]) == 0
@@ -365,6 +368,7 @@ print(json.dumps({"import": after_import, "names": names, "ms": elapsed * 1000})
     assert found["import"] == ["msprobe", "msprobe.version"] and found["names"] == []
 
 
+@pytest.mark.slow
 def test_the_api_prints_nothing_unless_logging_is_configured(tmp_path, multirank_step0):
     """A folder with a rank on one side only gives a warning record; without logging set up, nothing reaches
     stdout or stderr (workers included); with logging.basicConfig the records are there."""

@@ -103,3 +103,20 @@ def test_users_docs_stand_alone(path):
             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
             for pattern, why in FORBIDDEN if pattern.search(line)]
     assert hits == []
+
+
+def test_the_default_test_run_leaves_out_the_slow_tests_and_names_its_skips():
+    """The README's test command: fast (the end-to-end tests marked slow are left out, and CI runs them) and every
+    skip with its reason (-rs)."""
+    options = _pyproject()["tool"]["pytest"]["ini_options"]
+    addopts = options["addopts"]
+    assert "-rs" in addopts and addopts[addopts.index("-m") + 1] == "not slow"
+    assert any(marker.startswith("slow:") for marker in options["markers"])
+    marked = [path for path in (ROOT / "tests").rglob("test_*.py")
+              if re.search(r"^(@pytest\.mark\.slow|pytestmark = .*pytest\.mark\.slow)", path.read_text(encoding="utf-8"),
+                           re.M)]
+    assert len(marked) >= 5
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "\npython -m pytest -q\n" in ci and "\npython -m pytest -q -m slow\n" in ci
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "`python -m pytest -m slow`" in readme and '`python -m pytest -m ""`' in readme

@@ -73,7 +73,7 @@ def _missing() -> str | None:
 
 
 MISSING = _missing()
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+pytestmark = [pytest.mark.skipif(MISSING is not None, reason=str(MISSING)), pytest.mark.slow]
 
 
 def _free_port() -> int:

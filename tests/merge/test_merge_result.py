@@ -42,6 +42,7 @@ def test_reference_results_merge_into_the_reference_workbook(config, reference, 
     assert_same_workbook(only_file(tmp_path, "multi_ranks_compare_merge_*.xlsx"), MERGE / "reference" / reference)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["--csv", "--xlsx"])
 def test_our_compare_results_merge_the_same(fmt, multirank_step0, tmp_path):
     target, golden = multirank_step0
@@ -192,6 +193,7 @@ def test_each_rank_is_checked_within_its_own_group(tmp_path):
     assert rows[1][4] in ("rank2", "rank3")
 
 
+@pytest.mark.slow
 def test_results_resaved_with_coloured_rich_text_merge_the_same(tmp_path):
     """Issue 18: a result re-saved by openpyxl with coloured rich text (`<color>` inside the cells) lost 116 of
     239 rows; names and messages coloured in every other row must change nothing."""

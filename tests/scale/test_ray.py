@@ -18,6 +18,8 @@ ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "mspr
 from dying_workers import compare_or_die_once  # noqa: E402
 from scale_data import make_ranks, result_files  # noqa: E402
 
+pytestmark = pytest.mark.slow       # a local Ray instance per module
+
 from msprobe.compare.batch import run_batch  # noqa: E402
 from msprobe.compare.pipeline import CompareOptions, CompareSummary  # noqa: E402
 from msprobe.dump.locate import locate  # noqa: E402
