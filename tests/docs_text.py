@@ -1,6 +1,6 @@
 """Reading the docs in tests: their code blocks, and whether the log lines a doc quotes are what the command prints.
 
-A quoted line is a pattern: `...` (or `…`) stands for any text, a 14-digit stamp or `<ts>` for any stamp, a
+A quoted line is a pattern: `...`, `(...)` or `…` stands for any text, a 14-digit stamp or `<ts>` for any stamp, a
 `<placeholder>` for any text and a token with a `/` for any path; everything else, every figure included, must be
 printed as quoted. So a doc that quotes a count the command no longer gives fails its test."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-_WILDCARDS = re.compile(r"(\.\.\.|…|<ts>|\d{14}|<[a-z][a-z ]*>|\S*/\S*)")
+_WILDCARDS = re.compile(r"(\(\.\.\.\)|\.\.\.|…|<ts>|\d{14}|<[a-z][a-z ]*>|\S*/\S*)")
 
 
 def _fenced(text: str) -> list:
@@ -46,7 +46,7 @@ def line_pattern(quoted: str) -> re.Pattern:
     for piece in _WILDCARDS.split(quoted.strip()):
         if not piece:
             continue
-        if piece in ("...", "…") or re.fullmatch(r"<[a-z][a-z ]*>", piece):
+        if piece in ("(...)", "...", "…") or re.fullmatch(r"<[a-z][a-z ]*>", piece):
             parts.append(".*?")
         elif piece == "<ts>" or re.fullmatch(r"\d{14}", piece):
             parts.append(r"\d{14}")

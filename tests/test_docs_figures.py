@@ -65,14 +65,15 @@ def test_every_command_of_cross_framework_md_is_checked():
 
 @lru_cache(maxsize=None)
 def _compare(tmp: str, level: str, *args: str) -> tuple:
-    """(rows, matched rows, agreeing rows, {NPU Name: (Bench Name, NPU max, Bench max)}) of a cross compare."""
+    """(rows, matched rows, agreeing rows, {NPU Name: (Bench Name, NPU max, Bench max, Result)}) of a cross
+    compare."""
     out = f"{tmp}/{level}_{abs(hash(args))}"
     assert run_cli(["compare", "-tp", CROSS / f"ms_{level}" / "dump.json", "-gp", CROSS / f"pt_{level}" / "dump.json",
                     "-o", out, "--csv", "-c", *args]) == 0
     table = read_csv(only_file(out, "compare_result_*.csv"))
     matched, agree = agreement(table)
     header = table[0]
-    columns = [header.index(c) for c in ("Bench Name", "NPU max", "Bench max")]
+    columns = [header.index(c) for c in ("Bench Name", "NPU max", "Bench max", "Result")]
     names = {row[0]: tuple(row[c] for c in columns) for row in table[1:]}
     return len(table) - 1, matched, agree, names
 
@@ -153,7 +154,7 @@ def test_the_backward_pairing_table_of_cross_framework_md(compare):
     reference = read_csv(CROSS / "reference" / "mix_am.csv.gz")
     theirs = {row[0]: (row[1], row[reference[0].index("Bench max")]) for row in reference[1:]}
     for name, npu_max, bench, bench_max, ref_bench, ref_max in rows:
-        our_bench, our_npu_max, our_bench_max = ours[name]
+        our_bench, our_npu_max, our_bench_max, _ = ours[name]
         assert (bench, ref_bench) == (our_bench, theirs[name][0])
         for quoted, value in ((npu_max, our_npu_max), (bench_max, our_bench_max), (ref_max, theirs[name][1])):
             assert abs(float(quoted) - float(value)) <= 5e-7 * max(1.0, abs(float(value))) + 5e-8
@@ -169,8 +170,34 @@ def test_the_backward_pairing_table_of_cross_framework_md(compare):
         assert abs(float(value) - float(actual)) <= 5e-7
 
 
+def test_the_pairs_cross_framework_md_shows(compare, tmp_path):
+    """The rows quoted as examples of a mapping pair with the Bench Name they show, with the verdict they show."""
+    blocks = [b for b in code_blocks(CROSS_DOC) if re.match(r"(NPU Name.*\n)?Primitive\.", b)]
+    assert len(blocks) == 3
+    (gather,) = [yaml.safe_load(b) for b in code_blocks(CROSS_DOC, "yaml") if b.startswith("ms_api: Primitive.gather")]
+    (tmp_path / "gather.yaml").write_text(yaml.safe_dump(gather), encoding="utf-8")
+    mappings = [MAPS / "api_mapping.yaml", MAPS / "api_mapping.yaml", tmp_path / "gather.yaml"]
+    for block, mapping in zip(blocks, mappings):
+        rows = compare("mix", "-am", mapping)[3]
+        for name, bench, *rest in (line.split() for line in block.splitlines() if line.startswith("Primitive.")):
+            assert rows[name][0] == bench, (name, rows[name][0])
+            verdict = [word for word in rest if word in ("pass", "warning", "error")]
+            assert verdict in ([], [rows[name][3]]), (name, rows[name][3])
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # docs/compare.md, merge_result.md: the example logs
+
+
+def test_the_api_list_counts_of_acc_check_md():
+    text = " ".join((DOCS / "acc_check.md").read_text(encoding="utf-8").split())
+    pytorch = yaml.safe_load((ROOT / "msprobe" / "data" / "acc_check_pytorch_apis.yaml").read_text(encoding="utf-8"))
+    mindspore = yaml.safe_load((ROOT / "msprobe" / "data" / "acc_check_mindspore_apis.yaml").read_text(encoding="utf-8"))
+    (quoted,) = re.findall(r"\((\d+) functional, (\d+) tensor, (\d+) torch names\)", text)
+    assert tuple(map(int, quoted)) == (len(pytorch["functional"]), len(pytorch["tensor"]), len(pytorch["torch"]))
+    assert re.findall(r"`Tensor.\*` with one of the (\d+) names", text) == [str(len(mindspore["tensor"]))]
+    assert re.findall(r"the (\d+) `mint` and (\d+) `mint.nn.functional` callables", text) == \
+        [(str(len(mindspore["mint"])), str(len(mindspore["mint_functional"])))]
 
 
 def _quoted_log(doc: str, marker: str) -> list:
@@ -184,6 +211,9 @@ def test_the_console_summary_example_of_compare_md(tmp_path, monkeypatch, capsys
     quoted = [line for line in _quoted_log("compare.md", "For the\nexample dumps the log reads") if "(...)" not in line]
     assert len(quoted) >= 5
     assert missing_lines(quoted, printed) == []
+    advisor = only_file(tmp_path / "out", "advisor_*.txt").read_text(encoding="utf-8")
+    (quoted,) = [b for b in blocks_after(DOCS / "compare.md", "as three lines (four in statistics") if b.startswith("Line:")]
+    assert missing_lines(quoted.splitlines(), advisor) == []
 
 
 def test_the_four_rank_example_of_compare_md(multirank_step0, tmp_path, capsys):
@@ -256,6 +286,20 @@ def test_the_kernel_compare_example_of_compare_md(tmp_path, capsys):
     quoted = _quoted_log("compare.md", "The MindSpore 2.10 L2 kernel dump of the fixtures")
     assert any("Accuracy Reached or Not: " in line for line in quoted)
     assert missing_lines(quoted, capsys.readouterr().out) == []
+    # the three rows the page shows, from the same compare written as csv
+    assert run_cli(["compare", "-tp", tmp_path / "kernel_l2" / "target", "-gp", tmp_path / "kernel_l2" / "golden",
+                    "-o", tmp_path / "csv", "--rank", "0", "--csv"]) == 0
+    table = read_csv(only_file(tmp_path / "csv", "compare_result_*.csv"))
+    header = table[0]
+    by_file = {row[0].rsplit("/", 1)[-1]: row for row in table[1:]}
+    section = (DOCS / "compare.md").read_text(encoding="utf-8").split("Three rows of the table", 1)[1]
+    quoted = re.findall(r"^\| `(\S+\.npy)` \| (.*) \|$", section.split("\n\n", 2)[1], re.M)
+    columns = ["NPU Dtype", "NPU Tensor Shape", "NPU max", "Accuracy Reached or Not", "Err_message", "Cosine",
+               "MaxAbsErr"]
+    assert len(quoted) == 3
+    for name, cells in quoted:
+        shown = [cell.strip().strip("`").replace("\\n", "\n") for cell in cells.split("|")]
+        assert shown == [by_file[name][header.index(c)] for c in columns], name
 
 
 def test_the_figures_of_the_merge_result_example(multirank_step0, tmp_path, capsys):
