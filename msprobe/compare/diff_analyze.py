@@ -23,6 +23,7 @@ from msprobe.dump.locate import PROC_DIR, Job
 from msprobe.errors import MsprobeError
 from msprobe.io import atomic_path, write_text
 from msprobe.log import get_logger
+from msprobe.names import printable
 from msprobe.scale.stamp import timestamp
 from msprobe.scale.task import JobFailure
 from msprobe.table import columns as col
@@ -352,7 +353,8 @@ def analysis_record(finding: Finding) -> dict:
 
 
 def describe(finding: Finding) -> list:
-    """Console lines that answer: where do the runs first part, by how much, and how did it spread."""
+    """Console lines that answer: where do the runs first part, by how much, and how did it spread. Names from
+    the dumps are shown with their control characters escaped (names.printable)."""
     lines = []
     if not finding.origin:
         return ["No divergence found: every compared output is identical (statistics or md5)."]
@@ -379,7 +381,7 @@ def describe(finding: Finding) -> list:
     for digest in finding.clean:
         lines.append(f"{digest.label.strip('[] ') or 'rank ' + str(digest.rank)}: no divergence.")
     lines.append(dtype_aware_line(finding))
-    return lines
+    return [printable(line) for line in lines]
 
 
 def dtype_aware_line(finding: Finding) -> str:

@@ -23,6 +23,7 @@ from msprobe.dump.tensors import TensorReadError, load_tensor
 from msprobe.errors import MsprobeError
 from msprobe.io import write_text
 from msprobe.log import get_logger, progress
+from msprobe.names import printable
 from msprobe.scale.stamp import timestamp
 from msprobe.table import columns as col
 from msprobe.table.cells import NA, number_or_none
@@ -230,7 +231,7 @@ def write_pair(pair: ComparedPair, output_dir: str, stamp: str, suffix: str = ""
         summary.html_file = write_compare_html(pair.table, summary, path, pair.target_path, pair.construct)
     if advisor:
         advisor_path = os.path.join(output_dir, result_file_name("advisor", suffix, "txt", stamp))
-        write_text(advisor_path, "\n".join(summary.advice.lines()) + "\n")
+        write_text(advisor_path, "".join(printable(line) + "\n" for line in summary.advice.lines()))
         summary.advisor_file = advisor_path
     return summary
 
