@@ -4,10 +4,13 @@ overwrite a line."""
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
 import pytest
 
+from conftest import FIXTURES
 from helpers_bad_input import run_inproc, stat_record, stats_dump, write_json
 from msprobe.names import counter, printable
 
@@ -82,3 +85,46 @@ def test_printable_and_counter():
     assert printable("line\nnext\r", keep_newlines=True) == "line\nnext\\r"
     assert counter("12") == 12 and counter("007") == 7
     assert counter("²") is None and counter("٣") is None and counter("") is None and counter("-1") is None
+
+
+def _superscript_dump(tmp_path) -> Path:
+    """stats_mix's target with one module backward counter spelled '²' (passes str.isdigit(), not int())."""
+    source = FIXTURES / "stats_mix_step0" / "target"
+    folder = tmp_path / "superscript"
+    folder.mkdir()
+    for name in ("dump.json", "construct.json", "stack.json"):
+        content = json.loads((source / name).read_text())
+        if name == "dump.json":
+            content["data"] = {SUPERSCRIPT if k == "Module.lm_head.Linear.backward.0" else k: v
+                               for k, v in content["data"].items()}
+        elif name == "construct.json":
+            content = {SUPERSCRIPT if k == "Module.lm_head.Linear.backward.0" else k: v for k, v in content.items()}
+        (folder / name).write_text(json.dumps(content), encoding="utf-8")
+    return folder
+
+
+SUPERSCRIPT = "Module.lm_head.Linear.backward.\u00b2"
+
+
+@pytest.mark.parametrize("golden", [False, True])
+def test_graph_of_an_entry_counted_with_a_superscript_digit(tmp_path, capsys, golden):
+    folder = _superscript_dump(tmp_path)
+    argv = ["graph", "-tp", folder, "-o", tmp_path / "out", "-j", "1"] + (["-gp", folder] if golden else [])
+    run = run_inproc(argv, capsys)
+    assert run.code == 0 and "internal error" not in run.err, run.err
+    assert len(list((tmp_path / "out").glob("*.vis"))) == 1
+
+
+def test_compare_of_an_entry_counted_with_a_superscript_digit(tmp_path, capsys):
+    folder = _superscript_dump(tmp_path)
+    run = run_inproc(["compare", "-tp", folder / "dump.json", "-gp", folder / "dump.json", "-o", tmp_path / "o"],
+                     capsys)
+    assert run.code == 0, run.err
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "0,\u0663", "\uff11"])
+def test_kernel_compare_rank_and_step_of_other_digits_are_usage_errors(tmp_path, capsys, value):
+    for option in ("--rank", "--step"):
+        run = run_inproc(["compare", "-tp", tmp_path, "-gp", tmp_path, "-o", tmp_path / "o", option, value], capsys)
+        assert run.code == 1 and "internal error" not in run.err, run.err
+        assert f"{option} must be a comma-separated list of non-negative integers" in run.err

@@ -14,6 +14,7 @@ from msprobe.compare.pipeline import write_table
 from msprobe.compare.tensor_metrics import compare_arrays
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger
+from msprobe.names import counter
 from msprobe.scale.stamp import timestamp
 from msprobe.scale.task import JobFailure
 from msprobe.table.cells import NA
@@ -66,12 +67,17 @@ def parse_kernel_name(name: str):
     if not io_positions:
         return None
     io = io_positions[-1]
-    if io < 5 or io + 1 >= len(parts) or not parts[io + 1].isdigit():
+    if io < 5 or io + 1 >= len(parts) or counter(parts[io + 1]) is None:
         return None
     op_type, op_name, task_id, stream_id, timestamp = parts[0], parts[1], parts[2], parts[3], parts[4]
-    if not (task_id.isdigit() and stream_id.isdigit() and timestamp.isdigit()):
+    if counter(task_id) is None or counter(stream_id) is None or counter(timestamp) is None:
         return None
-    return op_type, op_name, task_id, stream_id, int(timestamp), parts[io], int(parts[io + 1])
+    return op_type, op_name, task_id, stream_id, counter(timestamp), parts[io], counter(parts[io + 1])
+
+
+def _counter_or(text: str, default: int) -> int:
+    number = counter(text)
+    return default if number is None else number
 
 
 def rank_step_of(directory: str) -> tuple[int, int]:
@@ -80,15 +86,13 @@ def rank_step_of(directory: str) -> tuple[int, int]:
     if len(parts) < 4:
         return -1, -1
 
-    def number(text: str) -> int:
-        return int(text) if text.isdigit() else -1
     if "rank_" in directory:
-        rank = number(parts[-4].rsplit("_", 1)[-1])
+        rank = _counter_or(parts[-4].rsplit("_", 1)[-1], -1)
     else:
-        rank = number(parts[-4])
+        rank = _counter_or(parts[-4], -1)
         if rank < 0:
-            rank = number(parts[-3])
-    return rank, number(parts[-1])
+            rank = _counter_or(parts[-3], -1)
+    return rank, _counter_or(parts[-1], -1)
 
 
 def scan(root: str) -> dict:
@@ -181,9 +185,8 @@ def read_statistic_csv(path: str) -> list:
         shape = row[positions["Shape"]].replace("(", "[").replace(")", "]") if "Shape" in positions else ""
         stats = (dtype, shape, value("Max Value"), value("Min Value"), value("Avg Value"), value("L2Norm Value"))
         items.append(KernelItem(f"{op_name}.{task_id}.{io}.{slot}",
-                                (op_name, int(task_id) if task_id.isdigit() else -1, io,
-                                 int(slot) if slot.isdigit() else -1),
-                                int(timestamp) if timestamp.isdigit() else 0, f"{op_name}.{task_id}.{io}.{slot}",
+                                (op_name, _counter_or(task_id, -1), io, _counter_or(slot, -1)),
+                                _counter_or(timestamp, 0), f"{op_name}.{task_id}.{io}.{slot}",
                                 stats, path))
     return items
 
@@ -406,8 +409,9 @@ def parse_id_list(text: str | None, what: str) -> list | None:
         return None
     values = []
     for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit():
-            raise MsprobeError(f"--{what} must be a comma-separated list of non-negative integers, got {text!r}.")
-        values.append(int(part))
+        number = counter(part.strip())
+        if number is None:
+            raise MsprobeError(f"--{what} must be a comma-separated list of non-negative integers (digits 0-9), "
+                               f"got {text!r}.")
+        values.append(number)
     return values

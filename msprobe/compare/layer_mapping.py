@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from msprobe.dump.flatten import Items
 from msprobe.dump.naming import BACKWARD, FORWARD, PARAMETERS_GRAD
 from msprobe.errors import MsprobeError
+from msprobe.names import counter
 
 ROOT_TYPE = "TopLayer"
 MODULE_PREFIXES = ("Cell.", "Module.")
@@ -73,14 +74,16 @@ def _renumber_parallel_layers(scopes: dict) -> dict:
     for path, _, _ in scopes.values():
         for owner in owners:
             depth = len(owner)
-            if path[:depth] == owner and len(path) > depth + 1 and path[depth] == "layers" and path[depth + 1].isdigit():
-                lowest[owner] = min(lowest.get(owner, 10 ** 9), int(path[depth + 1]))
+            if path[:depth] == owner and len(path) > depth + 1 and path[depth] == "layers" \
+                    and counter(path[depth + 1]) is not None:
+                lowest[owner] = min(lowest.get(owner, 10 ** 9), counter(path[depth + 1]))
     renamed = {}
     for name, (path, direction, kind) in scopes.items():
         for owner, base in lowest.items():
             depth = len(owner)
-            if path[:depth] == owner and len(path) > depth + 1 and path[depth] == "layers" and path[depth + 1].isdigit():
-                path = path[:depth + 1] + (str(int(path[depth + 1]) - base),) + path[depth + 2:]
+            if path[:depth] == owner and len(path) > depth + 1 and path[depth] == "layers" \
+                    and counter(path[depth + 1]) is not None:
+                path = path[:depth + 1] + (str(counter(path[depth + 1]) - base),) + path[depth + 2:]
         renamed[name] = (path, direction, kind)
     return renamed
 

@@ -11,6 +11,7 @@ from msprobe.dump.paths import load_yaml
 from msprobe.errors import MsprobeError
 from msprobe.io import write_text
 from msprobe.log import get_logger
+from msprobe.names import counter
 
 DIRECTION_MARKERS = (".forward.", ".backward.", ".parameters_grad")
 INDEX_KEYS = {"input": ("ms_args", "pt_args"), "output": ("ms_outputs", "pt_outputs"),
@@ -93,8 +94,8 @@ def check_rule_arity(rules: list, target_items, golden_items) -> None:
                 if name.startswith(api + "."):
                     rest = name[len(api) + 1:].split(".")
                     marker = next((i for i, part in enumerate(rest) if part in ("input", "output", "parameters")), None)
-                    if marker is not None and marker + 1 < len(rest) and rest[marker + 1].isdigit():
-                        seen.setdefault(state, set()).add(int(rest[marker + 1]))
+                    if marker is not None and marker + 1 < len(rest) and counter(rest[marker + 1]) is not None:
+                        seen.setdefault(state, set()).add(counter(rest[marker + 1]))
             for state, mapping in rule.indices.items():
                 if state not in seen:
                     continue
@@ -153,7 +154,7 @@ def map_custom_api(name: str, state: str, rules: list) -> str | None:
         mapping = rule.indices.get(state)
         parts = entry_rest.split(".")
         marker = next((i for i, part in enumerate(parts) if part in ("input", "output", "parameters", "kwargs")), None)
-        if mapping is not None and marker is not None and marker + 1 < len(parts) and parts[marker + 1].isdigit():
+        if mapping is not None and marker is not None and marker + 1 < len(parts) and counter(parts[marker + 1]) is not None:
             index = parts[marker + 1]
             if index not in mapping:
                 return name + ".abandoned"        # an argument the mapping leaves out never matches

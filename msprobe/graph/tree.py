@@ -7,6 +7,7 @@ import re
 
 from msprobe.dump.reader import Dump
 from msprobe.errors import DumpFormatError, MsprobeError
+from msprobe.names import counter
 
 ROOT = "DefaultModel"
 MODULE, API, COLLECTION = 0, 1, 9
@@ -270,8 +271,9 @@ def _attach_parameter_grads(graph: Graph, data: dict, get_or_create) -> None:
     backward: dict = {}
     for name in nodes:
         head, sep, tail = name.rpartition(".backward.")
-        if sep and tail.isdigit() and (head not in backward or int(tail) > backward[head][0]):
-            backward[head] = (int(tail), name)
+        number = counter(tail) if sep else None
+        if number is not None and (head not in backward or number > backward[head][0]):
+            backward[head] = (number, name)
     for name in data:
         if ".parameters_grad" not in name or name in nodes:
             continue
@@ -338,9 +340,10 @@ def _first_stack(name: str, nodes: dict, stacks: dict):
 
 def _recompute_parent(name: str, nodes: dict, recomputed: set):
     head, _, index = name.rpartition(".forward.")
-    if not index.isdigit():
+    number = counter(index)
+    if number is None:
         return None
-    for earlier in range(int(index) - 1, -1, -1):
+    for earlier in range(number - 1, -1, -1):
         original = nodes.get(f"{head}.forward.{earlier}")
         if original is None or original.id in recomputed:
             continue
