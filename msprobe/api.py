@@ -131,7 +131,7 @@ def _float_column(values: list) -> list:
     """The cells of a metric column as floats: numbers as they are, the statistics of bool tensors (True/False) as
     1/0, `12.5%` as 0.125, `inf`/`-inf` as infinities, anything else (N/A, None, Nan, texts such as `Diff`) as
     NaN. Texts recur (0, N/A, a tensor's statistics on several rows): each is parsed once."""
-    from msprobe.table.cells import number_or_none
+    from msprobe.table.cells import number_or_none, stat_number
 
     nan = math.nan
     parsed: dict = {}
@@ -150,11 +150,11 @@ def _float_column(values: list) -> list:
                     number = nan if number is None else number
                 parsed[value] = number
             append(number)
-        else:                          # ints, bools, numpy numbers; None
-            try:
-                append(float(value))
-            except (TypeError, ValueError):
-                append(nan)
+        elif value is True or value is False:
+            append(float(value))
+        else:                          # ints (beyond the float range: infinities), numpy numbers; None
+            number = stat_number(value)
+            append(nan if number is None else number)
     return out
 
 

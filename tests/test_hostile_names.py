@@ -9,10 +9,11 @@ import logging
 from pathlib import Path
 
 import pytest
+from helpers_bad_input import run_inproc, stat_record, stats_dump, write_json
+
+from msprobe.names import counter, printable
 
 from conftest import FIXTURES
-from helpers_bad_input import run_inproc, stat_record, stats_dump, write_json
-from msprobe.names import counter, printable
 
 ESC_NAME = "Functional.add\x1b]52;c;ZXZpbA==\x07\x1b[2J\x9b31m\r\u202e.0.forward"
 RAW = ("\x1b", "\x07", "\x9b", "\r", "\u202e")
