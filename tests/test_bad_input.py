@@ -517,6 +517,10 @@ def _formula_dumps(tmp_path, where: str):
     elif where == "dtype":
         target["data"][ENTRY]["input_args"][0]["dtype"] = "=1+2"
         golden["data"][ENTRY]["input_args"][0]["dtype"] = "=1+2"
+    elif where == "type":          # the reference's own unit test: every text of a record is checked (issue 28)
+        golden["data"][ENTRY]["input_args"][0]["type"] = "@torch.Tensor"
+    elif where == "md5":
+        target["data"][ENTRY]["output"][0]["md5"] = "-cmd"
     tp = write_json(tmp_path / "in" / "target" / "dump.json", target)
     gp = write_json(tmp_path / "in" / "golden" / "dump.json", golden)
     return tp, gp
@@ -524,7 +528,7 @@ def _formula_dumps(tmp_path, where: str):
 
 @VIA
 @pytest.mark.parametrize("where", ["entry-name", "entry-name-plus", "str-arg-target", "str-arg-golden",
-                                   "str-kwarg-semicolon", "dtype"])
+                                   "str-kwarg-semicolon", "dtype", "type", "md5"])
 @pytest.mark.parametrize("fmt", ["--csv", "--xlsx"])
 def test_formula_like_values(case, tmp_path, via, where, fmt):
     tp, gp = _formula_dumps(tmp_path, where)
@@ -532,11 +536,31 @@ def test_formula_like_values(case, tmp_path, via, where, fmt):
     assert "special characters" in line or "malicious" in line.lower(), line
 
 
+BENIGN_STACK_LINE = 'File train.py, line 9, in step, \n print("loss %s;%s" % (torch.max(x), y))'
+
+
 @VIA
-def test_formula_in_stack_json(case, tmp_path, via):
+@pytest.mark.parametrize("line", [BENIGN_STACK_LINE, FORMULA, "@File x.py, line 1"])
+def test_stack_lines_that_cannot_reach_a_spreadsheet_as_formulas_are_accepted(tmp_path, capsys, via, line):
+    """Issue 28: a benign stack line refused the whole compare. A stack reaches a spreadsheet only in the
+    NPU_Stack_Info cells, written as the text of the list of lines: a line starts no cell."""
     tp, gp = _formula_dumps(tmp_path, "none")
-    write_json(tp.parent / "stack.json", {ENTRY: ["File x.py, line 1", FORMULA]})
-    case(via, tp, gp, "stack", "special characters", inputs=[tp.parent / "stack.json"])
+    write_json(tp.parent / "stack.json", {ENTRY: ["File x.py, line 1", line]})
+    out = tmp_path / "out"
+    assert_success(run_cli(via, ["compare", "-tp", tp, "-gp", gp, "-o", out, "--csv", "-s"], capsys, tmp_path))
+    assert repr(line) in read_csv_rows(next(out.glob("compare_result_*.csv")))[0]["NPU_Stack_Info"]
+
+
+@VIA
+@pytest.mark.parametrize("fmt", ["--csv", "--xlsx"])
+def test_stack_line_that_would_split_into_a_formula_is_refused_where_written(case, tmp_path, via, fmt):
+    """`;=` splits into a formula cell where `;` is the list separator: refused in the NPU_Stack_Info cell, the
+    error naming the cell's column and row (issue 28: it named neither entry nor line)."""
+    tp, gp = _formula_dumps(tmp_path, "none")
+    write_json(tp.parent / "stack.json", {ENTRY: ["File x.py, line 1", " x = 1;=cmd|' /C calc'!A0"]})
+    line = case(via, tp, gp, "malicious", "x = 1;=cmd", "NPU_Stack_Info", "row 1", f"{ENTRY}.input.0", fmt=fmt,
+                inputs=[tp.parent / "stack.json"])
+    assert line.count("\n") == 0
 
 
 # ------------------------------------------------------------------------------------------ 11. hostile structures

@@ -22,6 +22,7 @@ from msprobe.errors import DumpFormatError, MsprobeError, os_error_text
 from msprobe.io import write_text
 from msprobe.log import progress
 from msprobe.scale.stamp import timestamp
+from msprobe.table.safety import first_formula
 
 
 @dataclass
@@ -52,6 +53,10 @@ def load_api_dump(path: str) -> tuple:
     content["data"] = decode_numbers(content["data"])     # the reader's NaN/Infinity sentinels become floats
     backend = framework_for(content, path)
     names = backend.api_names(content["data"])
+    bad = first_formula(names)
+    if bad is not None:       # the names are the first cell of every row of the result and details CSVs
+        raise DumpFormatError(f"{path}: api name {bad!r} contains special characters: it could run as a "
+                              "spreadsheet formula in the result CSV; nothing was written.")
     if not forward_count(content["data"]):
         raise DumpFormatError(f"{path} holds no API entries (level {content.get('level')!r}); acc_check needs an "
                               "L1 or mix dump.")

@@ -367,8 +367,8 @@ def build_table(mode: str, target: Dump, golden: Dump, t_items: Items, g_items: 
         cells[col.DATA_NAME] = [str([a, b]) for a, b in zip(t_names, g_names)]
     if with_stack:
         cells[col.STACK] = stack_column(target.stack, t_items, judge_input.entry)
-    # stack lines are checked when stack.json is read; these columns carry other text from the dumps
-    free_text = set(col.BASIC[:6]) | {col.DATA_NAME} | set(col.MD5_VALUES)
+    # the columns that carry text from the dumps, checked for formulas by the writers (table/safety.py)
+    free_text = set(col.BASIC[:6]) | {col.DATA_NAME, col.STACK} | set(col.MD5_VALUES)
     return ResultTable(columns=columns, cells=cells, numeric_columns=frozenset(numeric),
                        text_columns=frozenset(free_text)), judge_input
 

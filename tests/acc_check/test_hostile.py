@@ -488,3 +488,37 @@ def test_real_data_counts_the_size_of_the_tensor_files(tmp_path, capsys, via):
     assert rows[0][:3] == ["Functional.relu.0", "SKIP", "SKIP"]
     assert "would need about 32.0 MB of memory (estimated from the size of its tensor files)" in rows[0][3]
     assert rows[1][:2] == ["Functional.relu.1", "pass"]
+
+
+# ------------------------------------------------------------------------------------------ formulas (issue 28)
+FORMULA_API = "=cmd|' /C calc'!A0.softmax.0.forward"
+
+
+@VIA
+@pytest.mark.parametrize("command", ["acc_check", "multi_acc_check"])
+def test_a_formula_like_api_name_is_refused_before_anything_is_written(tmp_path, capsys, via, command):
+    """The result and details CSVs hold the API names in their first cells: a name a spreadsheet could run is
+    refused with the check of the compare tables, and no file is made."""
+    dump = write_dump(tmp_path / "in" / "dump.json", {"Functional.relu.0.forward": dict(SAVE, output=SAVE["input_args"]),
+                                                      FORMULA_API: l1_record("Functional.softmax.0.forward")})
+    out = tmp_path / "out"
+    extra = ["-d", "0", "1"] if command == "multi_acc_check" else []
+    run = run_cli(via, [command, "-api_info", dump, "-o", out, *extra], capsys, tmp_path)
+    assert_error(run, command, "special characters", "=cmd|")
+    assert not out.exists() or not os.listdir(out)
+
+
+def test_the_result_files_refuse_a_formula_like_cell(tmp_path):
+    """Whatever text reaches a row (a message quoting a value, a name), the writer refuses a formula-like cell
+    before either file is touched."""
+    from msprobe.acc_check.common import ApiResult
+    from msprobe.acc_check.results import new_files
+    from msprobe.errors import MsprobeError
+
+    files = new_files(str(tmp_path), "20260101000000")
+    before = [Path(files.result_path).read_bytes(), Path(files.details_path).read_bytes()]
+    bad = ApiResult("Functional.relu.0", "SKIP", "SKIP", "@SUM(A1)")
+    with pytest.raises(MsprobeError, match=r"Malicious value \[@SUM\(A1\)\].*row 1"):
+        files.append(bad)
+    files.close()
+    assert [Path(files.result_path).read_bytes(), Path(files.details_path).read_bytes()] == before
