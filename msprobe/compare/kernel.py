@@ -32,12 +32,12 @@ ACCURACY = "Accuracy Reached or Not"
 MSG_NOT_ARRAY = "Dump file is not ndarray.\n"
 MSG_EMPTY = "This is empty data, can not compare.\n"
 MSG_SCALAR = "This is type of scalar data, can not compare.\n"
-MSG_SHAPE = "Shape of NPU and bench tensor do not match. Skipped.\n"
-MSG_DTYPE = "Dtype of NPU and bench tensor do not match. Skipped.\n"
+# the reference's texts, which scripts grep for: "Tensor" capitalised, "Skipped." after the dtype text only
+MSG_SHAPE = "Shape of NPU and bench Tensor do not match.\n"
+MSG_DTYPE = "Dtype of NPU and bench Tensor do not match. Skipped.\n"
 MSG_NAN = "The position of inf or nan in NPU and bench Tensor do not match.\n"
 MSG_MISSING = "Dump file not found.\n"
 MSG_STAT_SHAPE = "Tensor shapes do not match.\n"
-MSG_STAT_DTYPE = "Tensor dtypes do not match.\n"
 
 
 @dataclass(frozen=True)
@@ -265,12 +265,10 @@ def compare_npy_pair(target: KernelItem | None, golden: KernelItem | None) -> li
         message = MSG_NOT_ARRAY
     elif t_array.size == 0 or g_array.size == 0:
         message = MSG_EMPTY
-    elif t_array.ndim == 0 or g_array.ndim == 0:
-        message = MSG_SCALAR
-    elif t_array.shape != g_array.shape:
-        message = MSG_SHAPE
-    elif t_array.dtype != g_array.dtype:
-        message = MSG_DTYPE
+    elif t_array.ndim == 0 or g_array.ndim == 0 or t_array.shape != g_array.shape or t_array.dtype != g_array.dtype:
+        # every problem of the pair is named, in the reference's order
+        message = (MSG_SCALAR * (t_array.ndim == 0 or g_array.ndim == 0) + MSG_SHAPE * (t_array.shape != g_array.shape)
+                   + MSG_DTYPE * (t_array.dtype != g_array.dtype))
     else:
         result = compare_arrays(t_array, g_array, squeeze=False)
         if result.problem == "nan_position":
@@ -291,12 +289,9 @@ def compare_stat_pair(target: KernelItem | None, golden: KernelItem | None) -> l
     verdict = ""
     if target is None or golden is None:
         message = MSG_MISSING
-    elif t_stats[1] in ("", "[]"):
-        message = MSG_SCALAR
-    elif t_stats[1] != g_stats[1]:
-        message = MSG_STAT_SHAPE
-    elif t_stats[0] != g_stats[0]:
-        message = MSG_STAT_DTYPE
+    elif t_stats[1] in ("", "[]") or t_stats[1] != g_stats[1] or t_stats[0] != g_stats[0]:
+        message = ((MSG_SCALAR if t_stats[1] in ("", "[]") else MSG_STAT_SHAPE if t_stats[1] != g_stats[1] else "")
+                   + MSG_DTYPE * (t_stats[0] != g_stats[0]))
     else:
         message = ""
         for index, (n, b) in enumerate(zip(t_stats[2:], g_stats[2:])):
