@@ -600,3 +600,27 @@ def test_cells_by_row_equal_cells_in_the_dicts(old, keep_md5, spaced):
     assert formatter.many(dicts, rows, cells) == expected          # warm caches
     assert [formatter.params(d, r, cells) for d, r in zip(dicts, rows)] == expected
     assert json.loads(expected[0])["k"]["Max diff"] != "own"
+
+
+def test_long_decimal_and_template_searches_agree_with_their_patterns_and_stay_linear():
+    """Texts of a dump are searched in linear time (issue 28): the long-decimal search of the .vis texts and the
+    `...Template(` line of a stack equal the patterns they replaced, and a 200k-character run of digits or
+    capitals takes milliseconds (quadratic before)."""
+    import random
+    import re
+    import time
+
+    from msprobe.graph.texts import _LONG_DECIMAL
+    from msprobe.graph.tree import _is_template_line
+
+    old_decimal, old_template = re.compile(r"-?\d+\.\d{7,}%?"), re.compile(r"[A-Z]\w*Template\(")
+    pieces = ["1", "23", ".", "-", "%", "1234567", "a", "A", "Template(", "_", " ", "é", "Z"]
+    rng = random.Random(28)
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        assert _LONG_DECIMAL.findall(text) == old_decimal.findall(text), text
+        assert _is_template_line(text) == bool(old_template.search(text)), text
+    started = time.perf_counter()
+    assert _LONG_DECIMAL.sub("", "1" * 200_000 + ".5") == "1" * 200_000 + ".5"
+    assert not _is_template_line("A" * 200_000 + " Template(")
+    assert time.perf_counter() - started < 1.0
