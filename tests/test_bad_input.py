@@ -402,6 +402,21 @@ def test_symlinked_npy_is_refused(tmp_path, capsys, via):
 
 
 @VIA
+def test_symlinked_tensor_directory_is_refused(tmp_path, capsys, via):
+    """Issue 28: a symbolic link anywhere on the way to a tensor file is refused, the tensor directory too (it was
+    followed, and tensors outside the dump folder were read and reported)."""
+    for side in ("target", "golden"):
+        write_tensor_side(tmp_path / "in" / side)
+    tensors = tmp_path / "in" / "target" / "dump_tensor_data"
+    os.rename(tensors, tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", tensors)
+    rows = _run_tensor(tmp_path, capsys, via)["rows"]
+    assert rows
+    for row in rows:
+        _assert_refused_row(row, "symbolic link", "only files inside the dump folder")
+
+
+@VIA
 def test_shape_mismatch_between_sides(tmp_path, capsys, via):
     name = npy_name("input", 0)
     write_tensor_side(tmp_path / "in" / "target")

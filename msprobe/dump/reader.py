@@ -9,12 +9,11 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from msprobe.dump.paths import check_input_file
+from msprobe.dump.paths import TENSOR_DIR_NAME, check_input_file
 from msprobe.errors import DumpFormatError
 from msprobe.log import get_logger
 
 FRAMEWORKS = ("pytorch", "mindspore", "mindtorch")
-TENSOR_DIR_NAME = "dump_tensor_data"
 
 # Dumps may hold the non-standard tokens NaN, Infinity and -Infinity, which orjson refuses. They are
 # rewritten to sentinel strings (decoded by the flattener) so the fast parser still reads the file. A token

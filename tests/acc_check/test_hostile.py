@@ -522,3 +522,59 @@ def test_the_result_files_refuse_a_formula_like_cell(tmp_path):
         files.append(bad)
     files.close()
     assert [Path(files.result_path).read_bytes(), Path(files.details_path).read_bytes()] == before
+
+
+# ------------------------------------------------------------------------------------------ what is read (issue 28)
+def _real_data_dump(tmp_path, tensors_at, recorded):
+    """A real-data dump at tmp_path/dump/dump.json whose tensor files are in `tensors_at` and whose dump.json
+    records `recorded` as dump_data_dir."""
+    import numpy as np
+
+    tensors_at.mkdir(parents=True, exist_ok=True)
+    np.save(tensors_at / "x.npy", np.ones(4, dtype=np.float32))
+    np.save(tensors_at / "y.npy", np.ones(4, dtype=np.float32))
+    item = dict(_tensor([4]), data_name="x.npy")
+    data = {"Functional.relu.0.forward": {"input_args": [item], "input_kwargs": {},
+                                          "output": [dict(item, data_name="y.npy")]}}
+    return write_dump(tmp_path / "dump" / "dump.json", data, task="tensor", dump_data_dir=recorded)
+
+
+@VIA
+@pytest.mark.parametrize("layout", ["absolute elsewhere", "relative outside", "symlinked inside"])
+def test_acc_check_reads_no_tensor_outside_the_dump_folder(tmp_path, capsys, via, layout):
+    outside = tmp_path / "secret"
+    if layout == "absolute elsewhere":
+        dump = _real_data_dump(tmp_path, outside, str(outside))
+    elif layout == "relative outside":
+        dump = _real_data_dump(tmp_path, outside, "../secret")
+    else:
+        dump = _real_data_dump(tmp_path, outside, "data")
+        os.symlink(outside, tmp_path / "dump" / "data")
+    run = run_cli(via, ["acc_check", "-api_info", dump, "-o", tmp_path / "out"], capsys, tmp_path)
+    assert_error(run, "acc_check", "real-data mode", str(tmp_path / "dump" / "dump_tensor_data"), "x.npy")
+
+
+@VIA
+def test_acc_check_reads_a_recorded_tensor_folder_inside_the_dump_folder(tmp_path, capsys, via):
+    """acc_check's own error data records dump_data_dir as an absolute path inside the dump folder: still read."""
+    dump = _real_data_dump(tmp_path, tmp_path / "dump" / "error_data", str(tmp_path / "dump" / "error_data"))
+    run = run_cli(via, ["acc_check", "-api_info", dump, "-o", tmp_path / "out"], capsys, tmp_path)
+    assert run.code == 0, run.err
+    assert results(tmp_path / "out")[0][:2] == ["Functional.relu.0", "pass"]
+
+
+@VIA
+@pytest.mark.parametrize("layout", ["absolute elsewhere", "symlinked tensor folder"])
+def test_op_generate_reads_no_tensor_outside_the_dump_folder(tmp_path, capsys, via, layout):
+    outside = tmp_path / "secret"
+    if layout == "absolute elsewhere":
+        dump = _real_data_dump(tmp_path, outside, str(outside))
+        words = ("x.npy", "not found")
+    else:
+        dump = _real_data_dump(tmp_path, outside, None)
+        os.symlink(outside, tmp_path / "dump" / "dump_tensor_data")
+        words = ("symbolic link",)
+    config = write_config(tmp_path / "config.json", dump_json_path=str(dump), api_name="Functional.relu.0",
+                          data_mode="real_data")
+    run = run_cli(via, ["op_generate", "-i", config, "-o", tmp_path], capsys, tmp_path)
+    assert_error(run, "op_generate", "real_data", *words)
