@@ -21,7 +21,7 @@ from msprobe.dump.reader import load_json
 from msprobe.errors import DumpFormatError, MsprobeError, os_error_text
 from msprobe.io import write_text
 from msprobe.log import progress
-from msprobe.scale.stamp import timestamp
+from msprobe.scale.stamp import claim_stamp
 from msprobe.table.safety import first_formula
 
 
@@ -134,7 +134,7 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
         made = []          # a resumed pair is kept whatever happens: the next -csv_path continues it
     else:
         output_dir = prepare_output_dir(output_dir or "./")
-        stamp = stamp or timestamp()
+        stamp = stamp or claim_stamp([output_dir] + ([options.error_data_path] if options.error_data_path else []))
         try:
             files, done = new_files(output_dir, stamp, suffix, backend), set()
         except OSError as exc:

@@ -223,7 +223,7 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
     from msprobe.io import write_text
     from msprobe.scale.executor import Batch, run_tasks
     from msprobe.scale.resume import resume_in
-    from msprobe.scale.stamp import timestamp
+    from msprobe.scale.stamp import claim_stamp
     from msprobe.scale.task import Backend, JobFailure
 
     devices = check_devices(devices)
@@ -238,7 +238,8 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
     if csv_path:
         stamp, output_dir, complete = resume_state(csv_path, devices, splits_plan, dump.backend, settings)
     else:
-        output_dir, stamp, complete = prepare_output_dir(output_dir or "./"), timestamp(), set()
+        output_dir = prepare_output_dir(output_dir or "./")
+        stamp, complete = claim_stamp([output_dir]), set()
         taken = sorted(n for n in os.listdir(output_dir)
                        if n.startswith(tuple(f"accuracy_checking_{kind}_{stamp}_device"
                                              for kind in ("result", "details", "info"))))
