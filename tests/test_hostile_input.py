@@ -114,3 +114,22 @@ def test_acc_check_twice_into_one_folder_in_one_second(tmp_path, capsys, one_sec
     dump.write_text(json.dumps(content))
     _two_runs(capsys, ["acc_check", "-api_info", dump, "-o", tmp_path / "out"])
     assert len(list((tmp_path / "out").glob("accuracy_checking_result_*.csv"))) == 2
+
+
+# ------------------------------------------------------------------------------------------ daemonic processes
+def _compare_in_a_pool_worker(paths):
+    import msprobe
+
+    result = msprobe.compare(*paths, jobs=2)
+    return [pair.label for pair in result.pairs], result.summary.rows
+
+
+def test_api_compare_of_a_rank_folder_inside_a_pool_worker(multirank_step0):
+    """Issue 28: a multiprocessing.Pool worker is daemonic and may not start processes; the ranks of a folder are
+    compared one after the other in it (it raised a bare AssertionError)."""
+    import multiprocessing
+
+    target, golden = multirank_step0
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        labels, rows = pool.apply(_compare_in_a_pool_worker, ((str(target), str(golden)),))
+    assert len(labels) >= 2 and rows > 0
