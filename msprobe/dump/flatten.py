@@ -189,7 +189,10 @@ class _Flattener:
                 md5 = record.get("md5")
                 # no md5 recorded: the CRC-32 of the record's value text, as the reference computes it (a tensor
                 # dumped with its `value`, e.g. a small int64 tensor: crc32("[1, 2, 3]") = b8213bc1)
-                md5 = str(md5) if md5 else crc32_text(str(record.get("value", "")))
+                if md5:
+                    md5 = str(md5)
+                else:
+                    md5 = crc32_text(str(record["value"])) if "value" in record else EMPTY_CRC   # one shared text
             else:
                 tensor = False
                 dtype, shape, stats, md5 = self.scalar(name, record)

@@ -31,9 +31,13 @@ def is_formula_like(text: str) -> bool:
 
 
 def first_formula(texts: list) -> str | None:
-    """The first of `texts` that is formula-like, or None. All of them are scanned at once first (the usual answer
-    is none); only on a hit is each looked at alone."""
-    if not texts or not _ANY_LINE_START.search("\n".join(texts)):
+    """The first of `texts` that is formula-like, or None. The distinct texts are scanned at once first (the usual
+    answer is none; a column repeats its texts, a stack on every row of its entry); only on a hit is each looked at
+    alone."""
+    if not texts:
+        return None
+    distinct = list(dict.fromkeys(texts)) if len(texts) > 1 else texts
+    if not _ANY_LINE_START.search("\n".join(distinct)):
         return None
     return next((text for text in texts if is_formula_like(text)), None)
 
