@@ -134,8 +134,8 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
         made = []          # a resumed pair is kept whatever happens: the next -csv_path continues it
     else:
         output_dir = prepare_output_dir(output_dir or "./")
-        stamp = stamp or claim_stamp([output_dir] + ([options.error_data_path] if options.error_data_path else []))
         try:
+            stamp = stamp or claim_stamp([output_dir] + ([options.error_data_path] if options.error_data_path else []))
             files, done = new_files(output_dir, stamp, suffix, backend), set()
         except OSError as exc:
             raise write_error(exc, output_dir, "") from None
