@@ -32,7 +32,7 @@ from msprobe.errors import MsprobeError
 from msprobe.io import write_text
 from msprobe.log import get_logger
 from msprobe.table import columns as col
-from msprobe.table.cells import NA
+from msprobe.table.cells import NA, stat_number
 from msprobe.table.readers import read_table
 
 DIGITS = 7
@@ -63,7 +63,9 @@ def _number(value, pct: bool):
     """The stored form of a cell of a number column: a JSON number, a text, or None."""
     kind = type(value)
     if kind is int:
-        return value if abs(value) < 2 ** 53 else float(FORMAT % value)
+        if abs(value) < 2 ** 53:
+            return value
+        value, kind = stat_number(value), float          # beyond the float range: an infinity
     if kind is float:
         return float(FORMAT % value) if value - value == 0 else _text(value)
     if kind is str:

@@ -104,3 +104,25 @@ def test_a_single_process_folder_is_named_alike_in_the_console_the_files_and_the
     found = msprobe.diff_analyze(target, golden)
     assert list(found.record) == ["proc7437", "dtype_aware"] and found.ops[0].label == "proc7437"
     assert found.lines[0].startswith("Divergence starts on proc7437 at ")
+
+
+def test_da_needs_no_more_memory_than_the_plain_compare(tmp_path):
+    """-da streams its per-rank json one entry at a time (issue 28: it built one dict per row and the whole text,
+    4x the plain compare's memory). Python allocations (numpy's included) at their peak, traced in this process
+    after a warm-up run of each command; benchmarks/bench_diff_analyze.py measures the process at 50k entries."""
+    import tracemalloc
+
+    target, golden = fixture_pair("stats_mix_step0")
+
+    def peak(name: str, *extra) -> int:
+        argv = ["compare", "-tp", target, "-gp", golden, *extra]
+        assert run_cli([*argv, "-o", tmp_path / f"{name}_warm"]) == 0
+        tracemalloc.start()
+        try:
+            assert run_cli([*argv, "-o", tmp_path / name]) == 0
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    plain, da = peak("plain"), peak("da", "-da")
+    assert da < 1.3 * plain, (plain, da)
