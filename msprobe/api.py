@@ -131,7 +131,7 @@ def _float_column(values: list) -> list:
     """The cells of a metric column as floats: numbers as they are, the statistics of bool tensors (True/False) as
     1/0, `12.5%` as 0.125, `inf`/`-inf` as infinities, anything else (N/A, None, Nan, texts such as `Diff`) as
     NaN. Texts recur (0, N/A, a tensor's statistics on several rows): each is parsed once."""
-    from msprobe.table.cells import number_or_none
+    from msprobe.table.cells import number_or_none, stat_number
 
     nan = math.nan
     parsed: dict = {}
@@ -150,11 +150,11 @@ def _float_column(values: list) -> list:
                     number = nan if number is None else number
                 parsed[value] = number
             append(number)
-        else:                          # ints, bools, numpy numbers; None
-            try:
-                append(float(value))
-            except (TypeError, ValueError):
-                append(nan)
+        elif value is True or value is False:
+            append(float(value))
+        else:                          # ints (beyond the float range: infinities), numpy numbers; None
+            number = stat_number(value)
+            append(nan if number is None else number)
     return out
 
 
@@ -369,39 +369,46 @@ class CompareResult:
         "html": only the HTML pages `--html` writes beside the xlsx tables (and `index_{stamp}.html` for folders).
         html: also the HTML pages beside the tables (`--html`). advisor: `advisor_{stamp}.txt` as the command
         writes it unless `-c`. A layer mapping's generated `data_mapping_{stamp}.yaml` is written too.
-        stamp: the `YYYYmmddHHMMSS` of the names (default: now). The command's resume markers (.msprobe_done/) are
-        not written."""
-        from msprobe.compare.mapping import data_mapping_path
-        from msprobe.compare.pipeline import write_pair
+        stamp: the `YYYYmmddHHMMSS` of the names (default: a second no file of output_dir carries and no other run
+        holds, claimed as the command claims it, so that two writes in one second never replace each other's
+        files). The command's resume markers (.msprobe_done/) are not written."""
         from msprobe.dump.paths import prepare_output_dir
-        from msprobe.scale.stamp import timestamp
+        from msprobe.scale.stamp import claimed_stamp
 
         if format not in FORMATS:
             raise UsageError(f"format must be one of {', '.join(FORMATS)}, got {format!r}.")
         if stamp is not None and not (isinstance(stamp, str) and len(stamp) == 14 and stamp.isascii() and stamp.isdigit()):
             raise UsageError(f"stamp must be 14 digits (YYYYmmddHHMMSS), got {stamp!r}.")
-        stamp = stamp or timestamp()
         with _quiet():
             directory = prepare_output_dir(os.fspath(output_dir))
-            written: list[str] = []
-            summaries = []
-            html = html or format == "html"
-            for pair in self.pairs:
-                job = pair._job
-                out = os.path.join(directory, job.out_subdir) if job.out_subdir else directory
-                summary = write_pair(pair._pair, out, stamp, job.suffix, job.label,
-                                     table_format=None if format == "html" else format, html=html, advisor=advisor)
-                if pair._pair.data_mapping:
-                    written.append(data_mapping_path(out, job.suffix, stamp))
-                written.extend(p for p in (summary.output if format != "html" else None, summary.html_file,
-                                           summary.advisor_file) if p)
-                summaries.append(summary)
-            if html and self._folders:
-                from msprobe.report.html import write_index
+            subdirs = sorted({pair._job.out_subdir for pair in self.pairs if pair._job.out_subdir})
+            with contextlib.nullcontext(stamp) if stamp else \
+                    claimed_stamp([directory] + [os.path.join(directory, d) for d in subdirs]) as claimed:
+                return self._write(directory, format, html, advisor, claimed)
 
-                index = write_index(summaries, directory, stamp)
-                if index:
-                    written.append(index)
+    def _write(self, directory: str, format: str, html: bool, advisor: bool, stamp: str) -> list[str]:
+        from msprobe.compare.mapping import data_mapping_path
+        from msprobe.compare.pipeline import write_pair
+
+        written: list[str] = []
+        summaries = []
+        html = html or format == "html"
+        for pair in self.pairs:
+            job = pair._job
+            out = os.path.join(directory, job.out_subdir) if job.out_subdir else directory
+            summary = write_pair(pair._pair, out, stamp, job.suffix, job.label,
+                                 table_format=None if format == "html" else format, html=html, advisor=advisor)
+            if pair._pair.data_mapping:
+                written.append(data_mapping_path(out, job.suffix, stamp))
+            written.extend(p for p in (summary.output if format != "html" else None, summary.html_file,
+                                       summary.advisor_file) if p)
+            summaries.append(summary)
+        if html and self._folders:
+            from msprobe.report.html import write_index
+
+            index = write_index(summaries, directory, stamp)
+            if index:
+                written.append(index)
         return written
 
     def __repr__(self) -> str:
@@ -540,8 +547,9 @@ class DiffAnalysis:
     """Where two runs first part (`msprobe compare -da`): the first divergent op, on which rank, and how the
     divergence travels through communication ops.
 
-    For a dump root of several steps, `steps` holds one DiffAnalysis per step (`step0`, `graph/step1`) and the
-    other fields are those of the first step, in step order, whose runs diverge (else of the first step)."""
+    For a dump root of several steps, `steps` holds one DiffAnalysis per step (`step0`, `graph/step1`), `lines`
+    (and so `str()`) every step's answer after a `step0:` line, as the command prints them, and the other fields
+    are those of the first step, in step order, whose runs diverge (else of the first step)."""
 
     op_name: str | None              # the first divergent op; None when every compared output is identical
     rank: int | None
@@ -614,7 +622,8 @@ def diff_analyze(target: str | os.PathLike[str], golden: str | os.PathLike[str],
         if len(analyses) == 1:
             return next(iter(analyses.values()))
         first = next((a for a in analyses.values() if a.op_name is not None), next(iter(analyses.values())))
-        return DiffAnalysis(first.op_name, first.rank, first.ops, first.clean_ranks, first.lines, first.record,
+        lines = tuple(line for step, found in analyses.items() for line in (f"{step}:", *found.lines))
+        return DiffAnalysis(first.op_name, first.rank, first.ops, first.clean_ranks, lines, first.record,
                             first.dtype_aware, first.step, first.failures, analyses)
 
 

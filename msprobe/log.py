@@ -4,31 +4,47 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
+
+from msprobe.names import printable
 
 LOGGER_NAME = "msprobe"
 _LEVELS = {"0": logging.DEBUG, "1": logging.INFO, "2": logging.WARNING, "3": logging.ERROR}
 
 
+class _PrintableFilter(logging.Filter):
+    """Every record of the msprobe logger carries its message with control characters escaped (names.printable),
+    for msprobe's console handler and for any handler an API user attaches alike."""
+
+    def filter(self, record) -> bool:
+        message = record.getMessage()
+        escaped = printable(message, keep_newlines=True)
+        if escaped is not message:
+            record.msg, record.args = escaped, ()
+        return True
+
+
+_FILTER = _PrintableFilter()
+
+
 def get_logger() -> logging.Logger:
-    return logging.getLogger(LOGGER_NAME)
+    logger = logging.getLogger(LOGGER_NAME)
+    if _FILTER not in logger.filters:
+        logger.addFilter(_FILTER)
+    return logger
 
 
 class _StdoutHandler(logging.StreamHandler):
-    """Writes to whatever sys.stdout is at the time of the record (redirections and test captures); a lone
-    surrogate in a message (a name from a dump with a `\\ud800` escape) is written as the text `\\ud800`."""
+    """Writes to whatever sys.stdout is at the time of the record (redirections and test captures). A message
+    shows names from dumps, which may hold terminal escape sequences or lone surrogates: every control character
+    but the line end is written as a visible escape (`\\x1b`, `\\ud800`; names.printable)."""
 
     def emit(self, record):
         self.stream = sys.stdout
         super().emit(record)
 
     def format(self, record) -> str:
-        text = super().format(record)
-        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _SURROGATE.search(text) else text
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
+        return printable(super().format(record), keep_newlines=True)
 
 
 def setup_logging(take_over: bool = False) -> None:

@@ -47,7 +47,8 @@ from helpers_bad_input import (
     write_tensor_side,
 )
 
-VIA = pytest.mark.parametrize("via", ["inproc", "subprocess"])
+# the same run in this process and as `python -m msprobe` in a fresh one (slow: an interpreter start-up each)
+VIA = pytest.mark.parametrize("via", ["inproc", pytest.param("subprocess", marks=pytest.mark.slow)])
 HANG_LIMIT = 120  # seconds for one in-process test
 
 
@@ -401,6 +402,21 @@ def test_symlinked_npy_is_refused(tmp_path, capsys, via):
 
 
 @VIA
+def test_symlinked_tensor_directory_is_refused(tmp_path, capsys, via):
+    """Issue 28: a symbolic link anywhere on the way to a tensor file is refused, the tensor directory too (it was
+    followed, and tensors outside the dump folder were read and reported)."""
+    for side in ("target", "golden"):
+        write_tensor_side(tmp_path / "in" / side)
+    tensors = tmp_path / "in" / "target" / "dump_tensor_data"
+    os.rename(tensors, tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", tensors)
+    rows = _run_tensor(tmp_path, capsys, via)["rows"]
+    assert rows
+    for row in rows:
+        _assert_refused_row(row, "symbolic link", "only files inside the dump folder")
+
+
+@VIA
 def test_shape_mismatch_between_sides(tmp_path, capsys, via):
     name = npy_name("input", 0)
     write_tensor_side(tmp_path / "in" / "target")
@@ -516,6 +532,10 @@ def _formula_dumps(tmp_path, where: str):
     elif where == "dtype":
         target["data"][ENTRY]["input_args"][0]["dtype"] = "=1+2"
         golden["data"][ENTRY]["input_args"][0]["dtype"] = "=1+2"
+    elif where == "type":          # the reference's own unit test: every text of a record is checked (issue 28)
+        golden["data"][ENTRY]["input_args"][0]["type"] = "@torch.Tensor"
+    elif where == "md5":
+        target["data"][ENTRY]["output"][0]["md5"] = "-cmd"
     tp = write_json(tmp_path / "in" / "target" / "dump.json", target)
     gp = write_json(tmp_path / "in" / "golden" / "dump.json", golden)
     return tp, gp
@@ -523,7 +543,7 @@ def _formula_dumps(tmp_path, where: str):
 
 @VIA
 @pytest.mark.parametrize("where", ["entry-name", "entry-name-plus", "str-arg-target", "str-arg-golden",
-                                   "str-kwarg-semicolon", "dtype"])
+                                   "str-kwarg-semicolon", "dtype", "type", "md5"])
 @pytest.mark.parametrize("fmt", ["--csv", "--xlsx"])
 def test_formula_like_values(case, tmp_path, via, where, fmt):
     tp, gp = _formula_dumps(tmp_path, where)
@@ -531,11 +551,31 @@ def test_formula_like_values(case, tmp_path, via, where, fmt):
     assert "special characters" in line or "malicious" in line.lower(), line
 
 
+BENIGN_STACK_LINE = 'File train.py, line 9, in step, \n print("loss %s;%s" % (torch.max(x), y))'
+
+
 @VIA
-def test_formula_in_stack_json(case, tmp_path, via):
+@pytest.mark.parametrize("line", [BENIGN_STACK_LINE, FORMULA, "@File x.py, line 1"])
+def test_stack_lines_that_cannot_reach_a_spreadsheet_as_formulas_are_accepted(tmp_path, capsys, via, line):
+    """Issue 28: a benign stack line refused the whole compare. A stack reaches a spreadsheet only in the
+    NPU_Stack_Info cells, written as the text of the list of lines: a line starts no cell."""
     tp, gp = _formula_dumps(tmp_path, "none")
-    write_json(tp.parent / "stack.json", {ENTRY: ["File x.py, line 1", FORMULA]})
-    case(via, tp, gp, "stack", "special characters", inputs=[tp.parent / "stack.json"])
+    write_json(tp.parent / "stack.json", {ENTRY: ["File x.py, line 1", line]})
+    out = tmp_path / "out"
+    assert_success(run_cli(via, ["compare", "-tp", tp, "-gp", gp, "-o", out, "--csv", "-s"], capsys, tmp_path))
+    assert repr(line) in read_csv_rows(next(out.glob("compare_result_*.csv")))[0]["NPU_Stack_Info"]
+
+
+@VIA
+@pytest.mark.parametrize("fmt", ["--csv", "--xlsx"])
+def test_stack_line_that_would_split_into_a_formula_is_refused_where_written(case, tmp_path, via, fmt):
+    """`;=` splits into a formula cell where `;` is the list separator: refused in the NPU_Stack_Info cell, the
+    error naming the cell's column and row (issue 28: it named neither entry nor line)."""
+    tp, gp = _formula_dumps(tmp_path, "none")
+    write_json(tp.parent / "stack.json", {ENTRY: ["File x.py, line 1", " x = 1;=cmd|' /C calc'!A0"]})
+    line = case(via, tp, gp, "malicious", "x = 1;=cmd", "NPU_Stack_Info", "row 1", f"{ENTRY}.input.0", fmt=fmt,
+                inputs=[tp.parent / "stack.json"])
+    assert line.count("\n") == 0
 
 
 # ------------------------------------------------------------------------------------------ 11. hostile structures
@@ -939,6 +979,7 @@ def _long_stack_results(tmp_path) -> Path:
     return tmp_path / "res"
 
 
+@pytest.mark.slow
 @VIA
 def test_report_and_merge_result_read_cells_above_the_csv_field_limit(tmp_path, capsys, monkeypatch, via):
     import csv

@@ -16,12 +16,13 @@ from msprobe.acc_check.guard import default_budget, format_size, refusal, tensor
 from msprobe.acc_check.registry import MINDSPORE, framework_for
 from msprobe.acc_check.results import new_files, resume_files
 from msprobe.acc_check.select import CheckOptions, filter_apis, load_config
-from msprobe.dump.paths import check_input_file, prepare_output_dir, safe_tensor_path
+from msprobe.dump.paths import check_input_file, prepare_output_dir, safe_tensor_path, tensor_dir_of
 from msprobe.dump.reader import load_json
 from msprobe.errors import DumpFormatError, MsprobeError, os_error_text
 from msprobe.io import write_text
 from msprobe.log import progress
-from msprobe.scale.stamp import timestamp
+from msprobe.scale.stamp import claim_stamp
+from msprobe.table.safety import first_formula
 
 
 @dataclass
@@ -52,6 +53,10 @@ def load_api_dump(path: str) -> tuple:
     content["data"] = decode_numbers(content["data"])     # the reader's NaN/Infinity sentinels become floats
     backend = framework_for(content, path)
     names = backend.api_names(content["data"])
+    bad = first_formula(names)
+    if bad is not None:       # the names are the first cell of every row of the result and details CSVs
+        raise DumpFormatError(f"{path}: api name {bad!r} contains special characters: it could run as a "
+                              "spreadsheet formula in the result CSV; nothing was written.")
     if not forward_count(content["data"]):
         raise DumpFormatError(f"{path} holds no API entries (level {content.get('level')!r}); acc_check needs an "
                               "L1 or mix dump.")
@@ -63,15 +68,9 @@ def load_api_dump(path: str) -> tuple:
 
 
 def tensor_directory(path: str, content: dict) -> str:
-    """Where the tensor files of a real-data dump are: dump_tensor_data beside dump.json, else the dump's
-    dump_data_dir when that is an existing directory (error data saved by acc_check)."""
-    beside = os.path.join(os.path.dirname(path), "dump_tensor_data")
-    recorded = content.get("dump_data_dir")
-    if not os.path.isdir(beside) and isinstance(recorded, str) and recorded:
-        recorded = recorded if os.path.isabs(recorded) else os.path.join(os.path.dirname(path), recorded)
-        if os.path.isdir(recorded):
-            return recorded
-    return beside
+    """Where the tensor files of a real-data dump are read from (dump_tensor_data beside dump.json, or a recorded
+    dump_data_dir inside the dump folder: paths.tensor_dir_of)."""
+    return tensor_dir_of(path, content.get("dump_data_dir"))
 
 
 @dataclass
@@ -135,8 +134,8 @@ def run_acc_check(api_info: str, output_dir: str, csv_path: str = "", save_error
         made = []          # a resumed pair is kept whatever happens: the next -csv_path continues it
     else:
         output_dir = prepare_output_dir(output_dir or "./")
-        stamp = stamp or timestamp()
         try:
+            stamp = stamp or claim_stamp([output_dir] + ([options.error_data_path] if options.error_data_path else []))
             files, done = new_files(output_dir, stamp, suffix, backend), set()
         except OSError as exc:
             raise write_error(exc, output_dir, "") from None
@@ -262,10 +261,10 @@ def merge_info(result_path: str, part_result_paths: list) -> None:
 
 def check_tensor_files(wanted: list, tensor_dir: str) -> None:
     """Refuse a real-data run before anything is written when a tensor file it needs is missing or unsafe."""
-    missing = [name for name in wanted if safe_tensor_path(tensor_dir, name)[0] is None]
-    if missing:
-        raise InputError(f"real-data mode: {len(missing)} tensor file(s) of the dump are missing or unsafe in "
-                         f"{tensor_dir} (first: {missing[0]}); nothing was written.")
+    reasons = [reason for reason in (safe_tensor_path(tensor_dir, name)[1] for name in wanted) if reason]
+    if reasons:
+        raise InputError(f"real-data mode: {len(reasons)} tensor file(s) of the dump are missing or unsafe in "
+                         f"{tensor_dir} (first: {reasons[0]}); nothing was written.")
 
 
 def check_real_data(path: str, content: dict, names: list) -> None:

@@ -12,6 +12,7 @@ import re
 from msprobe.acc_check.common import TENSOR_TYPES
 from msprobe.dump.paths import safe_tensor_path
 from msprobe.frameworks.dtypes import canonical
+from msprobe.names import counter
 
 # API names (any dotted part of the name between the API type and the call index) that read or write files,
 # start processes or threads, load libraries or talk to other processes over the network. Both frameworks.
@@ -166,7 +167,7 @@ def available_memory() -> int:
                 usage = int(handle.read().strip())
         except (OSError, ValueError):
             continue
-        if limit.isdigit() and int(limit) < 2 ** 60:
+        if counter(limit) is not None and int(limit) < 2 ** 60:
             available = min(available, max(int(limit) - usage, 0))
         break
     return available

@@ -216,14 +216,14 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
     processes, `workers` of them), with the acc_check options `options` (CheckOptions: -f, -j, --max-abs-err) and
     `config_path` (-config). Everything that can refuse the run is checked before a worker starts. Splits and
     devices completed by an earlier invocation of the same run (-csv_path) are not run again."""
-    from msprobe.acc_check.check import check_real_data, open_dump
+    from msprobe.acc_check.check import check_real_data, open_dump, write_error
     from msprobe.acc_check.guard import default_budget
     from msprobe.acc_check.select import CheckOptions, filter_apis
     from msprobe.dump.paths import prepare_output_dir
     from msprobe.io import write_text
     from msprobe.scale.executor import Batch, run_tasks
     from msprobe.scale.resume import resume_in
-    from msprobe.scale.stamp import timestamp
+    from msprobe.scale.stamp import claim_stamp
     from msprobe.scale.task import Backend, JobFailure
 
     devices = check_devices(devices)
@@ -238,7 +238,11 @@ def run_multi_acc_check(api_info: str, devices: list, output_dir: str = "./", cs
     if csv_path:
         stamp, output_dir, complete = resume_state(csv_path, devices, splits_plan, dump.backend, settings)
     else:
-        output_dir, stamp, complete = prepare_output_dir(output_dir or "./"), timestamp(), set()
+        output_dir = prepare_output_dir(output_dir or "./")
+        try:
+            stamp, complete = claim_stamp([output_dir]), set()
+        except OSError as exc:
+            raise write_error(exc, output_dir, "") from None
         taken = sorted(n for n in os.listdir(output_dir)
                        if n.startswith(tuple(f"accuracy_checking_{kind}_{stamp}_device"
                                              for kind in ("result", "details", "info"))))

@@ -18,6 +18,9 @@ from msprobe.acc_check.registry import MINDSPORE, TORCH
 from msprobe.dump.paths import check_input_file
 from msprobe.errors import MsprobeError
 from msprobe.io import atomic_path
+from msprobe.table.cells import column_texts
+from msprobe.table.model import ResultTable
+from msprobe.table.safety import check_cells
 
 RESULT_HEADER = TORCH.result_header      # PyTorch headers (spec §5.8)
 DETAILS_HEADER = TORCH.details_header
@@ -59,11 +62,17 @@ class ResultFiles:
             raise
 
     def append(self, result) -> None:
-        text = "".join(_line(row) for row in self.backend.details_rows(result))
+        """The API's details rows, then its result row; a cell a spreadsheet could run as a formula is refused
+        (the compare tables' check, table/safety.py) before either file is touched."""
+        details = self.backend.details_rows(result)
+        row = self.backend.result_row(result)
+        _check_rows(details, self.backend.details_header, self.details_path)
+        _check_rows([row], self.backend.result_header, self.result_path)
+        text = "".join(_line(row) for row in details)
         if text:
             self._details.write(text)
             self._details.flush()
-        self._result.write(_line(self.backend.result_row(result)))
+        self._result.write(_line(row))
         self._result.flush()
 
     def flush(self) -> None:
@@ -80,6 +89,14 @@ class ResultFiles:
             except OSError:
                 if not quiet:
                     raise
+
+
+def _check_rows(rows: list, header: list, path: str) -> None:
+    """Refuse rows (shorter ones are padded) holding a cell a spreadsheet could run as a formula."""
+    if rows:
+        cells = {name: column_texts([row[index] if index < len(row) else "" for row in rows])
+                 for index, name in enumerate(header)}
+        check_cells(ResultTable(columns=list(header), cells=cells), cells, path)
 
 
 def result_path_of(output_dir: str, stamp: str, suffix: str = "") -> str:

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.code_mapping.ir_parser import parse_ir
     from msprobe.dump.paths import check_input_dir, check_input_file, prepare_output_dir
     from msprobe.log import get_logger
-    from msprobe.scale.stamp import timestamp
+    from msprobe.scale.stamp import claim_stamp
 
     logger = get_logger()
     ir_path = check_input_file(args.ir, "--ir")
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if mode == "tensor":
         logger.info("Binding %d .npy files of %s.", len(files), dump_data)
         rows, summary = bind_tensor_files(files, index)
-        path = os.path.join(output_dir, f"code_mapping_{timestamp()}.csv")
+        path = os.path.join(output_dir, f"code_mapping_{claim_stamp([output_dir])}.csv")
         outputs = [(path, list(COLUMNS), rows)]
     else:
         logger.info("No .npy file found; augmenting %d statistic.csv file(s) of %s.", len(files), dump_data)

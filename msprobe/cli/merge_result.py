@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         merge,
         read_ranks,
     )
-    from msprobe.scale.stamp import timestamp
+    from msprobe.scale.stamp import claim_stamp
     from msprobe.table import columns as col
     from msprobe.table.xlsx_writer import CONSISTENCY_FILLS, Sheet, write_workbook
 
@@ -54,13 +54,13 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     input_dir = check_input_dir(args.input_dir, "input directory")
     found = find_results(input_dir)
-    logger.info("Merging %d compare results (ranks %s).", len(found), ", ".join(str(r) for r, _ in found))
+    logger.info("Merging %d compare results (%s).", len(found), ", ".join(label for label, _ in found))
     results = read_ranks(found, ApiSelection(config.apis), max(1, args.jobs))
     sheets, problems = merge(results, config)
     for problem in problems:
         logger.warning("%s", problem)
     output_dir = prepare_output_dir(args.output_dir)
-    path = os.path.join(output_dir, f"multi_ranks_compare_merge_{timestamp()}.xlsx")
+    path = os.path.join(output_dir, f"multi_ranks_compare_merge_{claim_stamp([output_dir])}.xlsx")
     write_workbook([Sheet(name, table, "Consistent" if name == CONSISTENCY_SHEET else None,
                           CONSISTENCY_FILLS if name == CONSISTENCY_SHEET else None) for name, table in sheets], path)
     consistency = sheets[-1][1]

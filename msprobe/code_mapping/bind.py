@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from msprobe.errors import DumpFormatError, PathError
 from msprobe.io import atomic_path
 from msprobe.log import get_logger
+from msprobe.names import counter
 from msprobe.substrings import SubstringIndex
 from msprobe.table.model import ResultTable
 from msprobe.table.safety import check_cells
@@ -118,7 +119,7 @@ def _read_mapping(directory: str, cache: dict) -> dict:
 def kernel_op_name(path: str, mappings: dict) -> str | None:
     """The op name (second '.'-field) of a kernel dump file; None for a short name missing from mapping.csv."""
     name = os.path.basename(path)[:-len(".npy")]
-    if name.isdigit():
+    if counter(name) is not None:
         original = _read_mapping(os.path.dirname(path), mappings).get(name + ".npy")
         if original is None:
             return None

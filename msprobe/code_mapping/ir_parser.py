@@ -16,11 +16,16 @@ from dataclasses import dataclass, field
 from msprobe.errors import MsprobeError
 
 GZIP_MAGIC = b"\x1f\x8b"
-# A node line: `%<n>(<var_name>) = <OpName>(<args>) <attrs>`. The op name stops at the first `(`.
-NODE_RE = re.compile(r"\s*(%\d+)\((\S+)\)\s*=\s*([^\s(]+)\(")
-# `# Fullname with scope: (<scope>)` -- any comment whose label contains "scope" (spec §2).
-SCOPE_RE = re.compile(r"#.*?scope.*?:\s*\((.*?)\)", re.IGNORECASE)
-PRIMAL_ATTRS_RE = re.compile(r"cnode_primal_attrs:\s*\{([^}]*)\}")
+# Every pattern below runs in time linear in the line it reads (an IR is input: a hostile line must not make a
+# pattern backtrack over it again and again); the scope comment and the primal attributes are found with plain
+# searches (scope_in, primal_attrs), as a single pattern for them backtracks cubically.
+# A node line: `%<n>(<var_name>) = <OpName>(<args>) <attrs>`. The op name stops at the first `(`; a variable
+# name holds no parenthesis (with `\S+` a line of `)=)=)=...` is quadratic).
+NODE_RE = re.compile(r"\s*(%\d+)\(([^\s()]+)\)\s*=\s*([^\s(]+)\(")
+# `# Fullname with scope: (<scope>)` -- any comment whose label contains "scope" (spec §2): scope_in().
+_SCOPE_WORD = re.compile("scope", re.IGNORECASE)
+_SCOPE_OPEN = re.compile(r":\s*\(")
+_PRIMAL_ATTRS_OPEN = re.compile(r"cnode_primal_attrs:\s*\{")
 UNIQUE_ID_RE = re.compile(r"\b(?:forward_unique_id|unique_id)\b\s*:\s*\"(\d+)\"", re.IGNORECASE)
 SUBGRAPH_RE = re.compile(r"subgraph\s+@([^\s(]+)")
 ENTRY_RE = re.compile(r"#\s*IR entry\s*:\s*@(\S+)")
@@ -32,6 +37,33 @@ IR_MARKERS = ("# IR entry", "subgraph @", "subgraph attr", "%para", "# Total sub
 SNIFF_LINES = 2000
 # An argument list that is still open after this many lines is not an IR argument list.
 MAX_ARG_LINES = 100_000
+
+
+def scope_in(text: str, at_start: bool = False) -> str | None:
+    r"""The scope of a `# <label holding "scope">: (<scope>)` comment in `text` (at_start: the text must start with
+    its `#`), as the pattern `#.*?scope.*?:\s*\((.*?)\)` (case-insensitive) finds it, in linear time: after the
+    first `#` the first "scope", after it the first `:` followed by white space and `(`, and the text from there
+    to the first `)`. Where that fails, the pattern fails from every later `#` too; None then."""
+    hash_at = 0 if at_start else text.find("#")
+    if hash_at < 0 or not text.startswith("#", hash_at):
+        return None
+    word = _SCOPE_WORD.search(text, hash_at + 1)
+    opening = _SCOPE_OPEN.search(text, word.end()) if word else None
+    close = text.find(")", opening.end()) if opening else -1
+    return text[opening.end():close] if close >= 0 else None
+
+
+def primal_attrs(text: str):
+    r"""The texts between `cnode_primal_attrs: {` and the next `}`, in order (as the pattern
+    `cnode_primal_attrs:\s*\{([^}]*)\}` finds them, in linear time)."""
+    position = 0
+    while True:
+        opening = _PRIMAL_ATTRS_OPEN.search(text, position)
+        close = text.find("}", opening.end()) if opening else -1
+        if close < 0:
+            return
+        yield text[opening.end():close]
+        position = close + 1
 
 
 class IRFormatError(MsprobeError):
@@ -131,13 +163,13 @@ class _Parser:
         if "unique_id" in text.lower():
             self._take_unique_id(text)
         if "#" in text and "scope" in text.lower():
-            match = SCOPE_RE.search(text)
-            if match:
-                self._take_scope(match.group(1))
+            scope = scope_in(text)
+            if scope is not None:
+                self._take_scope(scope)
 
     def _take_unique_id(self, text: str) -> None:
-        for attrs in PRIMAL_ATTRS_RE.finditer(text):
-            ids = UNIQUE_ID_RE.findall(attrs.group(1))
+        for attrs in primal_attrs(text):
+            ids = UNIQUE_ID_RE.findall(attrs)
             if ids:
                 for node in self.pending:
                     node.unique_id = ids[-1]
@@ -197,9 +229,9 @@ class _Parser:
                     return
             if self.pending:
                 if "scope" in stripped.lower():
-                    match = SCOPE_RE.match(stripped)
-                    if match:
-                        self._take_scope(match.group(1))
+                    scope = scope_in(stripped, at_start=True)
+                    if scope is not None:
+                        self._take_scope(scope)
                         return
                 if "unique_id" in stripped.lower():
                     self._take_unique_id(stripped)

@@ -1,8 +1,9 @@
-"""First-divergence analysis (-da, spec §5, DECISIONS 14): where do the two runs first part, on which rank,
-and how does the divergence travel through communication ops."""
+"""First-divergence analysis (-da): where do the two runs first part, on which rank, and how does the divergence
+travel through communication ops; for a pair of files and every folder layout."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,10 +19,11 @@ from msprobe.compare.pipeline import (
     match_items,
     read_side,
 )
-from msprobe.dump.locate import Job
+from msprobe.dump.locate import PROC_DIR, Job
 from msprobe.errors import MsprobeError
-from msprobe.io import write_text
+from msprobe.io import atomic_path, write_text
 from msprobe.log import get_logger
+from msprobe.names import printable
 from msprobe.scale.stamp import timestamp
 from msprobe.scale.task import JobFailure
 from msprobe.table import columns as col
@@ -108,41 +110,67 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
     row_differs = _row_differences(table_mode, cells, matched, rows)
     rel_columns = [cells[name] for name in col.STAT_DIFFS[4:]] if table_mode == col.STATISTICS else []
     stacks = target.stack or {}
-    entries: dict = {}
-    nodes: list[EntryDigest] = []
-    layer = 0
-    entry_of_row = judge_input.entry.tolist()
-    start = 0
-    while start < rows:
-        entry = entry_of_row[start]
-        stop = start
-        while stop < rows and entry_of_row[stop] == entry:
-            stop += 1
-        name = t_items.entry_names[entry]
-        node, items = _entry_node(name, start, stop, len(nodes), layer, table_mode, cells, states, matched,
-                                  row_differs, rel_columns, stacks, t_items, g_items, pairs, table.columns)
-        node.introduced = origin is not None and INTRODUCED in origin[start:stop]
-        if name.count(".") >= 3 or target.is_debug:
-            entries[name] = {"is_same": not node.differs, "op_items": items}
-        nodes.append(node)
-        if node.is_comm:
-            layer += 1
-        start = stop
     json_file = ""
     if options.write_output:
         json_file = os.path.join(options.output_dir, f"compare_result{job.suffix}_{stamp}.json")
-        write_text(json_file, json.dumps(entries, indent=4, ensure_ascii=False, default=str))
+    # One entry is measured, written and forgotten at a time: only the three nodes the answer names keep their
+    # data_info and stack, so the memory stays that of the table (a -da run of a million rows fits as a plain
+    # compare does).
+    first = first_large = first_introduced = None
+    count = layer = 0
+    entry_of_row = judge_input.entry.tolist()
+    with _json_object(json_file) as writer:
+        start = 0
+        while start < rows:
+            entry = entry_of_row[start]
+            stop = start
+            while stop < rows and entry_of_row[stop] == entry:
+                stop += 1
+            name = t_items.entry_names[entry]
+            node, items = _entry_node(name, start, stop, count, layer, table_mode, cells, states, matched,
+                                      row_differs, rel_columns, stacks, t_items, g_items, pairs, table.columns,
+                                      with_items=writer is not None)
+            node.introduced = origin is not None and INTRODUCED in origin[start:stop]
+            if writer is not None and (name.count(".") >= 3 or target.is_debug):
+                writer.add(name, {"is_same": not node.differs, "op_items": items})
+            if not name.startswith(SKIPPED):
+                first = first or (node if node.differs else None)
+                first_large = first_large or (node if node.large else None)
+                first_introduced = first_introduced or (node if node.introduced else None)
+            count += 1
+            if node.is_comm:
+                layer += 1
+            start = stop
+    if json_file:
         get_logger().info("%sSaving json file to disk: %s", job.label, json_file)
-    candidates = [n for n in nodes if not n.name.startswith(SKIPPED)]
-    first = next((n for n in candidates if n.differs), None)
-    first_large = next((n for n in candidates if n.large), None)
-    first_introduced = next((n for n in candidates if n.introduced), None)
-    for node in nodes:
-        if node is not first and node is not first_large and node is not first_introduced:
-            node.data_info = {}
-            node.stack = None
-    return RankDigest(job.label, rank_number(job), first, first_large, json_file, len(nodes), first_introduced,
+    return RankDigest(job.label, rank_number(job), first, first_large, json_file, count, first_introduced,
                       origin is not None)
+
+
+class _JsonMembers:
+    """The members of one JSON object, written one at a time as json.dumps(<the object>, indent=4,
+    ensure_ascii=False) spells them."""
+
+    def __init__(self, handle):
+        self.handle, self.count = handle, 0
+
+    def add(self, key: str, value) -> None:
+        text = json.dumps({key: value}, indent=4, ensure_ascii=False, default=str)
+        self.handle.write(("{\n" if not self.count else ",\n") + text[2:-2])
+        self.count += 1
+
+
+@contextlib.contextmanager
+def _json_object(path: str):
+    """A _JsonMembers writing `path` atomically (None when path is empty: nothing is written)."""
+    if not path:
+        yield None
+        return
+    with atomic_path(path) as temporary, \
+            open(temporary, "w", encoding="utf-8", errors="backslashreplace") as handle:
+        members = _JsonMembers(handle)
+        yield members
+        handle.write("\n}" if members.count else "{}")
 
 
 def _error_origin(mode, table, judge_input, target, golden, t_items, g_items, pairs, options, label):
@@ -179,7 +207,8 @@ def is_communication(name: str) -> bool:
 
 
 def _entry_node(name, start, stop, position, layer, mode, cells, states, matched, row_differs, rel_columns, stacks,
-                t_items, g_items, pairs, columns):
+                t_items, g_items, pairs, columns, with_items: bool = True):
+    """The digest of one entry (rows start..stop) and, with_items, its rows as records of the json file."""
     api = name.split(".")[-3] if name.count(".") >= 3 else ""
     ignored = IGNORED_OUTPUTS.get(api, ())
     has_outputs = any(states[r] == "output" for r in range(start, stop))
@@ -212,6 +241,11 @@ def _entry_node(name, start, stop, position, layer, mode, cells, states, matched
                     large = large or relative > LARGE_RELATIVE_ERROR
             else:
                 inputs_differ = True
+        if mode == col.MD5:
+            info = {col.NPU_MD5: cells[col.NPU_MD5][row]}
+        else:
+            info = {f"NPU {s}": cells[f"NPU {s}"][row] for s in ("max", "min", "mean", "l2norm")}
+        data_info["output" if is_output else "input"][item_name] = info
         extra = t_items.extra.get(int(pairs.target[row]), {})
         golden_row = int(pairs.golden[row])
         golden_extra = g_items.extra.get(golden_row, {}) if golden_row >= 0 else {}
@@ -228,13 +262,10 @@ def _entry_node(name, start, stop, position, layer, mode, cells, states, matched
                        "Bench P2POp op": str(golden_extra.get("op")) if golden_row >= 0 else NA,
                        "NPU P2POp peer": str(extra.get("peer")),
                        "Bench P2POp peer": str(golden_extra.get("peer")) if golden_row >= 0 else NA})
-        items.append(record)
-        if mode == col.MD5:
-            info = {col.NPU_MD5: cells[col.NPU_MD5][row]}
-        else:
-            info = {f"NPU {s}": cells[f"NPU {s}"][row] for s in ("max", "min", "mean", "l2norm")}
+        if mode != col.MD5:
             info[peer_key] = record[peer_key]
-        data_info["output" if is_output else "input"][item_name] = info
+        if with_items:
+            items.append(record)
     node = EntryDigest(name, position, layer, is_communication(name), differs, inputs_differ, large, max_relative, group,
                 data_info, stacks.get(name))
     return node, items
@@ -299,23 +330,31 @@ def write_analysis(finding: Finding, output_dir: str) -> str | None:
     return path
 
 
+def record_key(digest: RankDigest) -> str:
+    """A rank's key in diff_analyze_*.json: `rank_<n>`, or for a single-process dump its `proc<pid>` folder, the
+    name the console and the result files give it."""
+    folder = digest.label.strip("[] ").rsplit("/", 1)[-1]
+    return folder if PROC_DIR.match(folder) else f"rank_{digest.rank}"
+
+
 def analysis_record(finding: Finding) -> dict:
     """The content of diff_analyze_*.json: per rank, its divergent ops with their roles ({} without divergence)."""
     result: dict = {}
     for digest in finding.origin:
-        result[f"rank_{digest.rank}"] = [node_record(digest.first, "origin")]
+        result[record_key(digest)] = [node_record(digest.first, "origin")]
         if digest.first_large is not None and digest.first_large is not digest.first:
-            result[f"rank_{digest.rank}"].append(node_record(digest.first_large, "first large difference"))
+            result[record_key(digest)].append(node_record(digest.first_large, "first large difference"))
     for digest in finding.received:
         role = ("received through communication" if digest.first.is_comm and not digest.first.inputs_differ
                 else "diverged later")
-        result.setdefault(f"rank_{digest.rank}", []).append(node_record(digest.first, role))
+        result.setdefault(record_key(digest), []).append(node_record(digest.first, role))
     result["dtype_aware"] = dtype_aware_record(finding)
     return result
 
 
 def describe(finding: Finding) -> list:
-    """Console lines that answer: where do the runs first part, by how much, and how did it spread."""
+    """Console lines that answer: where do the runs first part, by how much, and how did it spread. Names from
+    the dumps are shown with their control characters escaped (names.printable)."""
     lines = []
     if not finding.origin:
         return ["No divergence found: every compared output is identical (statistics or md5)."]
@@ -342,7 +381,7 @@ def describe(finding: Finding) -> list:
     for digest in finding.clean:
         lines.append(f"{digest.label.strip('[] ') or 'rank ' + str(digest.rank)}: no divergence.")
     lines.append(dtype_aware_line(finding))
-    return lines
+    return [printable(line) for line in lines]
 
 
 def dtype_aware_line(finding: Finding) -> str:

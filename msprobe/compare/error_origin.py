@@ -26,6 +26,7 @@ from functools import lru_cache
 import numpy as np
 
 from msprobe.frameworks.dtypes import canonical
+from msprobe.names import counter
 from msprobe.table import columns as col
 from msprobe.table.cells import number_or_none
 
@@ -85,7 +86,7 @@ def api_of(entry_name: str) -> str:
         return ""
     head, _, index = head.rpartition(".")
     prefix, _, api = head.partition(".")
-    if not (index.isdigit() and api and prefix.isalpha()):
+    if not (counter(index) is not None and api and prefix.isascii() and prefix.isalpha()):
         return ""
     api = api[len("comm_func."):] if api.startswith("comm_func.") else api     # MindSpore communication
     return api[:-1] if api.endswith("_") and not api.endswith("__") else api
@@ -129,9 +130,10 @@ def _numel(shape) -> float:
     for part in shape.strip("[]").split(","):
         part = part.strip()
         if part:
-            if not part.isdigit():
+            number = counter(part)
+            if number is None:
                 return math.nan
-            count *= int(part)
+            count *= number
     return float(count)
 
 

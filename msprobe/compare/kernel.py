@@ -14,6 +14,7 @@ from msprobe.compare.pipeline import write_table
 from msprobe.compare.tensor_metrics import compare_arrays
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger
+from msprobe.names import counter
 from msprobe.scale.stamp import timestamp
 from msprobe.scale.task import JobFailure
 from msprobe.table.cells import NA
@@ -31,12 +32,12 @@ ACCURACY = "Accuracy Reached or Not"
 MSG_NOT_ARRAY = "Dump file is not ndarray.\n"
 MSG_EMPTY = "This is empty data, can not compare.\n"
 MSG_SCALAR = "This is type of scalar data, can not compare.\n"
-MSG_SHAPE = "Shape of NPU and bench tensor do not match. Skipped.\n"
-MSG_DTYPE = "Dtype of NPU and bench tensor do not match. Skipped.\n"
+# the reference's texts, which scripts grep for: "Tensor" capitalised, "Skipped." after the dtype text only
+MSG_SHAPE = "Shape of NPU and bench Tensor do not match.\n"
+MSG_DTYPE = "Dtype of NPU and bench Tensor do not match. Skipped.\n"
 MSG_NAN = "The position of inf or nan in NPU and bench Tensor do not match.\n"
 MSG_MISSING = "Dump file not found.\n"
 MSG_STAT_SHAPE = "Tensor shapes do not match.\n"
-MSG_STAT_DTYPE = "Tensor dtypes do not match.\n"
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,17 @@ def parse_kernel_name(name: str):
     if not io_positions:
         return None
     io = io_positions[-1]
-    if io < 5 or io + 1 >= len(parts) or not parts[io + 1].isdigit():
+    if io < 5 or io + 1 >= len(parts) or counter(parts[io + 1]) is None:
         return None
     op_type, op_name, task_id, stream_id, timestamp = parts[0], parts[1], parts[2], parts[3], parts[4]
-    if not (task_id.isdigit() and stream_id.isdigit() and timestamp.isdigit()):
+    if counter(task_id) is None or counter(stream_id) is None or counter(timestamp) is None:
         return None
-    return op_type, op_name, task_id, stream_id, int(timestamp), parts[io], int(parts[io + 1])
+    return op_type, op_name, task_id, stream_id, counter(timestamp), parts[io], counter(parts[io + 1])
+
+
+def _counter_or(text: str, default: int) -> int:
+    number = counter(text)
+    return default if number is None else number
 
 
 def rank_step_of(directory: str) -> tuple[int, int]:
@@ -80,15 +86,13 @@ def rank_step_of(directory: str) -> tuple[int, int]:
     if len(parts) < 4:
         return -1, -1
 
-    def number(text: str) -> int:
-        return int(text) if text.isdigit() else -1
     if "rank_" in directory:
-        rank = number(parts[-4].rsplit("_", 1)[-1])
+        rank = _counter_or(parts[-4].rsplit("_", 1)[-1], -1)
     else:
-        rank = number(parts[-4])
+        rank = _counter_or(parts[-4], -1)
         if rank < 0:
-            rank = number(parts[-3])
-    return rank, number(parts[-1])
+            rank = _counter_or(parts[-3], -1)
+    return rank, _counter_or(parts[-1], -1)
 
 
 def scan(root: str) -> dict:
@@ -181,9 +185,8 @@ def read_statistic_csv(path: str) -> list:
         shape = row[positions["Shape"]].replace("(", "[").replace(")", "]") if "Shape" in positions else ""
         stats = (dtype, shape, value("Max Value"), value("Min Value"), value("Avg Value"), value("L2Norm Value"))
         items.append(KernelItem(f"{op_name}.{task_id}.{io}.{slot}",
-                                (op_name, int(task_id) if task_id.isdigit() else -1, io,
-                                 int(slot) if slot.isdigit() else -1),
-                                int(timestamp) if timestamp.isdigit() else 0, f"{op_name}.{task_id}.{io}.{slot}",
+                                (op_name, _counter_or(task_id, -1), io, _counter_or(slot, -1)),
+                                _counter_or(timestamp, 0), f"{op_name}.{task_id}.{io}.{slot}",
                                 stats, path))
     return items
 
@@ -262,12 +265,10 @@ def compare_npy_pair(target: KernelItem | None, golden: KernelItem | None) -> li
         message = MSG_NOT_ARRAY
     elif t_array.size == 0 or g_array.size == 0:
         message = MSG_EMPTY
-    elif t_array.ndim == 0 or g_array.ndim == 0:
-        message = MSG_SCALAR
-    elif t_array.shape != g_array.shape:
-        message = MSG_SHAPE
-    elif t_array.dtype != g_array.dtype:
-        message = MSG_DTYPE
+    elif t_array.ndim == 0 or g_array.ndim == 0 or t_array.shape != g_array.shape or t_array.dtype != g_array.dtype:
+        # every problem of the pair is named, in the reference's order
+        message = (MSG_SCALAR * (t_array.ndim == 0 or g_array.ndim == 0) + MSG_SHAPE * (t_array.shape != g_array.shape)
+                   + MSG_DTYPE * (t_array.dtype != g_array.dtype))
     else:
         result = compare_arrays(t_array, g_array, squeeze=False)
         if result.problem == "nan_position":
@@ -288,12 +289,9 @@ def compare_stat_pair(target: KernelItem | None, golden: KernelItem | None) -> l
     verdict = ""
     if target is None or golden is None:
         message = MSG_MISSING
-    elif t_stats[1] in ("", "[]"):
-        message = MSG_SCALAR
-    elif t_stats[1] != g_stats[1]:
-        message = MSG_STAT_SHAPE
-    elif t_stats[0] != g_stats[0]:
-        message = MSG_STAT_DTYPE
+    elif t_stats[1] in ("", "[]") or t_stats[1] != g_stats[1] or t_stats[0] != g_stats[0]:
+        message = ((MSG_SCALAR if t_stats[1] in ("", "[]") else MSG_STAT_SHAPE if t_stats[1] != g_stats[1] else "")
+                   + MSG_DTYPE * (t_stats[0] != g_stats[0]))
     else:
         message = ""
         for index, (n, b) in enumerate(zip(t_stats[2:], g_stats[2:])):
@@ -406,8 +404,9 @@ def parse_id_list(text: str | None, what: str) -> list | None:
         return None
     values = []
     for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit():
-            raise MsprobeError(f"--{what} must be a comma-separated list of non-negative integers, got {text!r}.")
-        values.append(int(part))
+        number = counter(part.strip())
+        if number is None:
+            raise MsprobeError(f"--{what} must be a comma-separated list of non-negative integers (digits 0-9), "
+                               f"got {text!r}.")
+        values.append(number)
     return values

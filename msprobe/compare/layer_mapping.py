@@ -1,6 +1,8 @@
 """Layer mapping (-lm, spec §3.9.4, DECISIONS 12): place every entry in the module tree of its run (from
-construct.json), translate target scopes into golden scopes with the yaml, pair entries by position inside
-the translated node, and pair their items by name suffix. The result is a data mapping."""
+construct.json; an API without a parent there by the framework function that called it, from stack.json),
+translate target scopes into golden scopes with the yaml, pair entries by position inside the translated node,
+and pair their items by name suffix. The result is a data mapping, in which every item of a placed target entry
+that finds no partner maps to N/A (it stays unmatched, as in the reference)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,47 @@ from dataclasses import dataclass, field
 from msprobe.dump.flatten import Items
 from msprobe.dump.naming import BACKWARD, FORWARD, PARAMETERS_GRAD
 from msprobe.errors import MsprobeError
+from msprobe.names import counter
 
 ROOT_TYPE = "TopLayer"
 MODULE_PREFIXES = ("Cell.", "Module.")
+NA = "N/A"
+# Stack lines (innermost call first) of the dump tool: its API wrapper is a `...Template(` line; the caller's
+# region ends at the enclosing cell's construct (MindSpore) or module's forward/backward (PyTorch).
+FRAMEWORK_FILES = ("site-packages/torch", "package/torch", "site-packages/mindspore", "package/mindspore")
+REGION_END = {"mindspore": ("construct",), "pytorch": ("in forward,", "in backward,")}
+SKIPPED_FILES = ("msprobe", "MindSpeed")
+SKIPPED_FUNCTIONS = ("construct", "__call__")
+
+
+def framework_caller(lines, framework: str) -> str:
+    """The framework function an API was called from, when the user's code did not call it directly: in the
+    stack region after the dump tool's Template line (up to the enclosing construct/forward), the outermost of the
+    framework frames before the first user frame (e.g. MindSpore's `_tensor_getitem` for an add inside
+    indexing); "" when the user's code called the API, or for a frame of msprobe or a construct/__call__."""
+    if not isinstance(lines, list):
+        return ""
+    ends = REGION_END.get(framework, REGION_END["pytorch"])
+    start, stop = -1, len(lines)
+    for index, line in enumerate(lines):
+        if not isinstance(line, str):
+            return ""
+        if "Template" in line:
+            start = index
+        elif start >= 0 and any(end in line for end in ends):
+            stop = index
+            break
+    caller = ""
+    for line in lines[start + 1:stop]:
+        if not any(marker in line.split(",")[0] for marker in FRAMEWORK_FILES):
+            break
+        caller = line
+    fields = caller.split(",")
+    if len(fields) < 3 or any(marker in fields[0] for marker in SKIPPED_FILES) \
+            or any(name in fields[2] for name in SKIPPED_FUNCTIONS):
+        return ""
+    words = fields[2].split()
+    return words[1] if len(words) > 1 else ""
 
 
 @dataclass
@@ -43,8 +83,11 @@ def _parent_of(name: str, construct: dict):
     return parent if isinstance(parent, str) else None
 
 
-def entry_scopes(items: Items, construct: dict) -> dict:
-    """entry name -> (scope path, direction, type) for every entry that can be placed."""
+def entry_scopes(items: Items, construct: dict, stacks: dict | None = None, framework: str = "") -> dict:
+    """entry name -> (scope path, direction, type) for every entry that can be placed. An API entry without a
+    parent module in construct.json is placed under the framework function that called it (framework_caller of
+    its stack, a backward entry by its forward entry's stack), when there is one."""
+    stacks = stacks or {}
     scopes = {}
     for name, parts in zip(items.entry_names, items.entry_parts):
         segments = name.split(".")
@@ -59,7 +102,10 @@ def entry_scopes(items: Items, construct: dict) -> dict:
             kind = segments[-3]
             parent = _parent_of(name, construct)
             placed = module_scope(parent) if parent and parent.startswith(MODULE_PREFIXES) else None
-            path = (placed[0] if placed else ()) + (kind,)
+            caller = "" if parent else framework_caller(
+                stacks.get(name.replace(f".{BACKWARD}", f".{FORWARD}") if parts.direction == BACKWARD else name),
+                framework)
+            path = (placed[0] if placed else ()) + ((caller,) if caller else ()) + (kind,)
         scopes[name] = (path, parts.direction, kind)
     return _renumber_parallel_layers(scopes)
 
@@ -73,14 +119,16 @@ def _renumber_parallel_layers(scopes: dict) -> dict:
     for path, _, _ in scopes.values():
         for owner in owners:
             depth = len(owner)
-            if path[:depth] == owner and len(path) > depth + 1 and path[depth] == "layers" and path[depth + 1].isdigit():
-                lowest[owner] = min(lowest.get(owner, 10 ** 9), int(path[depth + 1]))
+            if path[:depth] == owner and len(path) > depth + 1 and path[depth] == "layers" \
+                    and counter(path[depth + 1]) is not None:
+                lowest[owner] = min(lowest.get(owner, 10 ** 9), counter(path[depth + 1]))
     renamed = {}
     for name, (path, direction, kind) in scopes.items():
         for owner, base in lowest.items():
             depth = len(owner)
-            if path[:depth] == owner and len(path) > depth + 1 and path[depth] == "layers" and path[depth + 1].isdigit():
-                path = path[:depth + 1] + (str(int(path[depth + 1]) - base),) + path[depth + 2:]
+            if path[:depth] == owner and len(path) > depth + 1 and path[depth] == "layers" \
+                    and counter(path[depth + 1]) is not None:
+                path = path[:depth + 1] + (str(counter(path[depth + 1]) - base),) + path[depth + 2:]
         renamed[name] = (path, direction, kind)
     return renamed
 
@@ -131,10 +179,11 @@ def translate(path: tuple, tree: dict, mapping: dict) -> tuple:
 
 
 def generate_data_mapping(target: Items, golden: Items, target_construct: dict, golden_construct: dict,
-                          mapping: dict) -> dict:
-    """Target item name -> golden item name for every item of every entry the layer mapping pairs."""
-    target_scopes = entry_scopes(target, target_construct)
-    golden_tree = build_tree(entry_scopes(golden, golden_construct))
+                          mapping: dict, target_stacks: dict | None = None, golden_stacks: dict | None = None,
+                          frameworks: tuple = ("mindspore", "pytorch")) -> dict:
+    """Target item name -> golden item name (N/A without a partner) for every item of every placed entry."""
+    target_scopes = entry_scopes(target, target_construct, target_stacks, frameworks[0])
+    golden_tree = build_tree(entry_scopes(golden, golden_construct, golden_stacks, frameworks[1]))
     target_tree = build_tree(target_scopes)
     golden_items = _items_by_entry(golden)
     target_items = _items_by_entry(target)
@@ -144,13 +193,9 @@ def generate_data_mapping(target: Items, golden: Items, target_construct: dict, 
         position = siblings.index(name)
         partner_node = golden_tree.get(translate(path, target_tree, mapping))
         partners = partner_node.entries.get(direction, []) if partner_node else []
-        if position >= len(partners):
-            continue
-        golden_entry = partners[position]
-        by_suffix = golden_items.get(golden_entry, {})
+        by_suffix = golden_items.get(partners[position], {}) if position < len(partners) else {}
         for suffix, item_name in target_items.get(name, {}).items():
-            if suffix in by_suffix:
-                data[item_name] = by_suffix[suffix]
+            data[item_name] = by_suffix.get(suffix, NA)
     return data
 
 

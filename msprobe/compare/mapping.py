@@ -8,9 +8,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from msprobe.dump.paths import load_yaml
+from msprobe.dump.reader import read_stack
 from msprobe.errors import MsprobeError
 from msprobe.io import write_text
 from msprobe.log import get_logger
+from msprobe.names import counter
+from msprobe.table.cells import NA
 
 DIRECTION_MARKERS = (".forward.", ".backward.", ".parameters_grad")
 INDEX_KEYS = {"input": ("ms_args", "pt_args"), "output": ("ms_outputs", "pt_outputs"),
@@ -93,8 +96,8 @@ def check_rule_arity(rules: list, target_items, golden_items) -> None:
                 if name.startswith(api + "."):
                     rest = name[len(api) + 1:].split(".")
                     marker = next((i for i, part in enumerate(rest) if part in ("input", "output", "parameters")), None)
-                    if marker is not None and marker + 1 < len(rest) and rest[marker + 1].isdigit():
-                        seen.setdefault(state, set()).add(int(rest[marker + 1]))
+                    if marker is not None and marker + 1 < len(rest) and counter(rest[marker + 1]) is not None:
+                        seen.setdefault(state, set()).add(counter(rest[marker + 1]))
             for state, mapping in rule.indices.items():
                 if state not in seen:
                     continue
@@ -153,7 +156,7 @@ def map_custom_api(name: str, state: str, rules: list) -> str | None:
         mapping = rule.indices.get(state)
         parts = entry_rest.split(".")
         marker = next((i for i, part in enumerate(parts) if part in ("input", "output", "parameters", "kwargs")), None)
-        if mapping is not None and marker is not None and marker + 1 < len(parts) and parts[marker + 1].isdigit():
+        if mapping is not None and marker is not None and marker + 1 < len(parts) and counter(parts[marker + 1]) is not None:
             index = parts[marker + 1]
             if index not in mapping:
                 return name + ".abandoned"        # an argument the mapping leaves out never matches
@@ -287,8 +290,10 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
             logger.warning("%sLayer mapping needs construct.json beside both dump.json files (dump at level L0 or "
                            "mix); it is skipped.", label)
         else:
-            data = generate_data_mapping(target_items, golden_items, target.construct, golden.construct, table)
-            logger.info("%sLayer mapping paired %d items.", label, len(data))
+            data = generate_data_mapping(target_items, golden_items, target.construct, golden.construct, table,
+                                         _stacks(target), _stacks(golden), (target.framework, golden.framework))
+            logger.info("%sLayer mapping paired %d items (%d left unmatched).", label,
+                        sum(1 for v in data.values() if v != NA), sum(1 for v in data.values() if v == NA))
             mappings.generated = dict(data)
             if output_dir:
                 write_data_mapping(data, output_dir, suffix, stamp, label)
@@ -296,6 +301,14 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
         data.update(parse_text_mapping(load_yaml(options.data, "data mapping file"), options.data, "data mapping"))
     mappings.data = data
     return mappings
+
+
+def _stacks(dump) -> dict:
+    """The stacks of a dump (entry -> lines): those read with it, else its stack.json, else none."""
+    if dump.stack is not None:
+        return dump.stack
+    path = os.path.join(os.path.dirname(dump.path), "stack.json")
+    return read_stack(path) if os.path.isfile(path) and not os.path.islink(path) else {}
 
 
 def write_data_mapping(data: dict, output_dir: str, suffix: str, stamp: str, label: str = "") -> str:

@@ -23,6 +23,7 @@ from msprobe.dump.tensors import TensorReadError, load_tensor
 from msprobe.errors import MsprobeError
 from msprobe.io import write_text
 from msprobe.log import get_logger, progress
+from msprobe.names import printable
 from msprobe.scale.stamp import timestamp
 from msprobe.table import columns as col
 from msprobe.table.cells import NA, number_or_none
@@ -230,7 +231,7 @@ def write_pair(pair: ComparedPair, output_dir: str, stamp: str, suffix: str = ""
         summary.html_file = write_compare_html(pair.table, summary, path, pair.target_path, pair.construct)
     if advisor:
         advisor_path = os.path.join(output_dir, result_file_name("advisor", suffix, "txt", stamp))
-        write_text(advisor_path, "\n".join(summary.advice.lines()) + "\n")
+        write_text(advisor_path, "".join(printable(line) + "\n" for line in summary.advice.lines()))
         summary.advisor_file = advisor_path
     return summary
 
@@ -366,8 +367,8 @@ def build_table(mode: str, target: Dump, golden: Dump, t_items: Items, g_items: 
         cells[col.DATA_NAME] = [str([a, b]) for a, b in zip(t_names, g_names)]
     if with_stack:
         cells[col.STACK] = stack_column(target.stack, t_items, judge_input.entry)
-    # stack lines are checked when stack.json is read; these columns carry other text from the dumps
-    free_text = set(col.BASIC[:6]) | {col.DATA_NAME} | set(col.MD5_VALUES)
+    # the columns that carry text from the dumps, checked for formulas by the writers (table/safety.py)
+    free_text = set(col.BASIC[:6]) | {col.DATA_NAME, col.STACK} | set(col.MD5_VALUES)
     return ResultTable(columns=columns, cells=cells, numeric_columns=frozenset(numeric),
                        text_columns=frozenset(free_text)), judge_input
 

@@ -9,7 +9,7 @@ from itertools import repeat
 import numpy as np
 
 from msprobe.frameworks.dtypes import canonical
-from msprobe.table.cells import NA, cell_text
+from msprobe.table.cells import NA, cell_text, stat_number
 from msprobe.table.columns import MD5, TENSOR
 
 PASS, WARNING, ERROR = 0, 1, 2
@@ -63,14 +63,10 @@ class JudgeInput:
 
 
 def _nan_or_inf(values: list) -> np.ndarray:
-    """Per value: a non-finite float, or a text that says nan/inf (integers are finite, other kinds are not
-    numbers)."""
-    numbers = [value if (kind := value.__class__) is float
-               else _NON_FINITE_TEXTS.get(value.strip().lower(), 0.0) if kind is str else 0.0 for value in values]
+    """Per value: a statistic that is NaN or infinite however it is spelled (cells.stat_number: `inf`,
+    `Infinity`, `1e999`, an integer beyond the float range); other texts are not numbers."""
+    numbers = [value if value.__class__ is float else (stat_number(value) or 0.0) for value in values]
     return ~np.isfinite(np.array(numbers, dtype=np.float64))
-
-
-_NON_FINITE_TEXTS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("inf"), "+inf": float("inf")}
 
 
 def _entry_runs(entry: np.ndarray):

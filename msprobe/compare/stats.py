@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from msprobe.table.cells import NA, cell_text
+from msprobe.table.cells import NA, cell_text, stat_number
 
 NUM, NAN, INF, NEG_INF, DEVICE, NA_CODE, OTHER = range(7)
 _DEVICE_WORDS = ("npu", "cpu", "cuda")
@@ -35,7 +35,7 @@ def classify(value) -> tuple[int, float]:
             return NEG_INF, 0.0
         return NUM, value
     if kind is int:
-        return NUM, float(value)
+        return classify(stat_number(value))        # beyond the float range: an infinity
     if kind is str:
         if value == NA:
             return NA_CODE, 0.0
@@ -48,27 +48,24 @@ def classify(value) -> tuple[int, float]:
             return NEG_INF, 0.0
         if any(word in lowered for word in _DEVICE_WORDS):
             return DEVICE, 0.0
-        try:
-            number = float(value)
-        except ValueError:
-            return OTHER, 0.0
-        return classify(number)
+        number = stat_number(value)
+        return (OTHER, 0.0) if number is None else classify(number)
     return OTHER, 0.0
 
 
 def stat_diff(target_values: list, golden_values: list, numbers: bool = False) -> tuple[list, list, np.ndarray]:
     """Diff text, relative-error text and relative error as a fraction (NaN where not numeric) per row.
 
-    Rows whose two values are plain finite floats are computed with numpy at once; every other row
-    (integers, NaN/Inf, booleans, text, N/A) goes through the case table of spec §4.4 one by one.
+    Rows whose two values are finite numbers are computed with numpy at once, integers as floats (`5 - 6` is
+    `-1.0`, and `5` equals `5.0`, as the reference writes them); every other row (NaN/Inf however spelled,
+    booleans, text, N/A) goes through the case table of spec §4.4 one by one.
     numbers: the numeric rows that differ (two floats, or numbers as text) get the diff and the relative error in
     percent as floats, whose cell texts are repr(diff) and repr(error) + "%" (for a caller that spells them its own
     way); texts otherwise.
     """
     rows = len(target_values)
-    nan = math.nan
-    t = np.array([v if type(v) is float else nan for v in target_values], dtype=np.float64)
-    g = np.array([v if type(v) is float else nan for v in golden_values], dtype=np.float64)
+    t = np.array([v if type(v) is float else _int_or_nan(v) for v in target_values], dtype=np.float64)
+    g = np.array([v if type(v) is float else _int_or_nan(v) for v in golden_values], dtype=np.float64)
     fast = np.isfinite(t) & np.isfinite(g)
     diffs = np.full(rows, None, dtype=object)
     rels = np.full(rows, None, dtype=object)
@@ -84,19 +81,19 @@ def stat_diff(target_values: list, golden_values: list, numbers: bool = False) -
     slow_rows, slow_t, slow_g = [], [], []
     for row in np.flatnonzero(~fast).tolist():
         n, b = target_values[row], golden_values[row]
-        kind_n, kind_b = type(n), type(b)
-        if kind_n is int and kind_b is int:         # exact integer arithmetic, no decimal point
-            if n == b:
+        if type(n) is int and type(b) is int and max(abs(n), abs(b)) < _FLOAT_RANGE:
+            # integers above 2**53 (not exact as floats): exact arithmetic, written as the float it is
+            diff = n - b
+            if diff == 0:
                 diffs[row] = rels[row] = "0"
                 fractions[row] = 0.0
-                continue
-            diff = n - b
-            diffs[row] = str(diff)
-            if b == 0:
-                rels[row], fractions[row] = "inf", math.inf
             else:
-                rel = abs(diff / b * 100)
-                rels[row], fractions[row] = f"{rel!r}%", rel / 100
+                diffs[row] = repr(float(diff))
+                if b == 0:
+                    rels[row], fractions[row] = "inf", math.inf
+                else:
+                    rel = abs(diff / b * 100)
+                    rels[row], fractions[row] = f"{rel!r}%", rel / 100
             continue
         if cell_text(n) == cell_text(b):
             diffs[row] = rels[row] = "0"
@@ -119,6 +116,15 @@ def stat_diff(target_values: list, golden_values: list, numbers: bool = False) -
         _fill_numeric(np.asarray(slow_rows), np.asarray(slow_t, dtype=np.float64),
                       np.asarray(slow_g, dtype=np.float64), diffs, rels, fractions, numbers)
     return diffs.tolist(), rels.tolist(), fractions
+
+
+_EXACT = 2 ** 53             # integers below this are exact as floats
+_FLOAT_RANGE = 2 ** 1023     # integers below this (and their differences) convert to floats
+
+
+def _int_or_nan(value) -> float:
+    """An int statistic that is exact as a float, as that float; NaN for everything else but floats."""
+    return float(value) if type(value) is int and -_EXACT < value < _EXACT else math.nan
 
 
 def _fill_numeric(rows: np.ndarray, n: np.ndarray, b: np.ndarray, diffs, rels, fractions, numbers: bool) -> None:

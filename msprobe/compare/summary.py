@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from msprobe.log import get_logger
+from msprobe.names import printable
 
 
 def summary_line(summary) -> str:
+    """One line, whatever the names of the dump hold (control characters escaped: names.printable)."""
     counts = ", ".join(f"{summary.results.get(k, 0)} {k}" for k in ("pass", "warning", "error"))
     label = summary.label.strip("[] ") or "compare"
     line = (f"{label}: {summary.rows} rows ({summary.matched} matched, {summary.rows - summary.matched} without "
@@ -19,7 +21,7 @@ def summary_line(summary) -> str:
         line += f"; {summary.tensor_problems} tensor pairs not comparable (see Err_message)"
     if summary.output:
         line += f" -> {summary.output}"
-    return line
+    return printable(line)
 
 
 def print_summary(summaries: list, failures: list = (), problems: list = (), advice: bool = True) -> None:
@@ -28,7 +30,7 @@ def print_summary(summaries: list, failures: list = (), problems: list = (), adv
         logger.info("%s", summary_line(summary))
     if advice and len(summaries) == 1 and summaries[0].advice is not None:
         advice = summaries[0].advice
-        logger.info("Advice: %s", advice.text)
+        logger.info("Advice: %s", printable(advice.text))
         if summaries[0].advisor_file:
             logger.info("Advisor file: %s", summaries[0].advisor_file)
     if len(summaries) + len(failures) > 1 or problems:

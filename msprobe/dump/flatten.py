@@ -16,7 +16,7 @@ from msprobe.dump.naming import (
 from msprobe.dump.paths import is_plain_file_name
 from msprobe.dump.reader import SENTINELS
 from msprobe.errors import DumpFormatError
-from msprobe.table.safety import is_formula_like
+from msprobe.table.safety import first_formula, is_formula_like
 
 MAX_DEPTH = 400
 P2P_CLASS = "torch.distributed.P2POp"
@@ -127,6 +127,24 @@ class _Flattener:
         self.rows: list = []   # one tuple per item, in ROW_FIELDS order; transposed into items at the end
         self.entry_notes: list = []   # dump_error texts of the entry being walked, outside any leaf
         self.records: list = []    # the leaf dict of each item (Items.record)
+        self.plain_texts: set = set()   # short texts found no formula (type, dtype), not checked again
+
+    def check_texts(self, name: str, record: dict) -> None:
+        """Refuse a record holding a text a spreadsheet could run as a formula (type, dtype, data_name, md5, a str
+        value: spec §7.3, as the reference refuses them)."""
+        known = self.plain_texts
+        for value in record.values():
+            if value.__class__ is str and value not in known:
+                break
+        else:
+            return
+        texts = [value for value in record.values() if value.__class__ is str and value not in known]
+        bad = first_formula(texts)
+        if bad is not None:
+            raise DumpFormatError(f"{self.source}: data info of {name} contains special characters: {bad!r} could "
+                                  "run as a spreadsheet formula.")
+        if len(known) < 10_000:
+            known.update(text for text in texts if len(text) <= 40)
 
     def leaf(self, name: str, record, state: str, entry: int) -> None:
         if record is None:
@@ -135,12 +153,15 @@ class _Flattener:
             data_name = "-1"
             tensor = False
         else:
+            self.check_texts(name, record)
             note = record.get(DUMP_ERROR)
             if isinstance(note, str):
                 self.items.notes[len(self.rows)] = note
             if record.get("class_type") == P2P_CLASS:
                 self.items.extra[len(self.rows)] = {k: record.get(k) for k in ("op", "peer", "tag", "group_id")}
                 record = record.get("tensor") or {}
+                if isinstance(record, dict):
+                    self.check_texts(name, record)
             data_name = record.get("data_name")
             if data_name:
                 if not isinstance(data_name, str):
@@ -173,7 +194,12 @@ class _Flattener:
                 stats = (_tensor_stat(get("Max")), _tensor_stat(get("Min")), _tensor_stat(get("Mean")),
                          _tensor_stat(get("Norm")))
                 md5 = record.get("md5")
-                md5 = EMPTY_CRC if md5 is None else str(md5)
+                # no md5 recorded: the CRC-32 of the record's value text, as the reference computes it (a tensor
+                # dumped with its `value`, e.g. a small int64 tensor: crc32("[1, 2, 3]") = b8213bc1)
+                if md5:
+                    md5 = str(md5)
+                else:
+                    md5 = crc32_text(str(record["value"])) if "value" in record else EMPTY_CRC   # one shared text
             else:
                 tensor = False
                 dtype, shape, stats, md5 = self.scalar(name, record)
@@ -195,8 +221,6 @@ class _Flattener:
         value = record.get("value")
         if type(value) is str and value in SENTINELS:
             value = SENTINELS[value]
-        if isinstance(value, str) and is_formula_like(value):
-            raise DumpFormatError(f"{self.source}: data info of {name} contains special characters.")
         if kind == "torch.Size":
             return kind, str(value), (None, None, None, None), crc32_text(str(value))
         if kind == "slice":
@@ -261,7 +285,8 @@ def flatten(data: dict, source: str = "dump.json", debug: bool = False) -> Items
     walker = _Flattener(items, source)
     for entry_name, body in data.items():
         if is_formula_like(entry_name):
-            raise DumpFormatError(f"{source}: api name {entry_name!r} contains special characters.")
+            raise DumpFormatError(f"{source}: api name {entry_name!r} contains special characters: it could run as "
+                                  "a spreadsheet formula.")
         parts = split_entry_name(entry_name, debug)
         if parts is None:
             continue

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from msprobe.names import counter
+
 FORWARD = "forward"
 BACKWARD = "backward"
 PARAMETERS_GRAD = "parameters_grad"
@@ -34,7 +36,7 @@ def split_entry_name(name: str, debug: bool = False) -> EntryName | None:
 def renumber_call_direction(call_direction: str, number: int) -> str:
     """Replace the call count inside "N.backward" or "backward.N" by number."""
     first, second = call_direction.split(".", 1)
-    if first.isdigit():
+    if counter(first) is not None:
         return f"{number}.{second}"
     return f"{first}.{number}"
 

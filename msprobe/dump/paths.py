@@ -73,10 +73,39 @@ def is_plain_file_name(name: str) -> bool:
     return bool(name) and "/" not in name and "\\" not in name and name not in (".", "..") and "\x00" not in name
 
 
+TENSOR_DIR_NAME = "dump_tensor_data"
+
+
+def tensor_dir_of(dump_path: str, recorded=None) -> str:
+    """Where the tensor files of the dump `dump_path` (its dump.json) are read from: `dump_tensor_data` beside it;
+    when there is none, the dump's recorded `dump_data_dir` (relative to the dump folder, or absolute) if that is a
+    directory inside the dump folder reached through no symbolic link (acc_check's error data). Nothing outside
+    the dump folder is ever read: an absolute `dump_data_dir` elsewhere is not followed (docs/security.md)."""
+    folder = os.path.dirname(os.path.abspath(dump_path))
+    beside = os.path.join(folder, TENSOR_DIR_NAME)
+    if os.path.lexists(beside) or not isinstance(recorded, str) or not recorded:
+        return beside
+    candidate = os.path.normpath(os.path.join(folder, recorded))
+    inside = os.path.relpath(candidate, folder)
+    if inside == "." or inside.split(os.sep)[0] == os.pardir or os.path.isabs(inside):
+        return beside
+    step = folder
+    for part in inside.split(os.sep):
+        step = os.path.join(step, part)
+        if os.path.islink(step):
+            return beside
+    return candidate if os.path.isdir(candidate) else beside
+
+
 def safe_tensor_path(tensor_dir: str, data_name: str) -> tuple[str | None, str]:
-    """Resolve data_name inside tensor_dir; return (path, "") or (None, reason) when unsafe or missing."""
+    """Resolve data_name inside tensor_dir; return (path, "") or (None, reason) when unsafe or missing. A symbolic
+    link anywhere on the way (the tensor directory or the file) is refused: what is read lies inside the dump
+    folder."""
     if not is_plain_file_name(data_name):
         return None, f"invalid data_name {data_name!r}: it must be a plain file name inside dump_tensor_data."
+    if os.path.islink(tensor_dir):
+        return None, (f"the tensor directory {tensor_dir} is a symbolic link; refused (only files inside the dump "
+                      "folder are read).")
     path = os.path.join(tensor_dir, data_name)
     if os.path.islink(path):
         return None, f"tensor file {data_name} is a symbolic link; refused."

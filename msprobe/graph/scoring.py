@@ -9,7 +9,7 @@ from msprobe.graph import floats
 from msprobe.graph.texts import STAT_CELLS
 from msprobe.graph.tree import COLLECTION, ROOT, Graph
 from msprobe.table import columns as col
-from msprobe.table.cells import NA, cell_text, number_or_none
+from msprobe.table.cells import NA, cell_text, number_or_none, stat_number
 
 JSON_COLUMNS = {
     col.STATISTICS: col.STAT_DIFFS,
@@ -125,7 +125,7 @@ def db_stat_cells(cells: dict) -> dict:
         diffs, rels, divided, quotients = [], [], [], []
         for index, (n, b) in enumerate(zip(cells[f"NPU {stat}"], cells[f"Bench {stat}"])):
             if (n.__class__ is float or n.__class__ is int) and (b.__class__ is float or b.__class__ is int):
-                if (n.__class__ is float and not math.isfinite(n)) or (b.__class__ is float and not math.isfinite(b)):
+                if not (math.isfinite(stat_number(n)) and math.isfinite(stat_number(b))):   # ints beyond floats too
                     diffs.append("Nan")
                     rels.append("Nan")
                     continue
@@ -135,7 +135,7 @@ def db_stat_cells(cells: dict) -> dict:
                     rels.append(NA)
                     continue
                 divided.append(index)
-                quotients.append(abs(float(diff) / b) * 100)     # float(): integers of any size
+                quotients.append(abs(stat_number(diff) / stat_number(b)) * 100)     # integers of any size
                 rels.append(None)
             else:
                 diffs.append(NA)

@@ -17,7 +17,8 @@ from msprobe.graph import floats
 STAT_CELLS = {"Max diff": "", "Min diff": "", "Mean diff": "", "L2norm diff": "", "MaxRelativeErr": "%",
               "MinRelativeErr": "%", "MeanRelativeErr": "%", "NormRelativeErr": "%"}
 NODE_BATCH = 2048       # nodes a writer formats at once (their texts never exist for a whole graph)
-_LONG_DECIMAL = re.compile(r"-?\d+\.\d{7,}%?")
+# A number starts where a run of digits starts: (?<!\d) keeps the search linear on a long run of digits.
+_LONG_DECIMAL = re.compile(r"-?(?<!\d)\d+\.\d{7,}%?")
 _WHOLE_LONG_DECIMAL = re.compile(r"^-?\d+\.\d{7,}%?$")
 _NUMBER = re.compile(r"(-?\d+\.(\d+))((?:e[-+]?\d+)?%?)")
 

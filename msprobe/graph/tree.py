@@ -3,10 +3,9 @@ API collections, micro steps and stacks. Every walk over the tree is iterative (
 
 from __future__ import annotations
 
-import re
-
 from msprobe.dump.reader import Dump
 from msprobe.errors import DumpFormatError, MsprobeError
+from msprobe.names import counter
 
 ROOT = "DefaultModel"
 MODULE, API, COLLECTION = 0, 1, 9
@@ -14,7 +13,7 @@ API_PREFIXES = ("Tensor.", "Torch.", "Functional.", "NPU.", "VF.", "Distributed.
                 "MintFunctional.", "Primitive.", "Jit.", "MindSpeed.")
 COLLECTION_PREFIX = "Apis_Between_Modules"
 COMM_PREFIX = "Distributed."          # the communication nodes (matched across ranks: distributed.py)
-_TEMPLATE_LINE = re.compile(r"[A-Z]\w*Template\(")
+
 
 
 class Node:
@@ -115,6 +114,20 @@ def _backward_module(forward: str, known) -> str | None:
     return backward if backward in known else None
 
 
+def _is_template_line(line: str) -> bool:
+    r"""True when the line calls a `...Template(` of the dump tool (`ApiTemplate(`, `TensorOPTemplate(`): what
+    the pattern `[A-Z]\w*Template\(` finds, in linear time (the pattern is quadratic on a long word)."""
+    at = line.find("Template(")
+    while at >= 0:
+        start = at
+        while start > 0 and (line[start - 1].isalnum() or line[start - 1] == "_"):
+            start -= 1
+            if "A" <= line[start] <= "Z":
+                return True
+        at = line.find("Template(", at + 1)
+    return False
+
+
 def simplify_stack(name: str, lines: list, found: dict | None = None) -> list:
     """The short stack of the 1.x graphs (spec §4.6). found: where the API line of a stack is, by id of the stack
     (entries of a stack.json group share one list of lines), kept by the caller while the stacks live."""
@@ -128,7 +141,7 @@ def simplify_stack(name: str, lines: list, found: dict | None = None) -> list:
         return lines
     index = found.get(id(lines)) if found is not None else None
     if index is None:
-        index = next((at + 1 for at, line in enumerate(lines) if _TEMPLATE_LINE.search(line)), -1)
+        index = next((at + 1 for at, line in enumerate(lines) if _is_template_line(line)), -1)
         if found is not None:
             found[id(lines)] = index
     return lines if index < 0 else lines[index:index + 1]
@@ -270,8 +283,9 @@ def _attach_parameter_grads(graph: Graph, data: dict, get_or_create) -> None:
     backward: dict = {}
     for name in nodes:
         head, sep, tail = name.rpartition(".backward.")
-        if sep and tail.isdigit() and (head not in backward or int(tail) > backward[head][0]):
-            backward[head] = (int(tail), name)
+        number = counter(tail) if sep else None
+        if number is not None and (head not in backward or number > backward[head][0]):
+            backward[head] = (number, name)
     for name in data:
         if ".parameters_grad" not in name or name in nodes:
             continue
@@ -338,9 +352,10 @@ def _first_stack(name: str, nodes: dict, stacks: dict):
 
 def _recompute_parent(name: str, nodes: dict, recomputed: set):
     head, _, index = name.rpartition(".forward.")
-    if not index.isdigit():
+    number = counter(index)
+    if number is None:
         return None
-    for earlier in range(int(index) - 1, -1, -1):
+    for earlier in range(number - 1, -1, -1):
         original = nodes.get(f"{head}.forward.{earlier}")
         if original is None or original.id in recomputed:
             continue

@@ -147,6 +147,12 @@ def _runner(backend: Backend, tasks: int):
 
         return RayRunner(backend)
     workers = max(1, min(backend.workers, tasks))
+    if workers > 1 and multiprocessing.current_process().daemon:
+        # a daemonic process (a multiprocessing.Pool worker calling the Python API) may not start processes
+        get_logger().warning("This process is a daemonic worker process (multiprocessing.Pool), which cannot start "
+                             "processes of its own: the %d tasks run one after the other in it (call msprobe from "
+                             "a process that is not daemonic to run them side by side).", tasks)
+        return InProcess()
     return InProcess() if workers == 1 else Processes(workers, backend.start_method)
 
 

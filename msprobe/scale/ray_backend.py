@@ -8,6 +8,7 @@ import os
 import socket
 
 from msprobe.errors import MsprobeError
+from msprobe.names import counter
 from msprobe.optional import require
 from msprobe.scale.task import Backend, JobFailure, execute
 
@@ -91,10 +92,11 @@ def check_reachable(address: str) -> None:
     if address in ("", "auto") or "://" in address or ":" not in address:
         return
     host, _, port = address.rpartition(":")
-    if not port.isdigit():
+    number = counter(port)
+    if number is None:
         return
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+        socket.create_connection((host.strip("[]"), number), timeout=5).close()
     except OSError as exc:
         raise MsprobeError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}.") from None
 

@@ -2,7 +2,8 @@
 build_<stamp>.vis...), unique in its output directory: two runs started in the same second into one directory
 would otherwise replace each other's results.
 
-A run claims a second by creating `.msprobe_run_<stamp>.lock` (exclusively; it holds `<pid>@<host>`) in its output
+Every writer of msprobe names its files so (compare, graph, merge_result, code_mapping, acc_check,
+multi_acc_check, the Python API's result.write()). A run claims a second by creating `.msprobe_run_<stamp>.lock` (exclusively; it holds `<pid>@<host>`) in its output
 directory and checking that no file in the directories it writes to already carries that stamp. When the second
 is taken (another run holds it or has used it), the run waits for the next second and tries again, so names keep
 the reference's 14-digit format (which merge_result reads) and always show when the run started. The lock is
@@ -60,6 +61,21 @@ def claim_stamp(directories: list, now=None) -> str:
             raise MsprobeError(f"no free timestamp for the result files in {home} for {MAX_WAIT:.0f} s: too many "
                                "runs write into this directory at once.")
         time.sleep(max(0.01, 1.0 - moment % 1.0 + 0.005))
+
+
+@contextlib.contextmanager
+def claimed_stamp(directories: list):
+    """claim_stamp for the duration of a `with` block: a writer that outlives its files (the Python API's
+    result.write()) gives its claim back as soon as its files carry the stamp."""
+    stamp = claim_stamp(directories)
+    lock = _HELD[-1]
+    try:
+        yield stamp
+    finally:
+        with contextlib.suppress(ValueError):
+            _HELD.remove(lock)
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
 
 
 def release_claims() -> None:

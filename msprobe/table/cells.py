@@ -50,20 +50,39 @@ def is_number(value) -> bool:
     return (kind is int or kind is float) and kind is not bool
 
 
-def number_or_none(value) -> float | None:
-    """The one parser of number cells: a number, or a text of one, as a float; a percent text as its fraction
-    (`12.5%` -> 12.5 / 100 = 0.125); None for anything else (texts, bools, None, NaN)."""
+def stat_number(value) -> float | None:
+    """The one parser of a number as a dump records it or a table holds it: a float as it is (NaN and the
+    infinities included); an int as a float, +-inf beyond the float range (a JSON integer such as 1 followed by
+    400 zeros); a text as the float it spells (`1.5`, ` inf`, `Infinity`, `-Infinity`, `1e999`, `nan`); None for
+    anything else (other texts, bools, None). Every non-finite spelling is thereby the same value, with the same
+    verdict."""
     kind = type(value)
-    if kind is float or kind is int:
-        return None if value != value else float(value)
-    if kind is str:
-        text = value.strip()
-        percent = text.endswith("%")
+    if kind is float:
+        return value
+    if kind is int:
         try:
-            number = float(text[:-1] if percent else text)
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    if kind is str:
+        try:
+            return float(value)
         except ValueError:
             return None
-        if math.isnan(number):
-            return None
-        return number / 100 if percent else number
+    if kind is not bool and isinstance(value, (int, float)):     # numpy scalars
+        return stat_number(float(value) if isinstance(value, float) else int(value))
     return None
+
+
+def number_or_none(value) -> float | None:
+    """A number cell as a float: stat_number, with a percent text as its fraction (`12.5%` -> 12.5 / 100 =
+    0.125); None for anything else and for NaN."""
+    if type(value) is str:
+        text = value.strip()
+        percent = text.endswith("%")
+        number = stat_number(text[:-1] if percent else text)
+        if number is not None and percent:
+            number /= 100
+    else:
+        number = stat_number(value)
+    return None if number is None or number != number else number

@@ -38,9 +38,29 @@ _VALUE = re.compile(r"<v(?:\s[^>]*)?>(.*?)</v>", re.S)
 _TEXT = re.compile(r"<t(?=[\s>])[^>]*(?<!/)>(.*?)</t>", re.S)
 _PHONETIC = re.compile(r"<rPh(?=[\s>]).*?</rPh>", re.S)
 _ELEMENT_START = re.compile(rb"<[A-Za-z_]")
+# Element starts whose content a pattern above reads lazily up to a closing tag (`(.*?)</si>`, ...): a start
+# with no closing tag after it makes the pattern scan to the end of the text, from every such start.
+_SI_START, _C_START = re.compile(r"<si(?=[\s>/])"), re.compile(r"<c(?=[\s>/])")
+_T_START, _V_START, _RPH_START = re.compile(r"<t(?=[\s>])"), re.compile(r"<v(?=[\s>])"), re.compile(r"<rPh(?=[\s>])")
 _NS = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
 _RELS_NS = "{http://schemas.openxmlformats.org/package/2006/relationships}"
 _DOC_RELS = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}id"
+
+
+def _unclosed(text: str, start: re.Pattern, closing: str, self_closing: bool = True) -> bool:
+    """True when an element that `start` finds comes after the last `closing` tag and does not close itself
+    (`.../>`, when self_closing): the patterns of this module would scan from it to the end of the text, and a
+    file of thousands of such starts would take hours. Well-formed XML has none; the callers hand such text to the
+    XML parser (linear, and it names the fault) or refuse it. One pass: linear in the text."""
+    last = text.rfind(closing)
+    position = last + len(closing) if last >= 0 else 0
+    end = -1
+    for found in start.finditer(text, position):
+        if end < found.end():
+            end = text.find(">", found.end())
+        if end < 0 or not self_closing or text[end - 1] != "/":
+            return True
+    return False
 
 
 def _column_index(letters: str) -> int:
@@ -61,6 +81,8 @@ def _text(raw: str) -> str:
 
 def _string_item(xml: str) -> str:
     """The text of an `<is>` or `<si>` body: its `<t>` elements, plain or in rich-text runs, without phonetic runs."""
+    if _unclosed(xml, _T_START, "</t>") or ("<rPh" in xml and _unclosed(xml, _RPH_START, "</rPh>", False)):
+        raise MsprobeError("a string of the workbook is not well-formed XML: a <t> or <rPh> element is never closed.")
     if "<rPh" in xml:
         xml = _PHONETIC.sub("", xml)
     return _text("".join(_TEXT.findall(xml)))
@@ -102,6 +124,8 @@ def _cell(groups: tuple, shared: list | None, decode: bool = True) -> tuple:
             return letters, _string_item(body) if body is not None else None
         return letters, _text(inline)
     if value is None and body is not None:
+        if _unclosed(body, _V_START, "</v>", False):
+            raise MsprobeError("a cell of the workbook is not well-formed XML: a <v> element is never closed.")
         found = _VALUE.search(body)
         value = found and found.group(1)
     return letters, _value(kind or "n", _text(value) if value is not None else None, shared)
@@ -130,9 +154,9 @@ def _decode_row(row_xml: str, shared: list | None, columns: set | None = None) -
     return cells
 
 
-def _first_cell(data: bytes, position: int, shared: list | None) -> tuple[bool, object]:
-    """(found, name) of the row whose content starts at position: its first cell when that is column A."""
-    match = _FIRST_CELL.match(data, position)
+def _first_cell(data: bytes, position: int, stop: int, shared: list | None) -> tuple[bool, object]:
+    """(found, name) of the row whose content is data[position:stop]: its first cell when that is column A."""
+    match = _FIRST_CELL.match(data, position, stop)
     if match is None:
         return False, None
     letters, kind, attributes, value, inline, body = match.groups()
@@ -216,9 +240,10 @@ def _prefixed(data: bytes, tag: bytes) -> bool:
 
 def _shared_strings(data: bytes, path: str) -> list:
     _refuse_dtd(data, "xl/sharedStrings.xml", path)
-    if _prefixed(data, b"sst") or b"<!" in data:       # comments or CDATA
+    text = data.decode("utf-8")
+    if _prefixed(data, b"sst") or b"<!" in data or _unclosed(text, _SI_START, "</si>"):   # comments, CDATA, faults
         return [_element_text(item) for item in ElementTree.fromstring(data) if _local(item.tag) == "si"]
-    return [_string_item(body) if body else "" for body in (m.group(1) for m in _ITEM.finditer(data.decode("utf-8")))]
+    return [_string_item(body) if body else "" for body in (m.group(1) for m in _ITEM.finditer(text))]
 
 
 def _sheet_rows(data: bytes, select, shared: list | None, columns: set | None = None) -> tuple[list, list]:
@@ -230,6 +255,7 @@ def _sheet_rows(data: bytes, select, shared: list | None, columns: set | None = 
         return [], []
     end = data.find(b"</sheetData>", start)
     end = len(data) if end < 0 else end
+    end = data.rfind(b">", start, end) + 1       # a row start after the last '>' is none (and would be rescanned)
     header: list | None = None
     indices = None
     rows = []
@@ -239,13 +265,13 @@ def _sheet_rows(data: bytes, select, shared: list | None, columns: set | None = 
                 header, indices = [], set()
             continue
         begin = match.end()
-        if header is not None and select is not None:
-            found, name = _first_cell(data, begin, shared)
-            if found and not (isinstance(name, str) and select(name)):
-                continue
         stop = data.find(b"</row>", begin, end)
         if stop < 0:
             raise MsprobeError("a row element of the sheet is not closed.")
+        if header is not None and select is not None:
+            found, name = _first_cell(data, begin, stop, shared)
+            if found and not (isinstance(name, str) and select(name)):
+                continue
         if header is None:
             header = [c if c is not None else "" for c in _row_cells(data, begin, stop, shared, None)]
             indices = {i for i, name in enumerate(header) if name in columns} if columns is not None else None
@@ -259,9 +285,10 @@ def _sheet_rows(data: bytes, select, shared: list | None, columns: set | None = 
 def _row_cells(data: bytes, begin: int, stop: int, shared: list | None, columns: set | None) -> list:
     """The cells of the row content data[begin:stop]; content with comments or CDATA goes through the XML parser."""
     content = data[begin:stop]
-    if b"<!" in content or b"<?" in content:
+    text = content.decode("utf-8")
+    if b"<!" in content or b"<?" in content or _unclosed(text, _C_START, "</c>"):
         return _element_row(ElementTree.fromstring(b"<row>" + content + b"</row>"), shared, columns)
-    return _decode_row(content.decode("utf-8"), shared, columns)
+    return _decode_row(text, shared, columns)
 
 
 def _element_text(item) -> str:

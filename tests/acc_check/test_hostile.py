@@ -21,7 +21,8 @@ from conftest import FIXTURES, read_csv
 
 HERE = Path(__file__).resolve().parent
 L1 = FIXTURES / "stats_L1_step0" / "target" / "dump.json"
-VIA = pytest.mark.parametrize("via", ["inproc", "subprocess"])
+# the same run in this process and as `python -m msprobe` in a fresh one (slow: an interpreter start-up each)
+VIA = pytest.mark.parametrize("via", ["inproc", pytest.param("subprocess", marks=pytest.mark.slow)])
 SCRIPT_TIMEOUT = 120
 
 
@@ -435,6 +436,7 @@ def _peak_rss_of_acc_check(dump: Path, out: Path) -> int:
     return int(done.stdout.split()[-1]) * 1024
 
 
+@pytest.mark.slow
 def test_each_api_is_freed_before_the_next(tmp_path):
     """Twelve [1024, 1024] gelu calls with backward (about 85 MB of tensors each) peak no higher than one call
     plus allocator slack: nothing of an API outlives it."""
@@ -486,3 +488,93 @@ def test_real_data_counts_the_size_of_the_tensor_files(tmp_path, capsys, via):
     assert rows[0][:3] == ["Functional.relu.0", "SKIP", "SKIP"]
     assert "would need about 32.0 MB of memory (estimated from the size of its tensor files)" in rows[0][3]
     assert rows[1][:2] == ["Functional.relu.1", "pass"]
+
+
+# ------------------------------------------------------------------------------------------ formulas (issue 28)
+FORMULA_API = "=cmd|' /C calc'!A0.softmax.0.forward"
+
+
+@VIA
+@pytest.mark.parametrize("command", ["acc_check", "multi_acc_check"])
+def test_a_formula_like_api_name_is_refused_before_anything_is_written(tmp_path, capsys, via, command):
+    """The result and details CSVs hold the API names in their first cells: a name a spreadsheet could run is
+    refused with the check of the compare tables, and no file is made."""
+    dump = write_dump(tmp_path / "in" / "dump.json", {"Functional.relu.0.forward": dict(SAVE, output=SAVE["input_args"]),
+                                                      FORMULA_API: l1_record("Functional.softmax.0.forward")})
+    out = tmp_path / "out"
+    extra = ["-d", "0", "1"] if command == "multi_acc_check" else []
+    run = run_cli(via, [command, "-api_info", dump, "-o", out, *extra], capsys, tmp_path)
+    assert_error(run, command, "special characters", "=cmd|")
+    assert not out.exists() or not os.listdir(out)
+
+
+def test_the_result_files_refuse_a_formula_like_cell(tmp_path):
+    """Whatever text reaches a row (a message quoting a value, a name), the writer refuses a formula-like cell
+    before either file is touched."""
+    from msprobe.acc_check.common import ApiResult
+    from msprobe.acc_check.results import new_files
+    from msprobe.errors import MsprobeError
+
+    files = new_files(str(tmp_path), "20260101000000")
+    before = [Path(files.result_path).read_bytes(), Path(files.details_path).read_bytes()]
+    bad = ApiResult("Functional.relu.0", "SKIP", "SKIP", "@SUM(A1)")
+    with pytest.raises(MsprobeError, match=r"Malicious value \[@SUM\(A1\)\].*row 1"):
+        files.append(bad)
+    files.close()
+    assert [Path(files.result_path).read_bytes(), Path(files.details_path).read_bytes()] == before
+
+
+# ------------------------------------------------------------------------------------------ what is read (issue 28)
+def _real_data_dump(tmp_path, tensors_at, recorded):
+    """A real-data dump at tmp_path/dump/dump.json whose tensor files are in `tensors_at` and whose dump.json
+    records `recorded` as dump_data_dir."""
+    import numpy as np
+
+    tensors_at.mkdir(parents=True, exist_ok=True)
+    np.save(tensors_at / "x.npy", np.ones(4, dtype=np.float32))
+    np.save(tensors_at / "y.npy", np.ones(4, dtype=np.float32))
+    item = dict(_tensor([4]), data_name="x.npy")
+    data = {"Functional.relu.0.forward": {"input_args": [item], "input_kwargs": {},
+                                          "output": [dict(item, data_name="y.npy")]}}
+    return write_dump(tmp_path / "dump" / "dump.json", data, task="tensor", dump_data_dir=recorded)
+
+
+@VIA
+@pytest.mark.parametrize("layout", ["absolute elsewhere", "relative outside", "symlinked inside"])
+def test_acc_check_reads_no_tensor_outside_the_dump_folder(tmp_path, capsys, via, layout):
+    outside = tmp_path / "secret"
+    if layout == "absolute elsewhere":
+        dump = _real_data_dump(tmp_path, outside, str(outside))
+    elif layout == "relative outside":
+        dump = _real_data_dump(tmp_path, outside, "../secret")
+    else:
+        dump = _real_data_dump(tmp_path, outside, "data")
+        os.symlink(outside, tmp_path / "dump" / "data")
+    run = run_cli(via, ["acc_check", "-api_info", dump, "-o", tmp_path / "out"], capsys, tmp_path)
+    assert_error(run, "acc_check", "real-data mode", str(tmp_path / "dump" / "dump_tensor_data"), "x.npy")
+
+
+@VIA
+def test_acc_check_reads_a_recorded_tensor_folder_inside_the_dump_folder(tmp_path, capsys, via):
+    """acc_check's own error data records dump_data_dir as an absolute path inside the dump folder: still read."""
+    dump = _real_data_dump(tmp_path, tmp_path / "dump" / "error_data", str(tmp_path / "dump" / "error_data"))
+    run = run_cli(via, ["acc_check", "-api_info", dump, "-o", tmp_path / "out"], capsys, tmp_path)
+    assert run.code == 0, run.err
+    assert results(tmp_path / "out")[0][:2] == ["Functional.relu.0", "pass"]
+
+
+@VIA
+@pytest.mark.parametrize("layout", ["absolute elsewhere", "symlinked tensor folder"])
+def test_op_generate_reads_no_tensor_outside_the_dump_folder(tmp_path, capsys, via, layout):
+    outside = tmp_path / "secret"
+    if layout == "absolute elsewhere":
+        dump = _real_data_dump(tmp_path, outside, str(outside))
+        words = ("x.npy", "not found")
+    else:
+        dump = _real_data_dump(tmp_path, outside, None)
+        os.symlink(outside, tmp_path / "dump" / "dump_tensor_data")
+        words = ("symbolic link",)
+    config = write_config(tmp_path / "config.json", dump_json_path=str(dump), api_name="Functional.relu.0",
+                          data_mode="real_data")
+    run = run_cli(via, ["op_generate", "-i", config, "-o", tmp_path], capsys, tmp_path)
+    assert_error(run, "op_generate", "real_data", *words)

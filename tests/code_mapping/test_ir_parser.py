@@ -171,3 +171,65 @@ def test_fewer_subgraphs_than_the_header_declares_is_warned(tmp_path, capsys):
     (tmp_path / "x.npy").write_bytes(b"")
     assert run_cli(["code_mapping", "--ir", ir, "--dump_data", tmp_path / "x.npy", "-o", tmp_path / "out"]) == 0
     assert "declares 3 subgraphs in its header but holds 1; it may be incomplete." in capsys.readouterr().out
+
+
+PATHOLOGICAL = {
+    # issue 28: a node line ending in `#scope:` 1,400 times (11 KB) took ~230 s, cubic in its length
+    "scope": "  %0(CNode_11) = PrimFunc_MatMul(%para1_x, %para2_w) " + "#scope:" * 1400,
+    "node": "  %1(" + ")=" * 8000,                                              # was quadratic
+    "primal attributes": "  %0(CNode_11) = PrimFunc_MatMul(%para1_x) " + "cnode_primal_attrs: {unique_id" * 8000,
+    "scope comment": "      # Fullname with scope: " + ":(" * 8000,
+}
+
+
+@pytest.mark.parametrize("kind", list(PATHOLOGICAL))
+def test_a_pathological_line_is_parsed_in_linear_time(tmp_path, kind):
+    """Every pattern applied to the IR's text runs in linear time: a line built to make a backtracking pattern
+    explode is read in well under a second (in a child process, so that a regression fails by its timeout
+    instead of hanging the suite)."""
+    import subprocess
+    import sys
+
+    lines = TOY.read_text().split("\n")
+    at = next(i for i, line in enumerate(lines) if "%0(CNode_11)" in line)
+    path = tmp_path / "hostile.ir"
+    path.write_text("\n".join(lines[:at] + [PATHOLOGICAL[kind]] + lines[at:]))
+    code = ("import sys, time; from msprobe.code_mapping.ir_parser import parse_ir; t = time.perf_counter(); "
+            "graph = parse_ir(sys.argv[1]); print(time.perf_counter() - t, len(graph.nodes))")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    seconds, nodes = done.stdout.split()
+    assert float(seconds) < 0.5 and int(nodes) >= 3, done.stdout
+
+
+def test_scope_and_primal_attributes_are_found_as_the_patterns_found_them():
+    from msprobe.code_mapping.ir_parser import primal_attrs, scope_in
+
+    assert scope_in("  # Fullname with scope: (Default/a-A/MatMul-op0)") == "Default/a-A/MatMul-op0"
+    assert scope_in("x) # my SCOPE label :  (a/b) (c)") == "a/b"
+    assert scope_in("#scope:#scope: (x)") == "x"
+    assert scope_in("# no scope here (x)") is None and scope_in("#scope: (x") is None
+    assert scope_in("  # Fullname with scope: (a)", at_start=True) is None
+    assert scope_in("# Fullname with scope: (a)", at_start=True) == "a"
+    assert list(primal_attrs('a cnode_primal_attrs: {unique_id: "1"} b cnode_primal_attrs:{x} {y}')) == [
+        'unique_id: "1"', "x"]
+    assert list(primal_attrs("cnode_primal_attrs: {open")) == []
+
+
+def test_scope_in_agrees_with_the_pattern_on_random_lines():
+    import random
+    import re
+
+    from msprobe.code_mapping.ir_parser import primal_attrs, scope_in
+
+    scope = re.compile(r"#.*?scope.*?:\s*\((.*?)\)", re.IGNORECASE)
+    attrs = re.compile(r"cnode_primal_attrs:\s*\{([^}]*)\}")
+    pieces = ["#", "scope", "ScOpE", ":", " ", "\t", "(", ")", "x", "{", "}", "cnode_primal_attrs:"]
+    rng = random.Random(28)
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        found = scope.search(text)
+        assert scope_in(text) == (found.group(1) if found else None), text
+        found = scope.match(text)
+        assert scope_in(text, at_start=True) == (found.group(1) if found else None), text
+        assert list(primal_attrs(text)) == attrs.findall(text), text

@@ -39,7 +39,8 @@ def test_real_kernel_dump_equals_reference(kernel_dump, tmp_path):
 def test_differences_dtype_shape_and_missing_files(kernel_dump, tmp_path):
     data = kernel_dump / "golden" / "rank_0" / "Net" / "0" / "0"
     files = sorted(p for p in data.glob("*.npy") if np.load(p).ndim >= 2)
-    noisy, reshaped, retyped, removed = files[:4]
+    noisy, reshaped, retyped, removed, both = files[:5]
+    np.save(both, np.load(both).reshape(-1).astype(np.float64))
     array = np.load(noisy)
     np.save(noisy, -array)
     np.save(reshaped, np.load(reshaped).reshape(-1))
@@ -51,8 +52,11 @@ def test_differences_dtype_shape_and_missing_files(kernel_dump, tmp_path):
     table = read_csv(only_file(out, "*.csv"))
     by_name = {Path(r[0]).name: r for r in table[1:] if r[0]}
     assert by_name[noisy.name][14] == "No"
-    assert by_name[reshaped.name][15] == "Shape of NPU and bench tensor do not match. Skipped.\n"
-    assert by_name[retyped.name][15] == "Dtype of NPU and bench tensor do not match. Skipped.\n"
+    # the reference's own texts (issue 28): "Tensor", and "Skipped." after the dtype text only
+    assert by_name[reshaped.name][15] == "Shape of NPU and bench Tensor do not match.\n"
+    assert by_name[retyped.name][15] == "Dtype of NPU and bench Tensor do not match. Skipped.\n"
+    assert by_name[both.name][15] == ("Shape of NPU and bench Tensor do not match.\n"
+                                      "Dtype of NPU and bench Tensor do not match. Skipped.\n")
     assert by_name[removed.name][1] == "" and by_name[removed.name][15] == "Dump file not found.\n"
 
 
@@ -87,6 +91,24 @@ def test_statistic_mode(tmp_path):
     assert matmul[header.index("Max diff")] == "1.0" and matmul[header.index("MaxRelativeErr")] == "100.0%"
     assert matmul[header.index("Accuracy Reached or Not")] == "Yes"   # 1 / (2 + 1e-10) <= 0.5
     assert add[header.index("Err_message")] == "This is type of scalar data, can not compare.\n"
+
+
+def test_statistic_mode_shape_and_dtype_messages(tmp_path):
+    """The statistic.csv kernels name a dtype mismatch with the npy kernels' text, and every problem of a pair."""
+    write_statistic(tmp_path / "t" / "rank_0" / "Net" / "0" / "0", [
+        "MatMul,Default_MatMul-op0,0,0,100,output,0,64,float32,\"(4, 4)\",2.0,-1.0,0.5,3.0",
+        "MatMul,Default_MatMul-op1,0,0,101,output,0,64,float32,\"(4, 4)\",2.0,-1.0,0.5,3.0",
+        "MatMul,Default_MatMul-op2,0,0,102,output,0,64,float32,\"(4, 4)\",2.0,-1.0,0.5,3.0"])
+    write_statistic(tmp_path / "g" / "rank_0" / "Net" / "0" / "0", [
+        "MatMul,Default_MatMul-op0,0,0,200,output,0,64,float16,\"(4, 4)\",2.0,-1.0,0.5,3.0",
+        "MatMul,Default_MatMul-op1,0,0,201,output,0,64,float32,\"(16,)\",2.0,-1.0,0.5,3.0",
+        "MatMul,Default_MatMul-op2,0,0,202,output,0,64,float16,\"(16,)\",2.0,-1.0,0.5,3.0"])
+    assert run_cli(["compare", "-tp", tmp_path / "t", "-gp", tmp_path / "g", "-o", tmp_path / "o", "--rank", "0",
+                    "--csv"]) == 0
+    table = read_csv(only_file(tmp_path / "o", "compare_result_0_0_*.csv"))
+    messages = [row[table[0].index("Err_message")] for row in table[1:]]
+    assert messages == ["Dtype of NPU and bench Tensor do not match. Skipped.\n", "Tensor shapes do not match.\n",
+                        "Tensor shapes do not match.\nDtype of NPU and bench Tensor do not match. Skipped.\n"]
 
 
 def test_name_grammar_and_layout():

@@ -59,3 +59,70 @@ def test_explicit_layers_index_mapping_without_parallel_transformer():
     assert generate_data_mapping(target, golden, {"Cell.layers.5.Block.forward.0": None},
                                  {"Module.layers.0.Block.forward.0": None}, mapping) == {
         "Cell.layers.5.Block.forward.0.output.0": "Module.layers.0.Block.forward.0.output.0"}
+
+
+# An add MindSpore runs inside its own indexing code, and one on the user's line; PyTorch dumps two adds on the
+# user's line. The shape of the reference's own layer-mapping fixture (issue 28), with lines written here.
+MS_PKG, PT_PKG, USER = "/py/site-packages/mindspore", "/py/site-packages/torch", "/home/me/train/model.py"
+MS_TEMPLATE = "File /tools/msprobe/mindspore/dump/hook_cell/wrap_api.py, line 98, in api_function, \n return ApiTemplate(n)(*a)"
+PT_TEMPLATE = "File /tools/msprobe/pytorch/hook_module/wrap_tensor.py, line 61, in op_template, \n return TensorOPTemplate(n)(*a)"
+USER_LINES = [f"File {USER}, line 12, in make_mask, \n mask[b, (i + 1):] = 0", f"File {USER}, line 40, in main, \n main()"]
+MS_STACKS = {
+    "Tensor.__add__.0.forward": [MS_TEMPLATE,
+                                 f"File {MS_PKG}/ops/composite/_compile_utils.py, line 140, in _index_update, \n a + b",
+                                 f"File {MS_PKG}/ops/composite/_compile_utils.py, line 203, in _tensor_getitem, \n f()",
+                                 *USER_LINES],
+    "Tensor.__add__.1.forward": [MS_TEMPLATE, *USER_LINES]}
+PT_STACKS = {"Tensor.__add__.0.forward": [PT_TEMPLATE, *USER_LINES], "Tensor.__add__.1.forward": [PT_TEMPLATE, *USER_LINES]}
+
+
+def test_framework_caller_of_a_stack():
+    from msprobe.compare.layer_mapping import framework_caller
+
+    assert framework_caller(MS_STACKS["Tensor.__add__.0.forward"], "mindspore") == "_tensor_getitem"
+    assert framework_caller(MS_STACKS["Tensor.__add__.1.forward"], "mindspore") == ""
+    assert framework_caller(PT_STACKS["Tensor.__add__.0.forward"], "pytorch") == ""
+    # 26.x stacks carry no Template line: the region is the whole stack (as in the reference)
+    nn_linear = [f"File {PT_PKG}/nn/modules/linear.py, line 125, in helper, \n F.linear(x)",
+                 f"File {PT_PKG}/nn/modules/module.py, line 1789, in _call_impl, \n forward_call()", *USER_LINES]
+    assert framework_caller(nn_linear, "pytorch") == "_call_impl"
+    # after a Template line, the region of a PyTorch stack ends at the first module forward
+    assert framework_caller([PT_TEMPLATE, f"File {PT_PKG}/nn/modules/linear.py, line 125, in forward, \n F.linear(x)"],
+                            "pytorch") == ""
+    assert framework_caller([f"File {MS_PKG}/nn/cell.py, line 733, in __call__, \n c()"], "mindspore") == ""
+    assert framework_caller(None, "mindspore") == "" and framework_caller(["short line"], "mindspore") == ""
+
+
+def test_an_api_without_a_parent_is_placed_by_the_framework_function_that_called_it():
+    """The reference pairs MindSpore's Tensor.__add__.1 (the user's line) with PyTorch's Tensor.__add__.0, and
+    leaves __add__.0 (inside MindSpore's _tensor_getitem) unmatched; by counter ours paired 0-0 and 1-1."""
+    target = flatten({name: {"input_args": [t()], "output": [t()]} for name in MS_STACKS})
+    golden = flatten({name: {"input_args": [t()], "output": [t()]} for name in PT_STACKS})
+    no_parent = {name: "" for name in MS_STACKS}
+    data = generate_data_mapping(target, golden, no_parent, dict(no_parent), {}, MS_STACKS, PT_STACKS)
+    assert data == {"Tensor.__add__.0.forward.input.0": "N/A", "Tensor.__add__.0.forward.output.0": "N/A",
+                    "Tensor.__add__.1.forward.input.0": "Tensor.__add__.0.forward.input.0",
+                    "Tensor.__add__.1.forward.output.0": "Tensor.__add__.0.forward.output.0"}
+
+
+def test_layer_mapping_reads_both_stacks_in_the_compare(tmp_path):
+    import json
+
+    from conftest import only_file, read_csv, run_cli
+
+    for side, stacks, framework, kind in (("ms", MS_STACKS, "mindspore", "mindspore.Tensor"),
+                                          ("pt", PT_STACKS, "pytorch", "torch.Tensor")):
+        folder = tmp_path / side
+        folder.mkdir()
+        record = dict(t(), type=kind, dtype="Float32" if side == "ms" else "torch.float32")
+        data = {name: {"input_args": [record], "output": [record]} for name in stacks}
+        (folder / "dump.json").write_text(json.dumps({"task": "statistics", "level": "mix", "framework": framework,
+                                                      "data": data}))
+        (folder / "stack.json").write_text(json.dumps(stacks))
+        (folder / "construct.json").write_text(json.dumps({name: "" for name in stacks}))
+    out = tmp_path / "out"
+    assert run_cli(["compare", "-tp", tmp_path / "ms" / "dump.json", "-gp", tmp_path / "pt" / "dump.json", "-o", out,
+                    "--csv", "-lm"]) == 0
+    rows = {row[0]: row[1] for row in read_csv(only_file(out, "compare_result_*.csv"))[1:]}
+    assert rows["Tensor.__add__.1.forward.output.0"] == "Tensor.__add__.0.forward.output.0"
+    assert rows["Tensor.__add__.0.forward.output.0"] == "N/A"

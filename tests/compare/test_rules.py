@@ -50,6 +50,18 @@ def test_rule1_nan_in_npu_max():
     assert rules.MSG_STAT_NAN not in out["Functional.gelu.0.forward.output.0"][1]
 
 
+@pytest.mark.parametrize("spelling", [float("inf"), "inf", " inf", "Infinity", "1e999", "-Infinity", "-1e999", "nan",
+                                      "NaN", 10 ** 400, -(10 ** 400)],
+                         ids=lambda v: f"int {'-' if v < 0 else ''}1e400" if isinstance(v, int) else repr(v))
+def test_rule1_one_verdict_for_every_spelling_of_a_non_finite_statistic(spelling):
+    """Issue 28: "Infinity" and "1e999" passed while "inf" was an error; an integer beyond the float range was
+    an internal error. One parser (cells.stat_number), one verdict."""
+    out, _ = judged(entry([stat()], [stat(mx=spelling)]), entry([stat()], [stat()]))
+    assert out["Functional.gelu.0.forward.output.0"] == ("error", [rules.MSG_STAT_NAN])
+    out, _ = judged(entry([stat()], [stat()]), entry([stat()], [stat(mn=spelling)]))
+    assert rules.MSG_STAT_NAN not in out["Functional.gelu.0.forward.output.0"][1]
+
+
 def test_rule3_norm_relative_error_of_output():
     out, _ = judged(entry([stat()], [stat(norm=1.6)]), entry([stat()], [stat(norm=1.0)]))
     assert out["Functional.gelu.0.forward.output.0"] == ("error", [rules.MSG_NORM_OUTPUT, rules.MSG_NORM_TEN_TIMES])

@@ -15,10 +15,10 @@ NAN = math.nan
 @pytest.mark.parametrize("target, golden, diff, rel", [
     (2.5, 2.0, "0.5", "25.0%"),
     (1.5, -2.0, "3.5", "175.0%"),
-    (60, 59, "1", "1.694915254237288%"),     # integers: exact, no decimal point
+    (60, 59, "1.0", "1.694915254237288%"),   # integers: as floats, as the reference writes them (issue 28)
     (60, 60, "0", "0"),
     (3.0, 0.0, "3.0", "inf"),                # golden 0 -> inf
-    (1, 1.0, "0.0", "0.0%"),                 # texts differ ("1" vs "1.0"), values equal
+    (1, 1.0, "0", "0"),                      # an integer and the float of the same value are equal
     (None, None, "0", "0"),                  # equal texts
     (NAN, 1.0, "Nan", "Nan"),
     (1.0, NAN, "Nan", "Nan"),
@@ -59,5 +59,14 @@ def test_diff_is_float_repr_of_the_difference():
 
 
 def test_huge_integers_stay_exact():
-    diffs, _, _ = stat_diff([2 ** 62 + 1], [2 ** 62])
-    assert diffs == ["1"]
+    diffs, _, _ = stat_diff([2 ** 62 + 1, 2 ** 62], [2 ** 62, 2 ** 62])
+    assert diffs == ["1.0", "0"]
+
+
+@pytest.mark.parametrize("big", [10 ** 400, -(10 ** 400)], ids=["1e400", "-1e400"])
+def test_integers_beyond_the_float_range_are_infinities(big):
+    """A JSON integer beyond the float range (1 followed by 400 zeros) is an infinity, not an OverflowError."""
+    diffs, rels, fractions = stat_diff([big, 1.0, big], [1.0, big, big])
+    sign = "" if big > 0 else "-"
+    other = "-" if big > 0 else ""
+    assert diffs == [f"{sign}inf", f"{other}inf", "0"] and rels[:2] == diffs[:2]

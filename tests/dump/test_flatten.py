@@ -38,7 +38,16 @@ def test_tensor_fields():
     assert (items.stat_max[i], items.stat_min[i], items.stat_mean[i], items.stat_norm[i]) == (1.0, -1.0, 0.0, 2.0)
     assert items.md5[i] == EMPTY_CRC == "00000000"
     assert items.md5[index["Functional.relu.0.forward.output.0"]] == "abcd1234"
+
     assert items.is_tensor[i] and items.data_name[i] == "-1"
+
+
+def test_md5_of_a_tensor_record_with_a_value_and_no_md5():
+    """The reference's md5 of a tensor without an md5 field: the CRC-32 of its value text (issue 28, section 2)."""
+    record = tensor(dtype="torch.int64", shape=[3], value=[1, 2, 3], Max=3, Min=1, Mean=2.0, Norm=3.7416573867739413)
+    items, index = rows({"Torch.tensor.0.forward": {"input_args": [record], "output": [tensor(md5="")]}})
+    assert items.md5[index["Torch.tensor.0.forward.input.0"]] == crc32_text("[1, 2, 3]") == "b8213bc1"
+    assert items.md5[index["Torch.tensor.0.forward.output.0"]] == EMPTY_CRC      # an empty md5 is none
 
 
 def test_mindspore_tensor_without_requires_grad_and_0d():
@@ -142,6 +151,9 @@ def test_backward_renumbering_keys():
     ({"input_args": [tensor(shape="2x3")]}, "shape"),
     ({"input_args": [tensor(requires_grad="yes")]}, "requires_grad"),
     ({"input_args": [{"type": "str", "value": "=cmd|' /C calc'!A0"}]}, "special characters"),
+    ({"input_args": [tensor(type="@torch.Tensor")]}, "special characters: '@torch.Tensor'"),    # reference's test
+    ({"output": [tensor(data_name="-x.pt")]}, "special characters: '-x.pt'"),
+    ({"parameters": {"weight": tensor(md5="+1+1")}}, "special characters"),
     ({"input_args": [tensor(data_name=5)]}, "data_name"),
     ({"input_args": [7]}, "unexpected value"),
 ])

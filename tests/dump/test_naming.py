@@ -39,6 +39,8 @@ def test_renumber():
 
 @pytest.mark.parametrize("text, bad", [("=cmd", True), ("+1+1", True), ("@SUM(A1)", True), ("a;=b", True),
                                        ("-1.5", False), ("-inf", False), ("Functional.add", False),
-                                       ("\uff1dcmd", True), ("%x", True), ("1;-2", False)])
+                                       ("\uff1dcmd", True), ("1;-2", False), ("a;-b", True), ("\uff20x", True),
+                                       # no spreadsheet runs a cell starting with %: a benign stack line passes
+                                       ("%x", False), ('print("loss %s;%s" % (a, b))', False)])
 def test_formula_like(text, bad):
     assert is_formula_like(text) is bad

@@ -520,7 +520,11 @@ def test_stat_diff_numbers():
     for t, g, d, r, td, tr in zip(target, golden, diffs, rels, text_diffs, text_rels):
         # repr-based texts of numbers=False are those of the numbers
         assert _cell(d, False) == td and _cell(r, True) == tr, (t, g)
-        both_float = type(t) is float and type(g) is float and math.isfinite(t) and math.isfinite(g)
+        # finite floats and integers exact as floats are numbers (integers as floats: 5 - 6 is -1.0, issue 28)
+        both_float = all((type(v) is float and math.isfinite(v)) or (type(v) is int and abs(v) < 2 ** 53)
+                         for v in (t, g))
+        if both_float:
+            t, g = float(t), float(g)
         if both_float and (t != g or math.copysign(1, t) != math.copysign(1, g)):
             assert type(d) is float and d == t - g and math.copysign(1, d) == math.copysign(1, t - g), (t, g)
             if g == 0:
@@ -533,12 +537,12 @@ def test_stat_diff_numbers():
             assert d == td and r == tr and type(d) is str and type(r) is str
     # numeric texts and int/float pairs go the numeric way too: numbers there as well, of the same texts
     d, r, _ = stat_diff(["1.5", 1, 1.0], ["2.5", 2.5, 1], numbers=True)
-    assert d == [-1.0, -1.5, 0.0] and r == [40.0, 60.0, 0.0]
-    assert stat_diff(["1.5", 1, 1.0], ["2.5", 2.5, 1])[:2] == (["-1.0", "-1.5", "0.0"], ["40.0%", "60.0%", "0.0%"])
+    assert d == [-1.0, -1.5, "0"] and r == [40.0, 60.0, "0"]
+    assert stat_diff(["1.5", 1, 1.0], ["2.5", 2.5, 1])[:2] == (["-1.0", "-1.5", "0"], ["40.0%", "60.0%", "0"])
     # a few by hand
     d, r, _ = stat_diff([1.5, 1.0, 2.0, 3.0, 4, "N/A"], [0.5, 0.0, 2.0, 4.0, 2, 1.0], numbers=True)
-    assert d == [1.0, 1.0, "0", -1.0, "2", "N/A"]
-    assert r == [200.0, "inf", "0", 25.0, "100.0%", "N/A"]
+    assert d == [1.0, 1.0, "0", -1.0, 2.0, "N/A"]
+    assert r == [200.0, "inf", "0", 25.0, 100.0, "N/A"]
 
 
 def test_stat_diff_numbers_through_formatter():
@@ -596,3 +600,27 @@ def test_cells_by_row_equal_cells_in_the_dicts(old, keep_md5, spaced):
     assert formatter.many(dicts, rows, cells) == expected          # warm caches
     assert [formatter.params(d, r, cells) for d, r in zip(dicts, rows)] == expected
     assert json.loads(expected[0])["k"]["Max diff"] != "own"
+
+
+def test_long_decimal_and_template_searches_agree_with_their_patterns_and_stay_linear():
+    """Texts of a dump are searched in linear time (issue 28): the long-decimal search of the .vis texts and the
+    `...Template(` line of a stack equal the patterns they replaced, and a 200k-character run of digits or
+    capitals takes milliseconds (quadratic before)."""
+    import random
+    import re
+    import time
+
+    from msprobe.graph.texts import _LONG_DECIMAL
+    from msprobe.graph.tree import _is_template_line
+
+    old_decimal, old_template = re.compile(r"-?\d+\.\d{7,}%?"), re.compile(r"[A-Z]\w*Template\(")
+    pieces = ["1", "23", ".", "-", "%", "1234567", "a", "A", "Template(", "_", " ", "é", "Z"]
+    rng = random.Random(28)
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        assert _LONG_DECIMAL.findall(text) == old_decimal.findall(text), text
+        assert _is_template_line(text) == bool(old_template.search(text)), text
+    started = time.perf_counter()
+    assert _LONG_DECIMAL.sub("", "1" * 200_000 + ".5") == "1" * 200_000 + ".5"
+    assert not _is_template_line("A" * 200_000 + " Template(")
+    assert time.perf_counter() - started < 1.0

@@ -102,14 +102,6 @@ def _checked_entries(entries, where: str) -> dict:
     return decode_numbers(entries)
 
 
-def _tensor_dir(dump_path: str, content: dict) -> str:
-    """dump_data_dir when it exists here, else dump_tensor_data beside dump.json (a dump moved elsewhere)."""
-    recorded = content.get("dump_data_dir")
-    if recorded and os.path.isdir(recorded):
-        return recorded
-    return os.path.join(os.path.dirname(os.path.abspath(dump_path)), "dump_tensor_data")
-
-
 def _absolute(node, directory: str):
     if isinstance(node, list):
         return [_absolute(element, directory) for element in node]
@@ -123,7 +115,7 @@ def _absolute(node, directory: str):
 
 def extract(config: dict) -> dict:
     """The entries of the API (forward first), written to extract_api_path when set; data_name made absolute."""
-    from msprobe.dump.paths import check_input_file
+    from msprobe.dump.paths import check_input_file, tensor_dir_of
     from msprobe.dump.reader import load_json
     from msprobe.io import write_text
 
@@ -143,7 +135,7 @@ def extract(config: dict) -> dict:
     if framework not in ("pytorch", "pt"):
         raise OpGenerateError(f"{path} is a {framework} dump; op_generate writes PyTorch scripts only.")
     prefix = config["api_name"] + "."
-    directory = _tensor_dir(path, content)
+    directory = tensor_dir_of(path, content.get("dump_data_dir"))
     found = {key: value for key, value in content["data"].items() if key.startswith(prefix) and len(key) > len(prefix)}
     if not found:
         raise OpGenerateError(f"{config['api_name']} is not in {path} (no key {config['api_name']}.*).")
@@ -164,6 +156,7 @@ def script_config(config: dict, entries: dict) -> dict:
     from msprobe.acc_check.guard import side_effect
     from msprobe.acc_check.torch.inputs import data_names
     from msprobe.acc_check.torch.standards import standard_of
+    from msprobe.dump.paths import safe_tensor_path
 
     forward_key = next((k for k in entries if k.endswith(".forward")), None)
     if forward_key is None:
@@ -183,10 +176,11 @@ def script_config(config: dict, entries: dict) -> dict:
             wanted += data_names(backward.get("grad_input") or backward.get("input"))
         if not wanted:
             raise OpGenerateError(f"{forward_key} has no tensor files (data_name): real_data needs a tensor dump.")
-        missing = [name for name in wanted if not os.path.isfile(name)]
-        if missing:
-            raise OpGenerateError(f"real_data: tensor file {missing[0]} is missing "
-                                  f"({len(missing)} of {len(wanted)} missing).")
+        refused = [reason for reason in (safe_tensor_path(os.path.dirname(name), os.path.basename(name))[1]
+                                         for name in wanted) if reason]
+        if refused:
+            raise OpGenerateError(f"real_data: {refused[0]} ({len(refused)} of {len(wanted)} tensor files missing "
+                                  "or refused).")
     key = backward_key if config["propagation"] == "backward" else forward_key
     return {"api_type": api_type, "api_name": api_name, "full_name": key, "propagation": config["propagation"],
             "data_mode": config["data_mode"], "seed": config["random_seed"], "iter_times": config["iter_times"],
