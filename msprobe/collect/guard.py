@@ -7,6 +7,7 @@ import threading
 
 from msprobe.errors import first_line
 from msprobe.log import get_logger
+from msprobe.names import printable
 
 REASON_LIMIT = 300        # characters of a dump_error text (a dispatcher error can be a hundred lines)
 
@@ -26,12 +27,13 @@ class ErrorLog:
         self._lock = threading.Lock()
 
     def once(self, key, message: str, *args) -> bool:
-        """Log `message` (a warning, %-style args) the first time `key` is seen; whether it was logged."""
+        """Log `message` (a warning, %-style args) the first time `key` is seen; whether it was logged. Text
+        arguments (names of modules, keys, threads, paths) are shown with their control characters escaped."""
         with self._lock:
             if key in self._seen:
                 return False
             self._seen.add(key)
-        get_logger().warning(f"{self.prefix}: {message}", *args)
+        get_logger().warning(f"{self.prefix}: {message}", *(printable(a) if isinstance(a, str) else a for a in args))
         return True
 
     def failed(self, what: str, name: str, exc: BaseException,

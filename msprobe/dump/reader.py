@@ -12,6 +12,7 @@ import orjson
 from msprobe.dump.paths import TENSOR_DIR_NAME, check_input_file
 from msprobe.errors import DumpFormatError
 from msprobe.log import get_logger
+from msprobe.names import printable
 
 FRAMEWORKS = ("pytorch", "mindspore", "mindtorch")
 
@@ -186,8 +187,8 @@ def read_dump(path: str, side: str, with_stack: bool = True, with_construct: boo
     incomplete = content.get("incomplete")
     if incomplete is not None:
         incomplete = str(incomplete)
-        get_logger().warning("%s is the dump of a step that did not finish (%r): its entries end where the step "
-                             "stopped, so the rows after that have no partner.", path, incomplete)
+        get_logger().warning("%s is the dump of a step that did not finish (%s): its entries end where the step "
+                             "stopped, so the rows after that have no partner.", printable(path), printable(incomplete))
     return Dump(path=os.path.abspath(path), task=task, level=str(level), framework=framework,
                 data=content["data"], is_debug=is_debug, stack=stack, construct=construct, incomplete=incomplete)
 

@@ -503,9 +503,10 @@ class Collector:
         tls.mode_session = self.session
         tls.scopes = 1 if scoped else 0
         if scoped:
-            self.errors.once(("thread", threading.get_ident(), threading.current_thread().name), "thread %r runs torch while recording: its APIs are "
-                             "recorded inside module forward calls and optimizer steps (torch's function mode is "
-                             "per thread; its other plain torch calls are not seen)", threading.current_thread().name)
+            thread = threading.current_thread().name
+            self.errors.once(("thread", threading.get_ident(), thread), "thread '%s' runs torch while recording: its "
+                             "APIs are recorded inside module forward calls and optimizer steps (torch's function "
+                             "mode is per thread; its other plain torch calls are not seen)", thread)
 
     def _leave_mode(self) -> None:
         tls = self._tls
@@ -528,10 +529,11 @@ class Collector:
     def note_thread(self) -> None:
         """A wrapper ran in a thread that does not hold the mode: say once that its plain torch calls are unseen."""
         if getattr(self._tls, "mode_session", None) != self.session:
-            self.errors.once(("unseen thread", threading.get_ident(), threading.current_thread().name), "thread %r calls torch outside module "
-                             "forward calls while recording: its functionals and Tensor operators are recorded, its "
-                             "other torch functions and Tensor methods there are not seen (torch's function mode "
-                             "is per thread)", threading.current_thread().name)
+            thread = threading.current_thread().name
+            self.errors.once(("unseen thread", threading.get_ident(), thread), "thread '%s' calls torch outside "
+                             "module forward calls while recording: its functionals and Tensor operators are "
+                             "recorded, its other torch functions and Tensor methods there are not seen (torch's "
+                             "function mode is per thread)", thread)
 
     def _patch(self, owner, name: str, prefix: str, collective: bool = False, phase: bool = False) -> None:
         """Replace owner.name by its wrapper until uninstall(). The wrapper object is made once per collector: a

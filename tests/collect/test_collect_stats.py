@@ -63,6 +63,8 @@ def test_errors_are_logged_once_per_kind_with_a_one_line_reason(msprobe_records)
     messages = [r.getMessage() for r in msprobe_records]
     assert len(messages) == 2 and "A.0.forward" in messages[0] and "A.2.forward" in messages[1]
     assert all("dispatcher" not in m for m in messages)
+    errors.failed("output", "Module.heads.\x1b]0;owned\x07.forward.0", ValueError("key \x1b[2J"))   # names are data
+    assert msprobe_records[-1].getMessage().count("\\x1b") == 2 and "\x1b" not in msprobe_records[-1].getMessage()
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int8, np.uint16, np.int32])
