@@ -48,6 +48,7 @@ def walk_cells(model, prefix: str = ""):
 class CellHooks:
     def __init__(self, collector):
         self.col = collector
+        self.hooked: list = []          # (cell, pre-hook, post-hook)
         self.handles: list = []
         self.param_handles: dict = {}
         self.jit_cells: list = []
@@ -108,14 +109,23 @@ class CellHooks:
                     self.jit_cells.append(f"{lead}{path}")
                     continue
                 prefix = f"Cell.{lead}{path}.{type(cell).__name__}."
-                self.handles.append(cell.register_forward_pre_hook(self._pre_hook(prefix), with_kwargs=True))
-                self.handles.append(cell.register_forward_hook(self._post_hook(prefix), with_kwargs=True,
-                                                               prepend=True))
+                self.hooked.append((cell, self._pre_hook(prefix), self._post_hook(prefix)))
+        self.resume()
 
-    def uninstall(self) -> None:
+    def resume(self) -> None:
+        for cell, pre, post in self.hooked:
+            self.handles.append(cell.register_forward_pre_hook(pre, with_kwargs=True))
+            self.handles.append(cell.register_forward_hook(post, with_kwargs=True, prepend=True))
+
+    def suspend(self) -> None:
+        """No hook of ours on any cell (while a graph compiles: the compiler would parse them)."""
         for handle in self.handles:
             handle.remove()
         self.handles = []
+
+    def uninstall(self) -> None:
+        self.suspend()
+        self.hooked = []
         for handle in self.param_handles.values():
             handle.remove()
         self.param_handles = {}

@@ -319,3 +319,16 @@ class Collector:
     def reinstall_apis(self) -> None:
         for owner, attr, _, wrapper in self._patched:
             setattr(owner, attr, wrapper)
+
+    suspendables = ()           # the cell and primitive hooks, suspended with the APIs while a graph compiles
+
+    def suspend(self) -> None:
+        self.restore_apis()
+        for part in self.suspendables:
+            part.suspend()
+
+    def resume(self) -> None:
+        for part in self.suspendables:
+            part.resume()
+        if self.api_active:
+            self.reinstall_apis()

@@ -56,6 +56,7 @@ class PrecisionDebugger:
         self.primitives = PrimitiveHooks(self.collector)
         self.jit = JitHooks(self.collector)
         self.collector.cells = self.cells
+        self.collector.suspendables = (self.cells, self.primitives)
         self.current_step = 0
         self.model = model
         self._running = False
@@ -92,7 +93,7 @@ class PrecisionDebugger:
         if self.config.level in ("L1", "mix"):
             self.primitives.install(models)
             col.install_api_hooks()
-            self.jit.install()
+        self.jit.install()
         if self.cells.jit_cells:
             col.log_once(("jit cells",), "msprobe dump: %d cell(s) compiled with @ms.jit (%s) run as graphs: "
                          "their sub-cells are not dumped", len(self.cells.jit_cells),

@@ -1,8 +1,8 @@
 """@ms.jit functions and Cells while the collector runs (PyNative mode).
 
 A jit function runs as one compiled graph. Its compiler parses the Python source of everything the function
-calls, so it must never see the collector's wrappers: while a graph compiles the original APIs are put back
-(`mindspore.graph.api._JitExecutor.compile` is wrapped for the time the collector runs). Nothing inside the graph
+calls, so it must never see the collector's wrappers: while a graph compiles the original APIs are put back, the original classes of the hooked primitives, and the cells without the collector's hooks:
+`mindspore.graph.api._JitExecutor.compile` is wrapped for the time the collector runs). Nothing inside the graph
 is recorded; at levels L1 and mix each call of the graph is one entry `Jit.<function name>.<n>.forward` (a jit
 Cell: `Jit.<Class>.<n>.forward`) with its inputs and outputs, and `...backward` with the gradients of its
 outputs (`input`) and of its tensor arguments that are not Parameters (`output`), from hooks applied outside the
@@ -49,13 +49,13 @@ class JitHooks:
         def compile(executor_self, *args, **kwargs):  # noqa: A001 - the patched method's name
             hooks.compiling += 1
             if hooks.compiling == 1:
-                hooks.col.restore_apis()
+                hooks.col.suspend()
             try:
                 return original_compile(executor_self, *args, **kwargs)
             finally:
                 hooks.compiling -= 1
-                if hooks.compiling == 0 and hooks.col.api_active:
-                    hooks.col.reinstall_apis()
+                if hooks.compiling == 0:
+                    hooks.col.resume()
 
         def call(executor_self, *args, **kwargs):
             col = hooks.col

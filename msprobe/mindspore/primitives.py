@@ -37,9 +37,16 @@ class PrimitiveHooks:
                         seen.add(id(value))
                         self._swap(value, f"{attribute}.{type(value).__name__}")
 
-    def uninstall(self) -> None:
-        for primitive, original in reversed(self.swapped):
+    def suspend(self) -> None:
+        for primitive, original, _ in reversed(self.swapped):
             primitive.__class__ = original
+
+    def resume(self) -> None:
+        for primitive, _, subclass in self.swapped:
+            primitive.__class__ = subclass
+
+    def uninstall(self) -> None:
+        self.suspend()
         self.swapped = []
 
     def _swap(self, primitive, combined: str) -> None:
@@ -54,7 +61,7 @@ class PrimitiveHooks:
             return hooks.run(combined, call, prim, args, kwargs)
         subclass = type(original.__name__, (original,), {"__call__": __call__, "__module__": original.__module__})
         primitive.__class__ = subclass
-        self.swapped.append((primitive, original))
+        self.swapped.append((primitive, original, subclass))
 
     def run(self, combined: str, call, prim, args, kwargs):
         col = self.col
