@@ -1,4 +1,11 @@
-"""The collector: API hooks (TorchFunctionMode plus thin wrappers), module hooks and entry recording."""
+"""The collector: API hooks (TorchFunctionMode plus thin wrappers), module hooks and entry recording.
+
+Threads: torch's function-mode stack is per thread. The mode is on the stack of the thread that called start()
+for the whole recording; any other thread gets it for the time of each module forward call and optimizer step it
+runs (hooks on the models given to start() and on optimizers), so that the APIs of DataParallel replicas, thread
+pools and worker threads running the model are recorded. The Python-level wrappers (functionals, Tensor operators, collectives) see
+every thread. Plain torch calls another thread makes outside those are not seen: the log says so once per thread
+when one of its calls reaches a wrapper there."""
 
 from __future__ import annotations
 
@@ -13,12 +20,12 @@ import traceback
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch._guards import CompileContext
-from torch.overrides import TorchFunctionMode
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode, _push_mode
 
-from msprobe.log import get_logger
-from msprobe.pytorch.module_hooks import ModuleHooks, guard_compiled
+from msprobe.collect.debugger import Patches
+from msprobe.collect.guard import one_line
+from msprobe.pytorch.module_hooks import ModuleHooks, compiled_paths, guard_compiled
 from msprobe.pytorch.stats import tensor_record, value_record
-from msprobe.pytorch.writer import StepWriter
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _MAX_DEPTH = 64
@@ -160,19 +167,38 @@ class _ApiMode(TorchFunctionMode):
         return col.run_api(prefix, name, func, args, kwargs)
 
 
-class Collector:
-    """Records entries of one process into a StepWriter according to a DumpConfig."""
+def _remove_mode(mode) -> bool:
+    """Take `mode` off this thread's torch function-mode stack wherever it is (modes pushed after it stay, in
+    their order); whether it was there."""
+    if not any(m is mode for m in _get_current_function_mode_stack()):
+        return False
+    above = []
+    while True:
+        top = _pop_mode()
+        if top is mode:
+            break
+        above.append(top)
+    for other in reversed(above):
+        _push_mode(other)
+    return True
 
-    def __init__(self, config):
+
+class Collector:
+    """Records the entries of one process into the debugger's StepWriter according to a DumpConfig."""
+
+    def __init__(self, config, writer, errors):
         self.config = config
-        self.writer = StepWriter(config.task, config.level)
+        self.writer = writer
+        self.errors = errors
         self._tls = threading.local()
+        self._count_lock = threading.Lock()
         self.api_active = False
         self.module_active = False
         self.generation = 0
-        self._errors_logged: set = set()
-        self._mode = None
-        self._patched: list = []
+        self.session = 0              # one per install: the threads holding the mode know which recording it is
+        self._mode = _ApiMode(self)
+        self._owner = None            # the thread whose stack holds the mode for the whole recording
+        self._patches = Patches(errors)
         self._handles: list = []
         self._wrappers: dict = {}     # one wrapper per patched function for the collector's life (see _patch)
         self.modules = ModuleHooks(self)
@@ -202,10 +228,29 @@ class Collector:
         self.api_counts: dict = {}
         self.module_counts: dict = {}
         self.param_grad_counts: dict = {}
-        self.module_stack: list = []
         self.stack_cache: dict = {}       # formatted stacks per chain of (code, line) positions
+        self._phases_seen: set = set()    # phases already in this step's construct.json
         self.modules.reset()
         self.generation += 1
+
+    def thread_stack(self) -> list:
+        """This thread's stack of module forward calls and phases (the parents in construct.json)."""
+        tls = self._tls
+        if getattr(tls, "generation", None) != self.generation:
+            tls.generation = self.generation
+            tls.stack = []
+        return tls.stack
+
+    def parent(self):
+        stack = self.thread_stack()
+        return stack[-1] if stack else None
+
+    def count(self, counts: dict, key: str) -> int:
+        """The next call index of `key` (thread-safe)."""
+        with self._count_lock:
+            index = counts.get(key, 0)
+            counts[key] = index + 1
+        return index
 
     # ------------------------------------------------------------------ filters
     def selected(self, name: str) -> bool:
@@ -229,12 +274,7 @@ class Collector:
     # ------------------------------------------------------------------ recording
     def record(self, value, prefix: str, depth: int = 0):
         if isinstance(value, torch.Tensor):
-            rec = tensor_record(value, self.config.summary_mode)
-            if self.config.task == "tensor":
-                data_name = prefix + ".pt"
-                self.writer.save_tensor(data_name, value)
-                rec["data_name"] = data_name
-            return rec
+            return self.tensor_leaf(value, prefix)
         if depth >= _MAX_DEPTH:
             return None
         if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
@@ -245,20 +285,42 @@ class Collector:
             return {str(k): self.record(v, f"{prefix}.{k}", depth + 1) for k, v in value.items()}
         return value_record(value)
 
+    def tensor_leaf(self, tensor: torch.Tensor, name: str) -> dict:
+        """A tensor's record; what fails (statistics, its file) leaves a one-line dump_error in this record only."""
+        record = tensor_record(tensor, self.config.summary_mode)
+        if "dump_error" in record:
+            self.errors.once(("statistics", record["dtype"], str(tensor.layout)), "a %s tensor (%s) at %s: %s; "
+                             "its record says so (dump_error) and training continues", record["dtype"],
+                             str(tensor.layout).replace("torch.", ""), name, record["dump_error"])
+        if self.config.task == "tensor":
+            try:
+                record["data_name"] = self.writer.save_tensor(name, tensor)
+            except Exception as exc:  # noqa: BLE001 - the user's training must go on
+                reason = self.errors.failed("tensor file", name, exc, "its record has no data_name (dump_error) "
+                                            "and training continues")
+                record["dump_error"] = f"{record['dump_error']}; {reason}" if "dump_error" in record else reason
+        return record
+
+    def record_leaf(self, value, name: str):
+        """record() of one leaf whose failure must stay inside its own record (a parameter gradient)."""
+        try:
+            return self.record(value, name)
+        except Exception as exc:  # noqa: BLE001 - the user's training must go on
+            reason = self.errors.failed("value", name, exc)
+            if isinstance(value, torch.Tensor):
+                return {"type": "torch.Tensor", "dtype": str(value.dtype), "shape": list(value.shape),
+                        "Max": None, "Min": None, "Mean": None, "Norm": None, "dump_error": reason}
+            return {"type": type(value).__name__, "value": None, "dump_error": reason}
+
     def log_once(self, key, message: str, *args) -> None:
-        if key not in self._errors_logged:
-            self._errors_logged.add(key)
-            get_logger().warning(message, *args)
+        self.errors.once(key, message, *args)
 
     def guard(self, name: str, body: dict, what: str, func):
         """Run one recording step; an error is logged once and marks the entry instead of propagating."""
         try:
             return func()
         except Exception as exc:  # noqa: BLE001 - the user's training must go on
-            self.log_once((type(exc).__name__, what),
-                           "msprobe dump: recording %s of %s failed (%s: %s); the entry is marked with dump_error "
-                           "and training continues", what, name, type(exc).__name__, exc)
-            body["dump_error"] = f"{what}: {type(exc).__name__}: {exc}"
+            body["dump_error"] = self.errors.failed(what, name, exc)
             return None
 
     @contextlib.contextmanager
@@ -269,9 +331,8 @@ class Collector:
             try:
                 yield
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
-                self.log_once((type(exc).__name__, "hook"),
-                               "msprobe dump: a hook failed in %s (%s: %s); what it was recording is skipped and "
-                               "training continues", what, type(exc).__name__, exc)
+                self.errors.once((type(exc).__name__, "hook"), "a hook failed in %s (%s); what it was recording is "
+                                 "skipped and training continues", what, one_line(exc))
 
     def stack_lines(self) -> tuple:
         return _stack_lines(self.stack_cache)
@@ -293,35 +354,40 @@ class Collector:
         self.guard(name, body, "output", lambda: body.__setitem__("output", self.record(values, f"{name}.output")))
 
     def add_entry(self, name: str, body: dict, stack=None) -> None:
-        self.writer.data[name] = body
-        if stack is not None:
-            self.writer.add_stack(name, stack)
+        self.writer.add(name, body, stack)
 
     # ------------------------------------------------------------------ APIs
     def run_api(self, prefix: str, name: str, func, args, kwargs, collective: bool = False):
         if CompileContext.try_get() is not None:     # torch.compile's own machinery at work (not its tracing)
             return func(*args, **kwargs)
         key = f"{prefix}.{name}"
-        index = self.api_counts.get(key, 0)
-        self.api_counts[key] = index + 1
+        index = self.count(self.api_counts, key)
         forward = f"{key}.{index}.forward"
-        parent = self.module_stack[-1] if self.module_stack else None
+        parent = self.parent()
         if self.config.level == "mix":
-            self.writer.construct[forward] = parent
+            self.writer.add_construct(forward, parent)
         dump = name not in LOW_RISK and self.selected(f"{key}.{index}")
+        forward_ok = dump and self.direction_ok("forward")
         with self.working():
             body: dict = {}
             stack = None
-            if dump and self.direction_ok("forward"):
+            if forward_ok:
                 self.record_inputs(forward, body, args, kwargs)
                 stack = self.guard(forward, body, "stack", self.stack_lines)
-            out = func(*args, **kwargs)
-            if dump and self.direction_ok("forward"):
+            try:
+                out = func(*args, **kwargs)
+            except BaseException as exc:
+                if forward_ok:          # the call that failed is often what the user is looking for
+                    body["dump_error"] = f"the call raised {one_line(exc)}"
+                    self.add_entry(forward, body, stack)
+                raise
+            if forward_ok:
                 self.record_outputs(forward, body, (*args, *kwargs.values()) if collective else out)
-                self.add_entry(forward, body, stack)
             if dump and not collective and self.direction_ok("backward") and torch.is_grad_enabled():
                 self.guard(forward, body, "backward hook",
                            lambda: self._hook_api_backward(f"{key}.{index}.backward", parent, out))
+            if forward_ok:
+                self.add_entry(forward, body, stack)
             return out
 
     def _hook_api_backward(self, name: str, parent, out) -> None:
@@ -338,7 +404,7 @@ class Collector:
                 self.modules.flush()        # module entries complete before this node ran come first
                 body: dict = {}
                 if self.config.level == "mix":
-                    self.writer.construct[name] = parent_bw
+                    self.writer.add_construct(name, parent_bw)
                 if self.section_ok("input"):
                     self.guard(name, body, "input",
                                lambda: body.__setitem__("input", self.record(list(grad_outputs), f"{name}.input")))
@@ -350,9 +416,7 @@ class Collector:
         grad_fn.register_hook(hook)
 
     # ------------------------------------------------------------------ install / uninstall
-    def install_api_hooks(self) -> None:
-        if self._mode is not None:
-            return
+    def install_api_hooks(self, models=()) -> None:
         for name, original in functional_apis().items():
             if inspect.isfunction(original):
                 self._patch(F, name, "Functional")
@@ -366,9 +430,10 @@ class Collector:
                 if getattr(dist, name, None) is not None:
                     self._patch(dist, name, "Distributed", collective=True)
         self._install_phases()
-        self._mode = _ApiMode(self)
-        self._mode.__enter__()
+        self._install_thread_scopes(models)
         self.api_active = True
+        self._owner = threading.get_ident()
+        self._enter_mode(scoped=False)
 
     # Optimizer steps and gradient clipping are phases of their own in construct.json: the APIs they call get
     # the parent "optimizer" or "clip_grad", as the reference records them.
@@ -384,12 +449,79 @@ class Collector:
 
     def enter_phase(self, phase: str) -> None:
         if self.api_active:
-            self.writer.construct.setdefault(phase, None)
-            self.module_stack.append(phase)
+            self._enter_mode(scoped=True)
+            if phase not in self._phases_seen:
+                self._phases_seen.add(phase)
+                self.writer.add_construct(phase, None)
+            self.thread_stack().append(phase)
 
     def exit_phase(self, phase: str) -> None:
-        if phase in self.module_stack:
-            del self.module_stack[len(self.module_stack) - 1 - self.module_stack[::-1].index(phase):]
+        stack = self.thread_stack()
+        if phase in stack:
+            del stack[len(stack) - 1 - stack[::-1].index(phase):]
+            self._leave_mode()
+
+    # ------------------------------------------------------------------ threads
+    def _install_thread_scopes(self, models) -> None:
+        """The forward calls of the models given to start() run, in any thread, with the mode on that thread's
+        stack (see the module doc). Not on a compiled or TorchScript root: nothing inside those is recorded."""
+        def enter(_module, _args):
+            if not torch.compiler.is_compiling():
+                self._enter_mode(scoped=True)
+
+        def leave(_module, _args, _out):
+            if not torch.compiler.is_compiling():
+                self._leave_mode()
+
+        for model in models:
+            if isinstance(model, torch.jit.ScriptModule) or "" in compiled_paths(model):
+                continue
+            self._handles.append(model.register_forward_pre_hook(enter))
+            self._handles.append(model.register_forward_hook(leave, always_call=True))
+
+    def _enter_mode(self, scoped: bool) -> None:
+        """Put the mode on this thread's stack: for the recording (the thread of start()) or for one scope."""
+        tls = self._tls
+        if getattr(tls, "mode_session", None) == self.session:
+            if getattr(tls, "scopes", 0):
+                tls.scopes += 1
+            return
+        if not self.api_active and scoped:
+            return
+        self.tidy_thread()
+        _push_mode(self._mode)
+        tls.mode_session = self.session
+        tls.scopes = 1 if scoped else 0
+        if scoped:
+            self.errors.once(("thread", threading.get_ident()), "thread %r runs torch while recording: its APIs are "
+                             "recorded inside module forward calls and optimizer steps (torch's function mode is "
+                             "per thread; its other plain torch calls are not seen)", threading.current_thread().name)
+
+    def _leave_mode(self) -> None:
+        tls = self._tls
+        if getattr(tls, "mode_session", None) != self.session or not getattr(tls, "scopes", 0):
+            return
+        tls.scopes -= 1
+        if not tls.scopes:
+            _remove_mode(self._mode)
+            tls.mode_session = None
+
+    def tidy_thread(self) -> None:
+        """Take off this thread's stack the mode of an earlier recording that was stopped from another thread."""
+        tls = self._tls
+        session = getattr(tls, "mode_session", None)
+        if session is not None and (session != self.session or not self.api_active):
+            _remove_mode(self._mode)
+            tls.mode_session = None
+            tls.scopes = 0
+
+    def note_thread(self) -> None:
+        """A wrapper ran in a thread that does not hold the mode: say once that its plain torch calls are unseen."""
+        if getattr(self._tls, "mode_session", None) != self.session:
+            self.errors.once(("unseen thread", threading.get_ident()), "thread %r calls torch outside module "
+                             "forward calls while recording: its functionals and Tensor operators are recorded, its "
+                             "other torch functions and Tensor methods there are not seen (torch's function mode "
+                             "is per thread)", threading.current_thread().name)
 
     def _patch(self, owner, name: str, prefix: str, collective: bool = False, phase: bool = False) -> None:
         """Replace owner.name by its wrapper until uninstall(). The wrapper object is made once per collector: a
@@ -400,8 +532,7 @@ class Collector:
         if wrapper is None or wrapper.__wrapped__ is not original:
             make = self._phase_wrapper if phase else self._wrapper
             wrapper = self._wrappers[(id(owner), name)] = make(prefix, name, original, collective)
-        self._patched.append((owner, name, original))
-        setattr(owner, name, wrapper)
+        self._patches.set(owner, name, wrapper)
 
     def _phase_wrapper(self, phase, _name, original, _collective):
         collector = self
@@ -424,21 +555,26 @@ class Collector:
         def wrapper(*args, **kwargs):
             if torch.compiler.is_compiling() or collector.busy or not collector.api_active:
                 return original(*args, **kwargs)
+            if threading.get_ident() != collector._owner:
+                collector.note_thread()
             return collector.run_api(prefix, name, original, args, kwargs, collective=collective)
         return wrapper
 
     def uninstall(self) -> None:
+        """Remove every hook and patch of this recording; from any thread. The mode leaves the stack of the calling
+        thread; a thread that holds it still (stopped from another thread) drops it at its next start(), stop() or
+        step(), and until then the mode passes every call through."""
         self.api_active = False
         self.module_active = False
-        if self._mode is not None:
-            self._mode.__exit__(None, None, None)
-            self._mode = None
-        for owner, name, original in reversed(self._patched):
-            setattr(owner, name, original)
-        self._patched = []
+        self._patches.restore()
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self.tidy_thread()
+
+    def begin(self) -> None:
+        """A new recording (start()): a new session for the per-thread mode bookkeeping."""
+        self.session += 1
 
     # ------------------------------------------------------------------ modules
     def guard_compiled(self, models) -> None:

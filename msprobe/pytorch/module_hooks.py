@@ -22,6 +22,8 @@ no gradient arrived.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from torch.autograd.graph import get_gradient_edge
 
@@ -63,8 +65,8 @@ def guard_compiled(collector, models, handles: list) -> None:
             continue
         named = dict(model.named_modules())
         where = ", ".join(p or "the whole model" for p in roots)
-        collector.log_once(("compiled", where), "msprobe dump: %s runs under torch.compile (%s): the modules and APIs "
-                           "inside compiled code are not dumped, since observing them would change what the compiler "
+        collector.log_once(("compiled", where), "%s runs under torch.compile (%s): the modules and APIs inside "
+                           "compiled code are not dumped, since observing them would change what the compiler "
                            "generates", type(getattr(model, "_orig_mod", model)).__name__, where)
         for path in roots:
             saved: list = []
@@ -94,7 +96,7 @@ class _Call:
     """One forward call of a hooked module whose backward entry is still to be written."""
 
     __slots__ = ("name", "parent", "order", "generation", "marker", "in_edges", "grad_in", "grad_out", "passthrough",
-                 "out_nodes", "arrived", "consumers_left", "body", "placed", "written")
+                 "out_nodes", "arrived", "consumers_left", "body", "placed", "written", "slot")
 
     def __init__(self, name, parent, order, generation, marker, in_edges):
         self.name = name
@@ -112,6 +114,7 @@ class _Call:
         self.body: dict = {}
         self.placed = False           # its position in dump.json is taken, the data follows
         self.written = False
+        self.slot = None              # the writer's Slot of a placed call
 
 
 class ModuleHooks:
@@ -119,7 +122,7 @@ class ModuleHooks:
 
     def __init__(self, collector):
         self.col = collector
-        self._forward: dict = {}     # id(module) -> stack of (forward name, body, stack, dump, call)
+        self._forward: dict = {}     # (id(module), thread) -> stack of (forward name, body, stack, dump, call)
         self._pending_grads: dict = {}
         self._waits: dict = {}       # id(node) -> [node, calls waiting for it]
         self._ready: list = []       # calls whose input gradients are complete, written at the next hook
@@ -131,12 +134,24 @@ class ModuleHooks:
     def install(self, models, handles: list) -> None:
         many = len(models) > 1
         for model_index, model in enumerate(models):
-            compiled = compiled_paths(model)
+            skipped = compiled_paths(model) + self._scripted(model)
             for path, module in model.named_modules():
-                if not path or _inside(path, compiled):
+                if not path or _inside(path, skipped):
                     continue
                 prefix = f"Module.{model_index}.{path}" if many else f"Module.{path}"
                 self._hook(module, f"{prefix}.{type(module).__name__}", handles)
+
+    def _scripted(self, model) -> list:
+        """Paths of the TorchScript modules (torch.jit.script/trace): they take no Python hooks, and what runs
+        inside them is not Python; they and their sub-modules are left out, and the log says so once."""
+        paths = [path for path, module in model.named_modules() if isinstance(module, torch.jit.ScriptModule)]
+        roots = [p for p in paths if not _inside(p, [r for r in paths if r != p])]
+        if roots:
+            where = ", ".join(p or "the whole model" for p in roots)
+            self.col.log_once(("scripted", where), "%s is a TorchScript module: it and its sub-modules are not "
+                              "hooked and the APIs inside it are not recorded (TorchScript runs them without "
+                              "Python)", where)
+        return roots
 
     def reset(self) -> None:
         self._forward = {}
@@ -168,7 +183,8 @@ class ModuleHooks:
             return None
 
         def post(mod, args, kwargs, out):
-            if torch.compiler.is_compiling() or not col.module_active or not self._forward.get(id(mod)):
+            if torch.compiler.is_compiling() or not col.module_active or \
+                    not self._forward.get((id(mod), threading.get_ident())):
                 return None
             with col.shielded(f"{key} forward"):
                 self._after(mod, out)
@@ -183,12 +199,11 @@ class ModuleHooks:
     # ------------------------------------------------------------------ forward
     def _before(self, mod, key: str, args, kwargs) -> None:
         col = self.col
-        index = col.module_counts.get(key, 0)
-        col.module_counts[key] = index + 1
+        index = col.count(col.module_counts, key)
         forward = f"{key}.forward.{index}"
-        parent = col.module_stack[-1] if col.module_stack else None
-        col.writer.construct[forward] = parent
-        col.module_stack.append(forward)
+        parent = col.parent()
+        col.writer.add_construct(forward, parent)
+        col.thread_stack().append(forward)
         body: dict = {}
         stack = None
         dump = col.selected(forward) and col.direction_ok("forward")
@@ -203,13 +218,14 @@ class ModuleHooks:
                 parent_bw = parent.replace(".forward.", ".backward.") if parent else None
                 call = _Call(backward, parent_bw, self._order, col.generation, self._marker(),
                              [get_gradient_edge(t) for t in grad_tensors(args)])
-        self._forward.setdefault(id(mod), []).append((forward, body, stack, dump, call))
+        self._forward.setdefault((id(mod), threading.get_ident()), []).append((forward, body, stack, dump, call))
 
     def _after(self, mod, out) -> None:
         col = self.col
-        forward, body, stack, dump, call = self._forward[id(mod)].pop()
-        if forward in col.module_stack:
-            del col.module_stack[col.module_stack.index(forward):]
+        forward, body, stack, dump, call = self._forward[(id(mod), threading.get_ident())].pop()
+        module_stack = col.thread_stack()
+        if forward in module_stack:
+            del module_stack[module_stack.index(forward):]
         if dump:        # also when the forward raised (out is None), e.g. a checkpoint recomputation stopped early
             col.record_outputs(forward, body, out)
             params = dict(mod.named_parameters(recurse=False))
@@ -380,7 +396,7 @@ class ModuleHooks:
     def _place(self, call: _Call) -> None:
         """Reserve the entry's position in dump.json; its data is written once every output's gradient came."""
         call.placed = True
-        self.col.add_entry(call.name, call.body)
+        call.slot = self.col.writer.reserve(call.name, call.body)
 
     def _write(self, call: _Call) -> None:
         col = self.col
@@ -390,13 +406,15 @@ class ModuleHooks:
             for slot in input_slots:        # the module returned this input: its gradient is the tensor's total
                 grad_in[slot] = call.grad_out[j]
         name = call.name
-        col.writer.construct[name] = call.parent
+        col.writer.add_construct(name, call.parent)
         body = call.body
         if col.section_ok("input"):
             col.guard(name, body, "input", lambda: body.__setitem__("input", col.record(call.grad_out, f"{name}.input")))
         if col.section_ok("output"):
             col.guard(name, body, "output", lambda: body.__setitem__("output", col.record(grad_in, f"{name}.output")))
-        if not call.placed:
+        if call.slot is not None:
+            col.writer.complete(call.slot)
+        else:
             col.add_entry(name, body)
 
     # ------------------------------------------------------------------ parameter gradients
@@ -412,14 +430,11 @@ class ModuleHooks:
                 if len(pending) < len(names):
                     return None
                 del self._pending_grads[key]
-                index = col.param_grad_counts.get(key, 0)
-                col.param_grad_counts[key] = index + 1
+                index = col.count(col.param_grad_counts, key)
                 name = f"{key}.parameters_grad.{index}"
                 if not (col.selected(name) and col.direction_ok("backward")):
                     return None
-                body: dict = {}
-                col.guard(name, body, "parameters_grad", lambda: body.update({
-                    n: [col.record(g, f"{name}.{n}")] for n, g in pending.items()}))  # arrival order
-                col.add_entry(name, body)
+                # arrival order; a failure stays inside the one parameter's record (its body holds only parameters)
+                col.add_entry(name, {n: [col.record_leaf(g, f"{name}.{n}")] for n, g in pending.items()})
             return None
         return hook

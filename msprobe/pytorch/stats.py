@@ -1,4 +1,5 @@
-"""Argument records of dump.json: tensor statistics, CRC-32, non-tensor values (spec compare.md §2.5)."""
+"""Argument records of dump.json for torch values: tensor statistics and CRC-32 for every dtype and layout torch
+has, torch's own non-tensor values (spec compare.md §2.5). Plain Python values: msprobe.collect.stats."""
 
 from __future__ import annotations
 
@@ -6,10 +7,54 @@ import zlib
 
 import torch
 
+from msprobe.collect.guard import one_line
+from msprobe.collect.stats import NO_STATISTICS, array_statistics
+from msprobe.collect.stats import value_record as plain_value_record
 from msprobe.dump.flatten import crc32_text
 from msprobe.dump.reader import json_number
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _dtypes(*names) -> frozenset:
+    return frozenset(getattr(torch, n) for n in names if isinstance(getattr(torch, n, None), torch.dtype))
+
+
+# dtypes aminmax/norm cannot take, and how their values are read
+_FLOAT8 = _dtypes("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu")
+_WIDE_UNSIGNED = _dtypes("uint16", "uint32", "uint64")                 # exact integers through numpy
+_SUB_BYTE_UNSIGNED = _dtypes(*(f"uint{n}" for n in range(1, 8)))      # one element per byte
+_SUB_BYTE_SIGNED = _dtypes(*(f"int{n}" for n in range(1, 8)))
+_RAW_BITS = _dtypes("bits8", "bits1x8", "bits2x4", "bits4x2")          # no numeric meaning: the byte values
+_RAW_BITS16 = _dtypes("bits16")
+_FLOAT4_X2 = _dtypes("float4_e2m1fn_x2")                              # two e2m1 values per byte, low nibble first
+_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def numeric_form(t: torch.Tensor) -> torch.Tensor:
+    """A dense tensor torch can reduce that holds the values whose statistics are recorded: a sparse tensor's
+    stored values, a quantized tensor dequantized, float8 as float32, float4 pairs unpacked, sub-byte and raw-bit
+    dtypes as their bytes, complex32 as complex64."""
+    if t.layout != torch.strided:
+        t = t.coalesce().values() if t.layout == torch.sparse_coo else t.values()
+    if t.is_quantized:
+        return t.dequantize()
+    dtype = t.dtype
+    if dtype in _FLOAT8:
+        return t.float()
+    if dtype in _FLOAT4_X2:
+        table = torch.tensor(_E2M1, dtype=torch.float32, device=t.device)
+        raw = t.view(torch.uint8).long()
+        return torch.stack((table[raw & 15], table[raw >> 4]), dim=-1)
+    if dtype in _SUB_BYTE_UNSIGNED or dtype in _RAW_BITS:
+        return t.view(torch.uint8)
+    if dtype in _SUB_BYTE_SIGNED:
+        return t.view(torch.int8)
+    if dtype in _RAW_BITS16:
+        return t.view(torch.uint16)
+    if dtype == torch.complex32:
+        return t.to(torch.complex64)
+    return t
 
 
 def _number(value: torch.Tensor, dtype=None):
@@ -21,9 +66,12 @@ def _number(value: torch.Tensor, dtype=None):
 
 
 def tensor_stats(t: torch.Tensor) -> dict:
-    """Max/Min/Mean/Norm the way the reference records them."""
-    if t.numel() == 0 or t.is_meta:
-        return {"Max": None, "Min": None, "Mean": None, "Norm": None}
+    """Max/Min/Mean/Norm the way the reference records them, for every dtype and layout (see numeric_form)."""
+    if t.is_meta:
+        return dict(NO_STATISTICS)
+    t = numeric_form(t)
+    if t.numel() == 0:
+        return dict(NO_STATISTICS)
     if t.dtype == torch.bool:
         return {"Max": bool(t.any().item()), "Min": bool(t.all().item()), "Mean": None, "Norm": None}
     if t.is_complex():
@@ -33,6 +81,9 @@ def tensor_stats(t: torch.Tensor) -> dict:
         value = json_number(value) if isinstance(value, float) else value
         return {"Max": value, "Min": value, "Mean": value, "Norm": value}
     if not t.is_floating_point():
+        if t.dtype in _WIDE_UNSIGNED:
+            stats = array_statistics(t.cpu().numpy())
+            return {"Max": stats["Max"], "Min": stats["Min"], "Mean": None, "Norm": None}
         low, high = torch.aminmax(t)
         return {"Max": high.item(), "Min": low.item(), "Mean": None, "Norm": None}
     data = t.float() if t.dtype in _LOW_PRECISION else t
@@ -42,41 +93,69 @@ def tensor_stats(t: torch.Tensor) -> dict:
             "Mean": _number(data.mean(), back), "Norm": _number(torch.linalg.vector_norm(data), back)}
 
 
+def _parts(t: torch.Tensor) -> list:
+    """The dense tensors holding a tensor's content: a sparse tensor's indices and values, a quantized tensor's
+    integers."""
+    layout = t.layout
+    if layout == torch.sparse_coo:
+        t = t.coalesce()
+        return [t.indices(), t.values()]
+    if layout in (torch.sparse_csr, torch.sparse_bsr):
+        return [t.crow_indices(), t.col_indices(), t.values()]
+    if layout in (torch.sparse_csc, torch.sparse_bsc):
+        return [t.ccol_indices(), t.row_indices(), t.values()]
+    return [t.int_repr() if t.is_quantized else t]
+
+
 def tensor_crc32(t: torch.Tensor) -> str:
-    """CRC-32 of the tensor's bytes in row-major order, 8 lower-case hex digits."""
-    data = t.detach().cpu().contiguous().reshape(-1)
-    if data.numel() == 0:
-        return crc32_text("")
-    raw = data.view(torch.uint8) if data.element_size() > 0 else data
-    return format(zlib.crc32(raw.numpy().tobytes()), "08x")
+    """CRC-32 of the tensor's bytes in row-major order (a sparse tensor: its indices then its values), 8 lower-case
+    hex digits."""
+    crc = 0
+    for part in _parts(t.detach().cpu()):
+        data = part.contiguous().reshape(-1)
+        if data.numel():
+            crc = zlib.crc32(data.view(torch.uint8).numpy(), crc)
+    return format(crc, "08x") if crc else crc32_text("")
 
 
 def tensor_record(t: torch.Tensor, summary_mode: str = "statistics") -> dict:
+    """The record of a tensor. A statistic that cannot be computed leaves the four null and a one-line
+    dump_error in the record; its dtype and shape are always there."""
     requires_grad = bool(t.requires_grad)
     t = t.detach()
     record = {"type": "torch.Tensor", "dtype": str(t.dtype), "shape": list(t.shape)}
-    record.update(tensor_stats(t))
+    error = None
+    try:
+        record.update(tensor_stats(t))
+    except Exception as exc:  # noqa: BLE001 - a dtype or layout torch cannot reduce
+        record.update(NO_STATISTICS)
+        error = f"statistics: {one_line(exc)}"
     record["requires_grad"] = requires_grad
     if summary_mode == "md5":
-        record["md5"] = tensor_crc32(t)
+        try:
+            record["md5"] = tensor_crc32(t)
+        except Exception as exc:  # noqa: BLE001
+            error = f"{error}; " if error else ""
+            error += f"md5: {one_line(exc)}"
+    if error:
+        record["dump_error"] = error
     return record
+
+
+def saved_copy(t: torch.Tensor) -> torch.Tensor:
+    """What torch.save writes for a dumped tensor: detached, on the CPU, its own compact storage (not the storage
+    of the view it may be)."""
+    t = t.detach().cpu()
+    if t.layout == torch.strided and not t.is_quantized:
+        return t.clone(memory_format=torch.contiguous_format)
+    return t.clone()
 
 
 def value_record(value):
     """Record of a non-tensor leaf, or None when the value is not recorded."""
-    if isinstance(value, bool):
-        return {"type": "bool", "value": value}
-    if isinstance(value, int):
-        return {"type": "int", "value": value}
-    if isinstance(value, float):
-        return {"type": "float", "value": json_number(value)}
-    if isinstance(value, str):
-        return {"type": "str", "value": value}
-    if value is Ellipsis:
-        return {"type": "ellipsis", "value": "..."}
-    if isinstance(value, slice):
-        parts = [value.start, value.stop, value.step]
-        return {"type": "slice", "value": [p if isinstance(p, int) else None for p in parts]}
+    record = plain_value_record(value)
+    if record is not None:
+        return record
     if isinstance(value, torch.dtype):
         return {"type": "torch.dtype", "value": str(value)}
     if isinstance(value, torch.device):

@@ -187,7 +187,7 @@ def test_root_config_json_is_read_as_is(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     debugger = PrecisionDebugger(config_path=str(ROOT / "config.json"))
     cfg = debugger.config
-    assert (cfg.task, cfg.level, cfg.step, cfg.summary_mode) == ("statistics", "L1", [0], "statistics")
+    assert (cfg.task, cfg.level, list(cfg.step), cfg.summary_mode) == ("statistics", "L1", [0], "statistics")
     assert cfg.dump_path == str(tmp_path / "dump_data")
     zoo.train("param_ops", debugger, steps=2)
     assert [p.name for p in (tmp_path / "dump_data").iterdir()] == ["step0"]      # step [0] only

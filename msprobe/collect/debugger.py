@@ -1,0 +1,259 @@
+"""The life cycle every collector shares: start/stop/step/step_scope, the exit handler and SIGTERM, one recording
+debugger per process, and patches owned by the debugger that made them. A framework subclasses DebuggerBase and
+fills in its hooks (_models, _rank, _install, _uninstall, _flush_pending, _new_step, _save).
+
+Semantics (docs/dump.md, "What happens when your step crashes"):
+
+* start() while this debugger records is ignored (nested start); stop() or step() without start() do nothing
+  but step() counts the step.
+* A second debugger's start() while another records stops that one first (its step is written, marked
+  incomplete with the reason) and then records: the newest start() wins, so a notebook cell run again never
+  leaves two debuggers fighting over the same hooks.
+* stop() may be called from any thread.
+* Whatever ends the step before stop() - an exception in `with debugger.step_scope(model):`, the end of the
+  process (atexit), SIGTERM - the step's files are written with what was recorded, marked "incomplete".
+* Nothing here raises into the training: a failure is logged once and recording of that step stops. The only
+  exceptions are usage errors of start()'s arguments, at the first recorded step.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import threading
+
+from msprobe.collect.config import DumpConfig
+from msprobe.collect.guard import ErrorLog, one_line
+from msprobe.collect.paths import step_directory
+from msprobe.collect.writer import StepWriter
+
+_LOCK = threading.RLock()
+_ACTIVE: list = []                  # the debugger recording now, if any (at most one)
+_EXIT_REGISTERED: list = []
+_PREVIOUS_SIGTERM: list = []        # the SIGTERM handler ours replaced, while ours is installed
+
+EXITED = "the process exited before stop() was called"
+TERMINATED = "the process received SIGTERM before stop() was called"
+SUPERSEDED = "another debugger started before stop() was called"
+
+
+def active_debugger():
+    """The debugger recording in this process, or None."""
+    return _ACTIVE[0] if _ACTIVE else None
+
+
+class Patches:
+    """Attributes one debugger replaced (functions of a framework): restore() puts back only those that still hold
+    the debugger's replacement; one replaced again by someone else since is left to them (our replacement inside
+    theirs passes calls through once recording stopped)."""
+
+    def __init__(self, errors: ErrorLog):
+        self.errors = errors
+        self._done: list = []
+
+    def set(self, owner, name: str, replacement) -> None:
+        original = getattr(owner, name)
+        setattr(owner, name, replacement)
+        self._done.append((owner, name, original, replacement))
+
+    def restore(self) -> None:
+        done, self._done = self._done, []
+        for owner, name, original, replacement in reversed(done):
+            if getattr(owner, name, None) is replacement:
+                setattr(owner, name, original)
+            else:
+                self.errors.once(("replaced", id(owner), name), "%s.%s was replaced by other code while recording; "
+                                 "it is left as it is now", getattr(owner, "__name__", type(owner).__name__), name)
+
+
+class DebuggerBase:
+    """start(model)/stop()/step() around each training step, or `with debugger.step_scope(model):`."""
+
+    framework = "pytorch"
+    suffix = ".pt"
+
+    def __init__(self, config: DumpConfig, model=None):
+        self.config = config
+        self.model = model
+        self.current_step = 0
+        self.errors = ErrorLog()
+        self.writer = StepWriter(self.framework, config.task, config.level, save=self._save, suffix=self.suffix,
+                                 errors=self.errors)
+        self._running = False
+        self._ending_thread = None
+        self._after_end: list = []
+
+    # ------------------------------------------------------------------ framework hooks
+    def _models(self, model) -> list:
+        """The models of start(model) as a list (usage errors raise MsprobeError)."""
+        return [] if model is None else list(model) if isinstance(model, (list, tuple)) else [model]
+
+    def _rank(self):
+        """This process's rank, or None outside a distributed job."""
+        return None
+
+    def _install(self, models: list) -> None:
+        """Install the hooks and patches of one recording (may raise: _uninstall is then called)."""
+        raise NotImplementedError
+
+    def _uninstall(self) -> None:
+        """Remove everything _install put in place; called from any thread, possibly after a partial _install."""
+        raise NotImplementedError
+
+    def _flush_pending(self) -> None:
+        """Hand the writer the entries still waiting (e.g. module backward entries) before the files are closed."""
+
+    def _new_step(self) -> None:
+        """Reset the per-step counters."""
+
+    def _tidy(self) -> None:
+        """Called first by start(), stop() and step() in the calling thread (per-thread leftovers of a stop() made
+        in another thread)."""
+
+    def _save(self, tensor, path: str) -> None:
+        """Write one tensor file (task tensor)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ public
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def start(self, model=None) -> None:
+        self._quietly("step", self._tidy)
+        if self._running or not self.config.wants_step(self.current_step) or \
+                not self.config.wants_rank(self._quietly("rank", self._rank)):
+            return
+        models = self._models(model if model is not None else self.model)     # usage errors raise
+        self._quietly("start", lambda: self._start(models))
+
+    def stop(self) -> None:
+        self._quietly("step", self._tidy)
+        self._end(None)
+
+    def step(self) -> None:
+        self.stop()
+        self.current_step += 1
+        self._quietly("step", self._new_step)
+
+    @contextlib.contextmanager
+    def step_scope(self, model=None):
+        """One training step: start(model) on entry; stop() and step() on exit. An exception inside is not
+        swallowed: the step's files are written first, marked incomplete with the exception."""
+        self.start(model)
+        try:
+            yield self
+        except BaseException as exc:
+            self._end(f"the step raised {one_line(exc)}")
+            self.step()
+            raise
+        self.step()
+
+    # ------------------------------------------------------------------ life cycle
+    def _quietly(self, what: str, job):
+        try:
+            return job()
+        except Exception as exc:  # noqa: BLE001 - the user's training must go on
+            self.errors.once((what, type(exc).__name__), "%s() failed (%s); training continues", what,
+                             one_line(exc))
+            return None
+
+    def _start(self, models: list) -> None:
+        with _LOCK:
+            if self._running:
+                return
+            other = active_debugger()
+            if other is not None and other is not self:
+                self.errors.once("superseded", "a second debugger started while the one writing %s was "
+                                 "recording: that one is stopped first (its step is written, marked incomplete)",
+                                 other.writer.directory)
+                other._end(SUPERSEDED)
+            try:
+                self._install(models)
+            except Exception:
+                self._quietly("start", self._uninstall)
+                raise
+            self.writer.open(step_directory(self.config.dump_path, self.current_step, self._rank()))
+            self._running = True
+            _ACTIVE[:] = [self]
+            _watch_process_end()
+
+    def _end(self, incomplete: str | None) -> None:
+        """Stop recording and write the step's files; `incomplete` says why the step did not finish."""
+        with _LOCK:
+            if not self._running or self._ending_thread is not None:
+                return
+            self._ending_thread = threading.get_ident()
+        try:
+            self._quietly("stop", self._flush_pending)
+            self._running = False
+            self._quietly("stop", self._uninstall)
+            self._quietly("stop", lambda: self.writer.close(incomplete))
+        finally:
+            with _LOCK:
+                self._ending_thread = None
+                if active_debugger() is self:
+                    _ACTIVE.clear()
+                    _release_sigterm()
+            work, self._after_end = self._after_end, []
+            for job in work:
+                job()
+
+    def _call_soon(self, job) -> None:
+        """Run `job` (a signal handler's work) now, or after the part of this debugger the thread is inside."""
+        if self._ending_thread == threading.get_ident():
+            self._after_end.append(job)
+        else:
+            self.writer.call_soon(job)
+
+
+# ---------------------------------------------------------------------- process end
+def _watch_process_end() -> None:
+    """The exit handler (once per process) and, from the main thread, the SIGTERM handler while recording."""
+    if not _EXIT_REGISTERED:
+        atexit.register(_at_exit)
+        _EXIT_REGISTERED.append(True)
+    if threading.current_thread() is not threading.main_thread() or _PREVIOUS_SIGTERM:
+        return
+    current = signal.getsignal(signal.SIGTERM)
+    if current is None or current == signal.SIG_IGN:     # set outside Python, or ignored: left alone
+        return
+    _PREVIOUS_SIGTERM.append(current)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _release_sigterm() -> None:
+    if not _PREVIOUS_SIGTERM or threading.current_thread() is not threading.main_thread():
+        return              # from another thread: ours stays, and passes the signal on when no debugger records
+    previous = _PREVIOUS_SIGTERM.pop()
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _at_exit() -> None:
+    debugger = active_debugger()
+    if debugger is not None:
+        debugger._end(EXITED)
+
+
+def _on_sigterm(signum, frame) -> None:
+    debugger = active_debugger()
+    previous = _PREVIOUS_SIGTERM[0] if _PREVIOUS_SIGTERM else signal.SIG_DFL
+
+    def finish():
+        if debugger is not None:
+            debugger._end(TERMINATED)
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            _PREVIOUS_SIGTERM.clear()
+            signal.signal(signal.SIGTERM, previous)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:         # die of the signal, as without us
+            os.kill(os.getpid(), signum)
+
+    if debugger is None:
+        finish()
+    else:
+        debugger._call_soon(finish)
