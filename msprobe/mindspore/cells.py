@@ -2,13 +2,14 @@
 CellBackwardHook for the backward entry, Parameter hooks for `parameters_grad`, and the cell hierarchy of
 construct.json.
 
-A cell call is named `Cell.<path>.<Class>.forward.<n>` (its inputs recorded before the call; the entry is placed
-when the call returns, so cells come after their inner entries, as the reference writes them). Its backward
+A cell call is named `Cell.<path>.<Class>.forward.<n>` (its inputs are recorded before the call, and the entry is
+written when the call returns, so a cell comes after its inner entries, as the reference writes them). Its backward
 entry `...backward.<n>` comes from a CellBackwardHook made for that call: applied to the call's tensor arguments
 (when one is floating point) and to its outputs, it reports the outputs' and the arguments' gradients once the
-autograd engine ran through the cell; a backward pre-hook on the outputs marks where the cell's backward starts
+autograd engine ran through the cell. A backward pre-hook on the outputs marks where the cell's backward starts
 (the parent of the entries inside it in construct.json) and, for a cell without a floating-point argument,
-writes the entry with the outputs' gradients alone.
+writes the entry with the outputs' gradients alone. `parameters_grad.<n>` holds the gradients of the cell's own
+parameters, written when the last of them arrived.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from mindspore import Parameter
-from mindspore.common.api import _pynative_executor
 
+from msprobe.collect.guard import one_line
 from msprobe.mindspore.collector import BackwardBinding, differentiable
 
 
@@ -27,11 +28,11 @@ def is_jit_cell(cell) -> bool:
     return bool(getattr(getattr(construct, "__func__", construct), "__wrapped_by_jit__", False))
 
 
-def walk_cells(model, prefix: str = ""):
+def walk_cells(model):
     """(path, cell, is_jit) of the model and its sub-cells, depth first, each cell once (the first path that
     reaches it); the sub-cells of a jit cell are not visited."""
     seen = set()
-    todo = [(prefix, model)]
+    todo = [("", model)]
     while todo:
         path, cell = todo.pop()
         if id(cell) in seen:
@@ -45,26 +46,38 @@ def walk_cells(model, prefix: str = ""):
         todo.extend(reversed(children))
 
 
+def own_parameters(cell) -> dict:
+    """The cell's own parameters by short name (`weight`, `gamma`, `embedding_table`)."""
+    return {name.split(".")[-1]: p for name, p in cell.parameters_and_names(expand=False)}
+
+
+class _GradEntry:
+    """One parameters_grad entry: the gradients of a cell's parameters from one backward pass."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.body: dict = {}
+
+
 class CellHooks:
     def __init__(self, collector):
         self.col = collector
         self.hooked: list = []          # (cell, pre-hook, post-hook)
         self.handles: list = []
-        self.param_handles: dict = {}
         self.jit_cells: list = []
+        self.param_handles: dict = {}   # (cell prefix, short name) -> handle, for this step
         self.reset()
 
     def reset(self) -> None:
         self.counts: dict = {}
+        self.seqs: dict = {}            # cell prefix -> forward position of its latest call
         self.stack: list = []
         self.queue: OrderedDict = OrderedDict()
         self.bindings: dict = {}
-        self.grad_index: dict = {}
-        self.grad_entries: dict = {}
-        self.entries: dict = {}
-        for handle in self.param_handles.values():
-            handle.remove()
-        self.param_handles = {}
+        self.pending: dict = {}         # forward name -> (body, stack) of a call that has not returned
+        self.grad_index: dict = {}      # cell prefix -> (index, first parameter)
+        self.grads: dict = {}           # cell prefix -> _GradEntry waiting for more gradients
+        self.remove_param_hooks()
 
     # ------------------------------------------------------------------ construct.json
     def current_parent(self):
@@ -75,7 +88,7 @@ class CellHooks:
     def _enter(self, name: str) -> None:
         """A cell's forward (or backward) starts: its parent is the cell on top of the stack."""
         if self.col.config.level != "L1":
-            self.col.writer.construct[name] = self.stack[-1] if self.stack else self._find_last(name)
+            self.col.writer.add_construct(name, self.stack[-1] if self.stack else self._find_last(name))
         self.queue[name] = True
         self.stack.append(name)
 
@@ -85,8 +98,8 @@ class CellHooks:
             self.stack.pop()
 
     def _find_last(self, name: str):
-        """With an empty stack (another thread), the parent is the latest open cell whose path is this cell's
-        path without its last part."""
+        """With an empty stack, the parent is the latest open cell whose path is this cell's path without its last
+        part (the reference's rule)."""
         parts = name.split(".")
         if len(parts) < 5:
             return None
@@ -126,9 +139,24 @@ class CellHooks:
     def uninstall(self) -> None:
         self.suspend()
         self.hooked = []
+        self.jit_cells = []
+        self.remove_param_hooks()
+
+    def remove_param_hooks(self) -> None:
         for handle in self.param_handles.values():
             handle.remove()
         self.param_handles = {}
+
+    def flush(self) -> None:
+        """At stop(): the calls that never returned (inputs only) and the parameters_grad entries still waiting."""
+        writer = self.col.writer
+        for name, (body, stack) in self.pending.items():
+            body.setdefault("dump_error", "the call did not return before stop()")
+            writer.add(name, body, stack)
+        self.pending = {}
+        for entry in self.grads.values():
+            writer.add(entry.name, entry.body)
+        self.grads = {}
 
     # ------------------------------------------------------------------ forward
     def _pre_hook(self, prefix: str):
@@ -140,27 +168,26 @@ class CellHooks:
             col.enter()
             try:
                 index = self.counts[prefix] = self.counts.get(prefix, -1) + 1
+                self.seqs[prefix] = seq = col.next_seq()
                 forward = f"{prefix}forward.{index}"
                 self._enter(forward)
-                body: dict = {}
                 if col.selected(forward, is_api=False) and col.direction_ok("forward"):
+                    body: dict = {}
                     col.record_inputs(forward, body, args, kwargs)
                     stack = col.stack(forward, body)
-                    if stack is not None:
-                        col.writer.add_stack(forward, stack)
-                    col.writer.data[forward] = body        # placed again at the end when it returns
-                    self.entries[forward] = body
-                if (col.direction_ok("backward") and _pynative_executor.requires_grad()
-                        and differentiable(args)):
-                    binding = col.guard(forward, body, "backward hook",
-                                        lambda: self._binding(f"{prefix}backward.{index}", cell, True))
-                    if binding is not None:
-                        self.bindings[forward] = binding
-                        return binding.inputs(tuple(args)), kwargs
+                    if col.section_ok("output"):
+                        self.pending[forward] = (body, stack)      # written when the call returns
+                    else:
+                        self._add_parameters(forward, body, cell)
+                        col.writer.add(forward, body, stack)
+                if col.grads_wanted() and differentiable(args):
+                    binding = self._binding(f"{prefix}backward.{index}", cell, seq)
+                    self.bindings[forward] = binding
+                    return binding.inputs(tuple(args)), kwargs
                 return None
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
-                col.log_once((type(exc).__name__, "cell pre-hook"), "msprobe dump: a cell hook failed (%s: %s); "
-                             "its entry is skipped and training continues", type(exc).__name__, exc)
+                col.errors.once((type(exc).__name__, "cell pre-hook"), "a cell hook failed (%s); its entry is "
+                                "skipped and training continues", one_line(exc))
                 return None
             finally:
                 col.leave()
@@ -176,56 +203,61 @@ class CellHooks:
             try:
                 index = self.counts.get(prefix, 0)
                 forward = f"{prefix}forward.{index}"
-                backward = f"{prefix}backward.{index}"
                 self._leave(forward)
-                body = self.entries.pop(forward, None)
-                if body is not None:
-                    if col.section_ok("output"):
-                        col.record_outputs(forward, body, output)
-                        col.writer.data.pop(forward, None)
-                        col.writer.data[forward] = body
-                    params = {name.split(".")[-1]: p for name, p in cell.parameters_and_names(expand=False)}
-                    if params and col.section_ok("input"):
-                        col.guard(forward, body, "parameters", lambda: body.__setitem__(
-                            "parameters", {k: col.recorder.record(p, f"{forward}.parameters.{k}")
-                                           for k, p in params.items()}))
-                if col.direction_ok("backward"):
-                    self._hook_params(prefix, cell)
-                if not _pynative_executor.requires_grad() or not col.direction_ok("backward"):
+                waiting = self.pending.pop(forward, None)
+                if waiting is not None:
+                    body, stack = waiting
+                    col.record_outputs(forward, body, output)
+                    self._add_parameters(forward, body, cell)
+                    col.writer.add(forward, body, stack)
+                if not col.grads_wanted():
                     return None
+                self._hook_params(prefix, cell)
                 binding = self.bindings.pop(forward, None)
                 if binding is not None:
                     output = binding.outputs(output)
-                return self._pre_binding(backward, cell, binding is None).outputs(output)
+                return self._pre_binding(f"{prefix}backward.{index}", cell, binding is None,
+                                         self.seqs.get(prefix, 0)).outputs(output)
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
-                col.log_once((type(exc).__name__, "cell hook"), "msprobe dump: a cell hook failed (%s: %s); its "
-                             "entry is incomplete and training continues", type(exc).__name__, exc)
+                col.errors.once((type(exc).__name__, "cell hook"), "a cell hook failed (%s); its entry is "
+                                "incomplete and training continues", one_line(exc))
                 return None
             finally:
                 col.leave()
         return hook
 
+    def _add_parameters(self, name: str, body: dict, cell) -> None:
+        col = self.col
+        if not col.section_ok("input"):
+            return
+        params = own_parameters(cell)
+        if params:
+            col.guard(name, body, "parameters", lambda: body.__setitem__(
+                "parameters", {k: col.recorder.record(p, f"{name}.parameters.{k}") for k, p in params.items()}))
+
     # ------------------------------------------------------------------ backward
-    def _binding(self, name: str, cell, with_inputs: bool) -> BackwardBinding:
+    def _binding(self, name: str, cell, seq: int) -> BackwardBinding:
         """The hook at the call's arguments: the cell's backward entry, then its backward ends."""
         col = self.col
 
         def write(grad_outputs, grad_inputs):
+            col.settle_waiting(seq)
             self._write_backward(name, grad_outputs, grad_inputs)
             self._leave(name)
-        return BackwardBinding(col, name, col.backward_callback(name, None, write), with_inputs, cell)
+        return BackwardBinding(col, name, col.backward_callback(name, write), True, cell)
 
-    def _pre_binding(self, name: str, cell, writes: bool) -> BackwardBinding:
+    def _pre_binding(self, name: str, cell, writes: bool, seq: int) -> BackwardBinding:
         """The pre-hook at the call's outputs: the cell's backward starts (and, for a cell without a
         floating-point argument, its entry is written and its backward ends there)."""
         col = self.col
 
         def start(grad_outputs, _):
+            col.settle_waiting(seq)
             self._enter(name)
             if writes:
                 self._write_backward(name, grad_outputs, ())
                 self._leave(name)
-        return BackwardBinding(col, name, col.backward_callback(name, None, start), False, cell)
+        return BackwardBinding(col, name, col.backward_callback(name, start), False, cell)
 
     def _write_backward(self, name: str, grad_outputs, grad_inputs) -> None:
         col = self.col
@@ -233,14 +265,13 @@ class CellHooks:
             return
         body: dict = {}
         col.record_backward(name, body, grad_outputs, grad_inputs)
-        col.writer.data[name] = body
+        col.writer.add(name, body)
 
     def _hook_params(self, prefix: str, cell) -> None:
         """Gradient hooks on the cell's own parameters, once per step, from its first call (a cell not called in
         the step gets no parameters_grad entry)."""
         owner = prefix[:-1]
-        for name, param in cell.parameters_and_names(expand=False):
-            short = name.split(".")[-1]
+        for short, param in own_parameters(cell).items():
             key = (owner, short)
             if key in self.param_handles or not isinstance(param, Parameter) or not param.requires_grad:
                 continue
@@ -248,30 +279,32 @@ class CellHooks:
 
     def _grad_hook(self, owner: str, short: str):
         col = self.col
-        generation = col.generation
+
+        def write(grad):
+            index, first = self.grad_index.get(owner, (-1, short))
+            if index < 0 or first == short:
+                index += 1
+            self.grad_index[owner] = (index, first)
+            name = f"{owner}.parameters_grad.{index}"
+            if not col.selected(name, is_api=False):
+                return
+            entry = self.grads.get(owner)
+            if entry is not None and entry.name != name:     # a new backward pass: the last one is complete
+                col.writer.add(entry.name, entry.body)
+                entry = None
+            if entry is None:
+                entry = self.grads[owner] = _GradEntry(name)
+            try:
+                entry.body[short] = [col.recorder.record(grad, f"{name}.{short}")]
+            except Exception as exc:  # noqa: BLE001 - the user's training must go on
+                entry.body[short] = [{"dump_error": col.errors.failed("gradient", name, exc)}]
+            hooked = sum(1 for (cell_prefix, _) in self.param_handles if cell_prefix == owner)
+            if len(entry.body) >= hooked:          # where its last gradient arrived, as the reference
+                col.writer.add(entry.name, entry.body)
+                del self.grads[owner]
+        callback = col.backward_callback(f"{owner}.parameters_grad", write)
 
         def hook(grad):
-            if generation != col.generation or col.depth:
-                return None
-            col.enter()
-            try:
-                index, first = self.grad_index.get(owner, (-1, short))
-                if index < 0 or first == short:
-                    index += 1
-                self.grad_index[owner] = (index, first)
-                name = f"{owner}.parameters_grad.{index}"
-                if not col.selected(name, is_api=False):
-                    return None
-                body = col.writer.data.pop(name, None)       # placed where its latest gradient arrived
-                if body is None:
-                    body = {}
-                col.writer.data[name] = body
-                col.guard(name, body, "gradient", lambda: body.__setitem__(
-                    short, [col.recorder.record(grad, f"{name}.{short}")]))
-            except Exception as exc:  # noqa: BLE001 - the user's training must go on
-                col.log_once((type(exc).__name__, "grad hook"), "msprobe dump: a parameter gradient hook failed "
-                             "(%s: %s); its entry is skipped and training continues", type(exc).__name__, exc)
-            finally:
-                col.leave()
+            callback(grad)
             return None
         return hook

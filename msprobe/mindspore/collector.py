@@ -1,11 +1,17 @@
 """The MindSpore collector: API wrappers (L1), entry recording and the backward hook of each recorded call.
 
-Every wrapped API call that is not nested in another recorded call (a per-thread depth counter) gets the name
-`<Prefix>.<api>.<n>.forward`, `n` counting the calls of that API in the step. Its backward entry comes from a
-`CellBackwardHook` made for that call alone and bound to `<Prefix>.<api>.<n>.backward`: applied to the call's
-tensor arguments and to its outputs, it hands the hook the gradients of the outputs (`input`) and of the
-arguments (`output`) once the autograd engine has run the call's backward. A call without a floating-point tensor
-argument gets a backward pre-hook on its outputs instead (`output` is then empty), as the reference does.
+Every wrapped API call that is not nested in another recorded call (a per-thread depth counter, which also covers
+the collector's own work) gets the name `<Prefix>.<api>.<n>.forward`, `n` counting the calls of that API in the
+step. Its backward entry comes from a `CellBackwardHook` made for that call alone and bound to
+`<Prefix>.<api>.<n>.backward`: applied to the call's tensor arguments and to its outputs, it hands the hook the
+gradients of the outputs (`input`) and of the arguments (`output`) once the autograd engine ran the call's
+backward. A call without a floating-point tensor argument gets a backward pre-hook on its outputs instead
+(`output` is then empty), as the reference does.
+
+Entries go to the shared StepWriter (msprobe.collect.writer) in the reference's order: an API when it is called,
+a cell when it returns, a backward entry when its hook runs. Two kinds wait for their last gradient: a Primitive's
+backward entry (filled gradient by gradient, reserved at its first one) and a cell's parameters_grad entry
+(written when the last of the cell's parameters got its gradient); stop() writes whatever still waits.
 """
 
 from __future__ import annotations
@@ -22,8 +28,7 @@ from mindspore import Tensor
 from mindspore.common.api import _pynative_executor
 from mindspore.ops.operations import _inner_ops as inner
 
-from msprobe.log import get_logger
-from msprobe.mindspore._interim import StepWriter
+from msprobe.collect.guard import one_line
 from msprobe.mindspore.apis import COLLECTIVE_PREFIXES, api_targets, is_float_dtype
 from msprobe.mindspore.records import Recorder
 
@@ -59,12 +64,13 @@ def stack_lines(cache: dict) -> tuple:
 
 
 class BackwardBinding:
-    """One CellBackwardHook (and, where needed, a pre-hook) bound to one backward entry name. The hook dicts must
-    outlive the call (CellBackwardHook keeps a weak reference): the collector keeps every binding of the step."""
+    """One CellBackwardHook bound to one backward entry name: a backward hook (applied to the call's arguments and
+    outputs: it reports both gradients once the arguments' gradients are computed) or a backward pre-hook (applied
+    to the outputs only: it reports their gradients). CellBackwardHook keeps a weak reference to its hook dict,
+    so the collector keeps every binding of the step."""
 
     def __init__(self, collector, name: str, on_grads, with_inputs: bool, cell=None):
         self.hooks = OrderedDict()
-        self.pre_hooks = OrderedDict()
         self.kernel = None
         self.pre_kernel = None
         if with_inputs:
@@ -72,8 +78,8 @@ class BackwardBinding:
             self.kernel = inner.CellBackwardHook(name, cell, self.hooks)
             self.kernel.register_backward_hook()
         else:
-            self.pre_hooks[name] = lambda _cell, grad_out: on_grads(grad_out, None)
-            self.pre_kernel = inner.CellBackwardHook(name, cell, self.pre_hooks)
+            self.hooks[name] = lambda _cell, grad_out: on_grads(grad_out, None)
+            self.pre_kernel = inner.CellBackwardHook(name, cell, self.hooks)
             self.pre_kernel.register_backward_pre_hook()
         collector.bindings.append(self)
 
@@ -88,23 +94,47 @@ class BackwardBinding:
         return out
 
 
-class Collector:
-    """Records one process's entries of the current step."""
+class Waiting:
+    """An entry whose place in dump.json is taken while its gradients still arrive (a Primitive's backward)."""
 
-    def __init__(self, config):
+    def __init__(self, collector, name: str):
+        self.collector = collector
+        self.name = name
+        self.body: dict = {}
+        self.slot = None
+        self.parent = None
+        self.arguments_seen = 0
+        self.seq = collector.seq
+
+    def settle(self) -> None:
+        col = self.collector
+        if self.slot is None:
+            return
+        if col.config.level == "mix":
+            col.writer.add_construct(self.name, self.parent)
+        col.writer.complete(self.slot)
+        self.slot = None
+
+
+class Collector:
+    """Records one process's entries of the current step into the debugger's StepWriter."""
+
+    def __init__(self, config, writer, errors):
         self.config = config
-        saver = None
-        self.writer = StepWriter(config.task, config.level, "mindspore")
-        if config.task == "tensor":
-            saver = self.writer.save_array
-        self.recorder = Recorder(config.summary_mode, saver)
+        self.writer = writer
+        self.errors = errors
+        save = writer.save_tensor if config.task == "tensor" else None
+        self.recorder = Recorder(config.summary_mode, save, errors.failed)
         self._tls = threading.local()
         self.api_active = False
+        self.cells_active = False
+        self.cells = None                # the CellHooks: construct.json parents
+        self.suspendables = ()           # cell and primitive hooks, suspended with the APIs while a graph compiles
         self.generation = 0
-        self._errors_logged: set = set()
-        self._patched: list = []
+        self._patched: list = []         # (owner, attribute, own value or _MISSING, wrapper)
         self._wrappers: dict = {}
         self.bindings: list = []
+        self.waiting: list = []          # Waiting entries of this step
         self.reset_counters()
 
     # ------------------------------------------------------------------ state
@@ -116,11 +146,25 @@ class Collector:
     def depth(self, value: int) -> None:
         self._tls.depth = value
 
+    def enter(self) -> None:
+        """Our own work, or a recorded call whose inner APIs belong to it: nothing inside is recorded."""
+        self._tls.depth = getattr(self._tls, "depth", 0) + 1
+
+    def leave(self) -> None:
+        self._tls.depth -= 1
+
     def reset_counters(self) -> None:
         self.api_counts: dict = {}
         self.stack_cache: dict = {}
         self.bindings = []
+        self.waiting = []
+        self.seq = 0
         self.generation += 1
+
+    def count(self, counts: dict, key: str) -> int:
+        index = counts.get(key, 0)
+        counts[key] = index + 1
+        return index
 
     # ------------------------------------------------------------------ filters
     def selected(self, name: str, is_api: bool = True) -> bool:
@@ -141,21 +185,16 @@ class Collector:
         wanted = modes & {"input", "output"}
         return "all" in modes or not wanted or section in wanted
 
-    # ------------------------------------------------------------------ recording
-    def log_once(self, key, message: str, *args) -> None:
-        if key not in self._errors_logged:
-            self._errors_logged.add(key)
-            get_logger().warning(message, *args)
+    def grads_wanted(self) -> bool:
+        return self.direction_ok("backward") and _pynative_executor.requires_grad()
 
+    # ------------------------------------------------------------------ recording
     def guard(self, name: str, body: dict, what: str, func):
         """One recording step; an error is logged once per kind and marks the entry instead of propagating."""
         try:
             return func()
         except Exception as exc:  # noqa: BLE001 - the user's training must go on
-            self.log_once((type(exc).__name__, what),
-                          "msprobe dump: recording %s of %s failed (%s: %s); the entry is marked with dump_error "
-                          "and training continues", what, name, type(exc).__name__, exc)
-            body["dump_error"] = f"{what}: {type(exc).__name__}: {exc}"
+            body["dump_error"] = self.errors.failed(what, name, exc)
             return None
 
     def record_inputs(self, name: str, body: dict, args, kwargs) -> None:
@@ -184,89 +223,112 @@ class Collector:
             self.guard(name, body, "output",
                        lambda: body.__setitem__("output", self.recorder.record(values, f"{name}.output")))
 
-    def add_entry(self, name: str, body: dict, stack=None) -> None:
-        self.writer.data[name] = body
-        if stack is not None:
-            self.writer.add_stack(name, stack)
-
     def stack(self, name: str, body: dict):
         return self.guard(name, body, "stack", lambda: stack_lines(self.stack_cache))
 
-    # ------------------------------------------------------------------ hooks' context
-    def enter(self):
-        """Our own work, or a call whose inner APIs belong to it: nothing inside is recorded."""
-        self.depth = self.depth + 1
+    def parent(self):
+        return self.cells.current_parent() if self.cells is not None else None
 
-    def leave(self):
-        self.depth = self.depth - 1
-
-    def backward_callback(self, name: str, parent_of, write):
-        """A hook body for a backward entry: runs only for this step, as our own work, never raising."""
+    def backward_callback(self, name: str, write):
+        """The body of a backward hook: for this step only, as our own work, never raising. Entries still waiting
+        for gradients are settled first unless this gradient is theirs (`write` then returns without settling)."""
         generation = self.generation
 
-        def callback(grad_outputs, grad_inputs):
+        def callback(*grads):
             if generation != self.generation:
                 return None
             self.enter()
             try:
-                write(grad_outputs, grad_inputs)
+                write(*grads)
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
-                self.log_once((type(exc).__name__, "hook"),
-                              "msprobe dump: a backward hook failed for %s (%s: %s); its entry is skipped and "
-                              "training continues", name, type(exc).__name__, exc)
+                self.errors.once((type(exc).__name__, "backward hook"), "a backward hook failed for %s (%s); its "
+                                 "entry is skipped and training continues", name, one_line(exc))
             finally:
                 self.leave()
             return None
         return callback
 
+    def next_seq(self) -> int:
+        """The forward order of a recorded call (its backward hooks carry it)."""
+        self.seq += 1
+        return self.seq
+
+    def settle_waiting(self, seq: int) -> None:
+        """The backward of a call made at forward position `seq` runs: every waiting entry of a later call is
+        complete, since the autograd engine runs a node's backward only once every node that consumed its outputs
+        ran (parameter gradient hooks, which run as soon as their gradient is ready, do not settle anything)."""
+        if not self.waiting:
+            return
+        still = []
+        for entry in self.waiting:
+            if entry.seq > seq:
+                entry.settle()
+            elif entry.slot is not None:
+                still.append(entry)
+        self.waiting = still
+
+    def settle_all(self) -> None:
+        for entry in self.waiting:
+            entry.settle()
+        self.waiting = []
+
     # ------------------------------------------------------------------ APIs
     def run_api(self, key: str, func, args, kwargs, collective: bool = False):
-        index = self.api_counts.get(key, 0)
-        self.api_counts[key] = index + 1
+        index = self.count(self.api_counts, key)
+        seq = self.next_seq()
         forward = f"{key}.{index}.forward"
-        parent = self.cells.current_parent() if self.cells is not None else None
         if self.config.level == "mix":
-            self.writer.construct[forward] = parent
+            self.writer.add_construct(forward, self.parent())
         dump = self.selected(f"{key}.{index}")
-        fwd = dump and self.direction_ok("forward")
+        forward_ok = dump and self.direction_ok("forward")
         body: dict = {}
+        stack = None
         self.enter()
         try:
-            stack = None
-            if fwd:
+            if forward_ok:
                 self.record_inputs(forward, body, args, kwargs)
                 stack = self.stack(forward, body)
-                self.add_entry(forward, body, stack)
             binding = None
-            if dump and not collective and self.direction_ok("backward") and _pynative_executor.requires_grad():
+            if dump and not collective and self.grads_wanted():
                 binding = self.guard(forward, body, "backward hook",
-                                     lambda: self._api_binding(f"{key}.{index}.backward", args))
+                                     lambda: self._api_binding(f"{key}.{index}.backward", args, seq))
                 if binding is not None:
                     args = binding.inputs(tuple(args))
-            out = func(*args, **kwargs)
+            try:
+                out = func(*args, **kwargs)
+            except BaseException as exc:
+                if forward_ok:          # the call that failed is often what the user is looking for
+                    body["dump_error"] = f"the call raised {one_line(exc)}"
+                    self.writer.add(forward, body, stack)
+                raise
             if binding is not None:
-                out = binding.outputs(out)
-            if fwd:
+                out = self.hooked_outputs(forward, body, binding, out)
+            if forward_ok:
                 self.record_outputs(forward, body, (*args, *kwargs.values()) if collective else out)
+                self.writer.add(forward, body, stack)
             return out
         finally:
             self.leave()
 
-    def _api_binding(self, name: str, args) -> BackwardBinding:
-        parent = self.cells.backward_parent() if self.cells is not None else None
+    def hooked_outputs(self, name: str, body: dict, binding: BackwardBinding, out):
+        """The call's outputs through the binding's hook (unchanged when that fails: the entry says why)."""
+        try:
+            return binding.outputs(out)
+        except Exception as exc:  # noqa: BLE001 - the user's training must go on
+            body["dump_error"] = self.errors.failed("backward hook", name, exc)
+            return out
 
+    def _api_binding(self, name: str, args, seq: int) -> BackwardBinding:
         def write(grad_outputs, grad_inputs):
+            self.settle_waiting(seq)
             if self.config.level == "mix":
-                self.writer.construct[name] = self.cells.backward_parent() if self.cells is not None else parent
+                self.writer.add_construct(name, self.cells.backward_parent() if self.cells is not None else None)
             body: dict = {}
             self.record_backward(name, body, grad_outputs, grad_inputs)
-            self.add_entry(name, body)
-        return BackwardBinding(self, name, self.backward_callback(name, None, write), differentiable(args))
+            self.writer.add(name, body)
+        return BackwardBinding(self, name, self.backward_callback(name, write), differentiable(args))
 
     # ------------------------------------------------------------------ install / uninstall
-    cells = None            # the CellHooks, for construct.json parents
-    cells_active = False
-
     def install_api_hooks(self) -> None:
         if self.api_active:
             return
@@ -275,6 +337,8 @@ class Collector:
         self.api_active = True
 
     def _patch(self, owner, attr: str, prefix: str) -> None:
+        """Replace owner.attr by its wrapper; remembered as it was (own attribute or inherited, staticmethod or
+        not) so that it can be put back exactly, also for the time a graph compiles."""
         own = vars(owner).get(attr, _MISSING)
         original = getattr(owner, attr, None)
         if original is None:
@@ -282,9 +346,10 @@ class Collector:
         wrapper = self._wrappers.get((id(owner), attr))
         if wrapper is None or wrapper.__wrapped__ is not original:
             wrapper = self._wrappers[(id(owner), attr)] = self._wrapper(prefix, attr, original)
-        static = isinstance(inspect.getattr_static(owner, attr, None), staticmethod)
-        self._patched.append((owner, attr, own, staticmethod(wrapper) if static else wrapper))
-        setattr(owner, attr, self._patched[-1][3])
+        if isinstance(inspect.getattr_static(owner, attr, None), staticmethod):
+            wrapper = staticmethod(wrapper)
+        self._patched.append((owner, attr, own, wrapper))
+        setattr(owner, attr, wrapper)
 
     def _wrapper(self, prefix: str, attr: str, original):
         collector = self
@@ -292,7 +357,7 @@ class Collector:
         collective = prefix in COLLECTIVE_PREFIXES
 
         def wrapper(*args, **kwargs):
-            if not collector.api_active or collector.depth:
+            if not collector.api_active or getattr(collector._tls, "depth", 0):
                 return original(*args, **kwargs)
             return collector.run_api(key, original, args, kwargs, collective)
         try:
@@ -302,27 +367,30 @@ class Collector:
         wrapper.__wrapped__ = original
         return wrapper
 
-    def uninstall(self) -> None:
+    def uninstall_apis(self) -> None:
         self.api_active = False
         self.restore_apis()
         self._patched = []
 
     def restore_apis(self) -> None:
-        """The original APIs back in place (at stop(), and while a graph compiles: the compiler parses the Python
-        source of what the graph calls)."""
-        for owner, attr, own, _ in reversed(self._patched):
-            if own is _MISSING:
+        """The original APIs back in place; one that other code replaced meanwhile is left to that code (our
+        wrapper inside passes its calls through once recording stopped)."""
+        for owner, attr, own, wrapper in reversed(self._patched):
+            if vars(owner).get(attr, _MISSING) is not wrapper:
+                self.errors.once(("replaced", id(owner), attr), "%s.%s was replaced by other code while "
+                                 "recording; it is left as it is now", getattr(owner, "__name__", owner), attr)
+            elif own is _MISSING:
                 delattr(owner, attr)
             else:
                 setattr(owner, attr, own)
 
     def reinstall_apis(self) -> None:
-        for owner, attr, _, wrapper in self._patched:
-            setattr(owner, attr, wrapper)
-
-    suspendables = ()           # the cell and primitive hooks, suspended with the APIs while a graph compiles
+        for owner, attr, own, wrapper in self._patched:
+            if vars(owner).get(attr, _MISSING) is own:
+                setattr(owner, attr, wrapper)
 
     def suspend(self) -> None:
+        """Nothing of ours in place (while a graph compiles: the compiler parses the Python source it calls)."""
         self.restore_apis()
         for part in self.suspendables:
             part.suspend()

@@ -1,7 +1,9 @@
-"""PrecisionDebugger: the user-facing entry point of MindSpore data collection (PyNative mode)."""
+"""PrecisionDebugger: the user-facing entry point of MindSpore data collection (PyNative mode). The life cycle is
+msprobe.collect.debugger's; this module fills in MindSpore's hooks."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 
@@ -9,12 +11,18 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
+from msprobe.collect.config import PYTORCH, load_config
+from msprobe.collect.debugger import DebuggerBase
 from msprobe.errors import MsprobeError
-from msprobe.mindspore._interim import load_config
 from msprobe.mindspore.cells import CellHooks
 from msprobe.mindspore.collector import Collector
 from msprobe.mindspore.jit import JitHooks
 from msprobe.mindspore.primitives import PrimitiveHooks
+
+# The reference's MindSpore config.json: its task sections may also hold `device` and `precision` (where
+# statistics are computed: ours are always computed on the host in float64) and `tensor_list`.
+MINDSPORE = dataclasses.replace(PYTORCH, framework="mindspore", section_ignored=("device", "precision",
+                                                                                 "tensor_list"))
 
 
 def seed_all(seed: int = 1234, mode: bool = False) -> None:
@@ -27,97 +35,83 @@ def seed_all(seed: int = 1234, mode: bool = False) -> None:
         ms.set_context(deterministic="ON")
 
 
-def _rank():
-    try:
-        from mindspore.communication import GlobalComm, get_rank
-        if GlobalComm.INITED:
-            return get_rank()
-    except Exception:  # noqa: BLE001 - no communication module: a single process
-        pass
-    return None
+def _save_npy(array: np.ndarray, path: str) -> None:
+    with open(path, "wb") as handle:
+        np.save(handle, array, allow_pickle=False)
 
 
-class PrecisionDebugger:
+class PrecisionDebugger(DebuggerBase):
     """Dump statistics/tensors of APIs (L1), cells (L0) or both (mix) between start() and stop().
 
-    debugger = PrecisionDebugger(config_path="config.json")   # or task=, level=, dump_path=, step=
+    debugger = PrecisionDebugger(config_path="config.json")   # or task=, level=, dump_path=, step=, ...
     for batch in data:
-        debugger.start(model)
-        ...forward, backward, optimizer step...
-        debugger.stop()
-        debugger.step()
+        with debugger.step_scope(model):      # or debugger.start(model) ... debugger.stop(); debugger.step()
+            ...forward, backward, optimizer step...
     """
 
-    def __init__(self, config_path: str | None = None, **kwargs):
+    framework = "mindspore"
+    suffix = ".npy"
+
+    def __init__(self, config_path=None, **kwargs):
         model = kwargs.pop("model", None)
-        self.config = load_config(config_path, **kwargs)
-        self.collector = Collector(self.config)
-        self.cells = CellHooks(self.collector)
-        self.primitives = PrimitiveHooks(self.collector)
-        self.jit = JitHooks(self.collector)
-        self.collector.cells = self.cells
-        self.collector.suspendables = (self.cells, self.primitives)
-        self.current_step = 0
-        self.model = model
-        self._running = False
-        self._directory_set = False
-        self._installed_models = None
+        super().__init__(load_config(config_path, spec=MINDSPORE, **kwargs), model)
+        col = self.collector = Collector(self.config, self.writer, self.errors)
+        self.cells = CellHooks(col)
+        self.primitives = PrimitiveHooks(col)
+        self.jit = JitHooks(col)
+        col.cells = self.cells
+        col.suspendables = (self.cells, self.primitives)
 
-    def _step_directory(self) -> str:
-        rank = _rank()
-        leaf = f"rank{rank}" if rank is not None else f"proc{os.getpid()}"
-        return os.path.join(self.config.dump_path, f"step{self.current_step}", leaf)
-
-    def _enabled(self) -> bool:
-        return self.config.wants_step(self.current_step) and self.config.wants_rank(_rank())
-
-    def start(self, model=None) -> None:
-        if self._running:
-            return
-        model = model if model is not None else self.model
-        if not self._enabled():
-            return
-        models = [] if model is None else (list(model) if isinstance(model, (list, tuple)) else [model])
+    def _models(self, model) -> list:
+        models = super()._models(model)
         if self.config.level in ("L0", "mix") and not models:
             raise MsprobeError(f"level {self.config.level} dumps cells: pass the model to "
                                "PrecisionDebugger(...) or start(model)")
         if not all(isinstance(m, nn.Cell) for m in models):
             raise MsprobeError("start(model): model must be a mindspore.nn.Cell or a list of them")
-        if not self._directory_set:
-            self.collector.writer.reset(self._step_directory())
-            self._directory_set = True
+        if ms.get_context("mode") != ms.PYNATIVE_MODE:
+            raise MsprobeError("the MindSpore collector records in PyNative mode: call "
+                               "mindspore.set_context(mode=mindspore.PYNATIVE_MODE) before training")
+        return models
+
+    def _rank(self):
+        from mindspore.communication import GlobalComm, get_rank
+
+        return get_rank() if GlobalComm.INITED else None
+
+    def _install(self, models: list) -> None:
         col = self.collector
-        if self.config.level in ("L0", "mix"):
+        level = self.config.level
+        if level in ("L0", "mix"):
             self.cells.install(models)
             col.cells_active = True
-        if self.config.level in ("L1", "mix"):
+            if self.cells.jit_cells:
+                self.errors.once(("jit cells",), "%d cell(s) compiled with @ms.jit run as graphs (%s): they and "
+                                 "their sub-cells have no Cell entries%s", len(self.cells.jit_cells),
+                                 ", ".join(self.cells.jit_cells[:5]),
+                                 "" if level == "L0" else "; each call is one Jit.<Class> entry")
+        if level in ("L1", "mix"):
             self.primitives.install(models)
             col.install_api_hooks()
-        self.jit.install()
-        if self.cells.jit_cells:
-            col.log_once(("jit cells",), "msprobe dump: %d cell(s) compiled with @ms.jit (%s) run as graphs: "
-                         "their sub-cells are not dumped", len(self.cells.jit_cells),
-                         ", ".join(self.cells.jit_cells[:5]))
-        self._running = True
+        self.jit.install()          # at every level: a graph must compile without our hooks
 
-    def stop(self) -> None:
-        if not self._running:
-            return
-        self._running = False
+    def _uninstall(self) -> None:
         col = self.collector
         col.cells_active = False
+        col.uninstall_apis()
         self.cells.uninstall()
         self.primitives.uninstall()
         self.jit.uninstall()
-        col.uninstall()
-        col.writer.write()
 
-    def step(self) -> None:
-        self.stop()
-        self.current_step += 1
+    def _flush_pending(self) -> None:
+        self.cells.flush()
+        self.collector.settle_all()
+
+    def _new_step(self) -> None:
         self.collector.reset_counters()
         self.cells.reset()
         self.primitives.reset()
         self.jit.reset()
-        self._directory_set = False
-        self.collector.writer.directory = None
+
+    def _save(self, array, path: str) -> None:
+        _save_npy(array, path)

@@ -12,8 +12,8 @@ graph: the compiled graph is the same with and without the collector.
 from __future__ import annotations
 
 from mindspore import Parameter, Tensor
-from mindspore.common.api import _pynative_executor
 
+from msprobe.collect.guard import one_line
 from msprobe.mindspore.collector import BackwardBinding, differentiable
 
 
@@ -39,8 +39,8 @@ class JitHooks:
         executor = _executor_class()
         if executor is None or self.patched:
             if executor is None:
-                self.col.log_once(("jit", "missing"), "msprobe dump: this MindSpore has no _JitExecutor; @ms.jit "
-                                  "functions are run without the collector's wrappers being removed")
+                self.col.errors.once(("jit", "missing"), "this MindSpore has no _JitExecutor: an @ms.jit "
+                                     "function compiled while recording would see the collector's wrappers")
             return
         original_compile = executor.compile
         original_call = executor.__call__
@@ -81,45 +81,56 @@ class JitHooks:
             label = type(obj).__name__
             values = args[1:]
         key = f"Jit.{label}"
-        index = self.counts[key] = self.counts.get(key, -1) + 1
+        index = col.count(self.counts, key)
+        seq = col.next_seq()
         forward = f"{key}.{index}.forward"
         if col.config.level == "mix":
-            col.writer.construct[forward] = col.cells.current_parent() if col.cells is not None else None
+            col.writer.add_construct(forward, col.parent())
         dump = col.selected(f"{key}.{index}")
+        forward_ok = dump and col.direction_ok("forward")
         body: dict = {}
+        stack = None
         col.enter()
         try:
-            if dump and col.direction_ok("forward"):
+            if forward_ok:
                 col.record_inputs(forward, body, values, kwargs)
-                col.add_entry(forward, body, col.stack(forward, body))
+                stack = col.stack(forward, body)
             binding = None
-            hookable = [i for i, v in enumerate(args) if isinstance(v, Tensor) and not isinstance(v, Parameter)]
-            if dump and col.direction_ok("backward") and _pynative_executor.requires_grad():
-                name = f"{key}.{index}.backward"
+            if dump and col.grads_wanted():
+                # hooks on the tensor arguments that are not Parameters (a Parameter stays the graph's own input)
+                hookable = [i for i, v in enumerate(args) if isinstance(v, Tensor) and not isinstance(v, Parameter)]
                 binding = col.guard(forward, body, "backward hook", lambda: self._binding(
-                    name, differentiable([args[i] for i in hookable])))
+                    f"{key}.{index}.backward", differentiable([args[i] for i in hookable]), seq))
                 if binding is not None and binding.kernel is not None:
                     hooked = binding.inputs(tuple(args[i] for i in hookable))
                     args = list(args)
                     for i, value in zip(hookable, hooked):
                         args[i] = value
                     args = tuple(args)
-            out = original_call(executor, *args, **kwargs)
+            try:
+                out = original_call(executor, *args, **kwargs)
+            except BaseException as exc:
+                if forward_ok:
+                    body["dump_error"] = f"the call raised {one_line(exc)}"
+                    col.writer.add(forward, body, stack)
+                raise
             if binding is not None:
-                out = binding.outputs(out)
-            if dump and col.direction_ok("forward"):
+                out = col.hooked_outputs(forward, body, binding, out)
+            if forward_ok:
                 col.record_outputs(forward, body, out)
+                col.writer.add(forward, body, stack)
             return out
         finally:
             col.leave()
 
-    def _binding(self, name: str, with_inputs: bool) -> BackwardBinding:
+    def _binding(self, name: str, with_inputs: bool, seq: int) -> BackwardBinding:
         col = self.col
 
         def write(grad_outputs, grad_inputs):
+            col.settle_waiting(seq)
             if col.config.level == "mix":
-                col.writer.construct[name] = col.cells.backward_parent() if col.cells is not None else None
+                col.writer.add_construct(name, col.cells.backward_parent() if col.cells is not None else None)
             body: dict = {}
             col.record_backward(name, body, grad_outputs, grad_inputs)
-            col.add_entry(name, body)
-        return BackwardBinding(col, name, col.backward_callback(name, None, write), with_inputs)
+            col.writer.add(name, body)
+        return BackwardBinding(col, name, col.backward_callback(name, write), with_inputs)

@@ -3,24 +3,28 @@
 in the step.
 
 While the collector runs, each such primitive's class is swapped for a subclass whose `__call__` records the
-call; stop() puts the original class back. The backward entry is filled by one `HookBackward` per tensor
-argument and per tensor output: each gradient that arrives is appended to the entry's `output` (arguments) or
-`input` (outputs) in the order autograd delivers them, as the reference records them.
+call; stop() (and every graph compilation) puts the original class back. The backward entry is filled by one
+`HookBackward` per tensor argument and per tensor output: each gradient that arrives is appended to the entry's
+`output` (arguments) or `input` (outputs) in the order autograd delivers them, as the reference records them.
+The entry takes its place in dump.json at its first gradient and is complete once the gradients of its arguments
+came (another call's gradient arrives, or every floating-point argument got its own).
 """
 
 from __future__ import annotations
 
 from mindspore import Tensor, ops
-from mindspore.common.api import _pynative_executor
 from mindspore.ops.primitive import Primitive
 
+from msprobe.collect.guard import one_line
+from msprobe.mindspore.apis import is_float_dtype
 from msprobe.mindspore.cells import walk_cells
+from msprobe.mindspore.collector import Waiting
 
 
 class PrimitiveHooks:
     def __init__(self, collector):
         self.col = collector
-        self.swapped: list = []      # (primitive, original class)
+        self.swapped: list = []      # (primitive, original class, recording subclass)
         self.counts: dict = {}
 
     def reset(self) -> None:
@@ -66,72 +70,84 @@ class PrimitiveHooks:
     def run(self, combined: str, call, prim, args, kwargs):
         col = self.col
         index = self.counts[combined] = self.counts.get(combined, -1) + 1
+        col.next_seq()
         name = f"Primitive.{combined}.{index}"
         forward = f"{name}.forward"
         if col.config.level == "mix":
-            col.writer.construct[forward] = col.cells.current_parent() if col.cells is not None else None
+            col.writer.add_construct(forward, col.parent())
         dump = col.selected(name)
+        forward_ok = dump and col.direction_ok("forward")
         body: dict = {}
+        stack = None
         col.enter()
         try:
-            if dump and col.direction_ok("forward"):
+            if forward_ok:
                 col.record_inputs(forward, body, args, kwargs)
-                col.add_entry(forward, body, col.stack(forward, body))
+                stack = col.stack(forward, body)
             grads = None
-            if dump and col.direction_ok("backward") and _pynative_executor.requires_grad():
-                grads = col.guard(forward, body, "backward hook", lambda: _Grads(col, f"{name}.backward"))
-                if grads is not None:
-                    args = tuple(grads.hook(a, "output") if isinstance(a, Tensor) else a for a in args)
-            out = call(prim, *args, **kwargs)
-            if dump and col.direction_ok("forward"):
+            if dump and col.grads_wanted():
+                grads = col.guard(forward, body, "backward hook", lambda: _Gradients(col, f"{name}.backward", args))
+                hooked = None if grads is None else \
+                    col.guard(forward, body, "backward hook", lambda: grads.hook_all(tuple(args), "output"))
+                if hooked is None:
+                    grads = None
+                else:
+                    args = hooked
+            try:
+                out = call(prim, *args, **kwargs)
+            except BaseException as exc:
+                if forward_ok:
+                    body["dump_error"] = f"the call raised {one_line(exc)}"
+                    col.writer.add(forward, body, stack)
+                raise
+            if forward_ok:
                 col.record_outputs(forward, body, out)
+                col.writer.add(forward, body, stack)
             if grads is not None:
-                if isinstance(out, Tensor):
-                    out = grads.hook(out, "input")
-                elif isinstance(out, tuple):
-                    out = tuple(grads.hook(o, "input") if isinstance(o, Tensor) else o for o in out)
+                try:
+                    out = grads.hook_all(out, "input")
+                except Exception as exc:  # noqa: BLE001 - the user's training must go on
+                    col.errors.failed("backward hook", forward, exc)
             return out
         finally:
             col.leave()
 
 
-class _Grads:
+class _Gradients(Waiting):
     """The backward entry of one primitive call, filled gradient by gradient."""
 
-    def __init__(self, col, name: str):
-        self.col = col
-        self.name = name
-        self.body = None
+    def __init__(self, col, name: str, args):
+        super().__init__(col, name)
         self.records = {"input": [], "output": []}
+        self.expected = sum(1 for a in args if isinstance(a, Tensor) and is_float_dtype(a.dtype))
 
     def hook(self, tensor, section: str):
-        col = self.col
-        generation = col.generation
+        write = self.collector.backward_callback(self.name, lambda grads: self._add(section, grads))
+        return ops.HookBackward(write)(tensor)
 
-        def on_grad(grad):
-            if generation != col.generation:
-                return None
-            col.enter()
-            try:
-                self._add(section, grad)
-            except Exception as exc:  # noqa: BLE001 - the user's training must go on
-                col.log_once((type(exc).__name__, "primitive grad"), "msprobe dump: a primitive gradient hook "
-                             "failed for %s (%s: %s); training continues", self.name, type(exc).__name__, exc)
-            finally:
-                col.leave()
-            return None
-        return ops.HookBackward(on_grad)(tensor)
+    def hook_all(self, values, section: str):
+        """`values` (a tensor or a tuple) with a hook on each tensor."""
+        if isinstance(values, Tensor):
+            return self.hook(values, section)
+        if isinstance(values, tuple):
+            return tuple(self.hook(v, section) if isinstance(v, Tensor) else v for v in values)
+        return values
 
     def _add(self, section: str, grads) -> None:
-        col = self.col
-        if col.config.level == "mix":       # the parent when the latest gradient arrived, as the reference
-            col.writer.construct[self.name] = col.cells.backward_parent() if col.cells is not None else None
-        if self.body is None:
-            self.body = {}
-            col.writer.data[self.name] = self.body
-        if not col.section_ok(section):
-            return
-        records = self.records[section]
-        for grad in grads:
-            records.append(col.recorder.record(grad, f"{self.name}.{section}.{len(records)}"))
-        self.body[section] = records
+        col = self.collector
+        col.settle_waiting(self.seq)
+        if self.slot is None:
+            if self.arguments_seen:       # settled already: a late gradient of an argument
+                return
+            self.slot = col.writer.reserve(self.name, self.body)
+            col.waiting.append(self)
+        self.parent = col.cells.backward_parent() if col.cells is not None else None
+        if section == "output":
+            self.arguments_seen += len(grads)
+        if col.section_ok(section):
+            records = self.records[section]
+            for grad in grads:
+                records.append(col.recorder.record(grad, f"{self.name}.{section}.{len(records)}"))
+            self.body[section] = records
+        if self.expected and self.arguments_seen >= self.expected:
+            self.settle()
