@@ -146,8 +146,11 @@ class _Gradients(Waiting):
             self.arguments_seen += len(grads)
         if col.section_ok(section):
             records = self.records[section]
-            for grad in grads:
-                records.append(col.recorder.record(grad, f"{self.name}.{section}.{len(records)}"))
+
+            def work():
+                for grad in grads:
+                    records.append(col.recorder.record(grad, f"{self.name}.{section}.{len(records)}"))
+            col.guard(self.name, self.body, section, work)
             self.body[section] = records
         if self.expected and self.arguments_seen >= self.expected:
             self.settle()

@@ -175,3 +175,30 @@ def test_md5_and_tensor_dumps_agree_with_the_statistics_and_the_saved_arrays(dum
             for path, record in tensor_leaves(body):
                 array = np.ascontiguousarray(_saved(directory, saved[path]))
                 assert record["md5"] == format(zlib.crc32(array.tobytes()), "08x"), (name, path)
+
+
+CROSS_CASES = [("L0", ["-cm"]), ("L0", ["-cm", "cell_mapping.yaml"]), ("L0", ["-lm", "layer_mapping.yaml"]),
+               ("L0", ["-dm", "data_mapping.yaml"]), ("L1", []), ("L1", ["-am"]), ("L1", ["-lm", "layer_mapping.yaml"]),
+               ("mix", ["-am"]), ("mix", ["-am", "api_mapping.yaml"]), ("mix", ["-cm", "cell_mapping.yaml"]),
+               ("mix", ["-lm", "layer_mapping.yaml"]), ("mix", ["-lm"]), ("mix", ["-dm", "data_mapping.yaml"])]
+
+
+def _cross_table(target: Path, level: str, args: list, out: Path) -> list:
+    mapped = [str(FIXTURES / "cross" / "mappings" / a) if a.endswith(".yaml") else a for a in args]
+    assert run_cli(["compare", "-tp", target, "-gp", FIXTURES / "cross" / f"pt_{level}" / "dump.json", "-o", out,
+                    "--csv", "-c", *mapped]) == 0
+    return read_csv(only_file(out, "compare_result_*.csv"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level, args", CROSS_CASES, ids=[f"{c[0]}{''.join(c[1])}" for c in CROSS_CASES])
+def test_mindspore_against_pytorch_mappings_pair_our_dump_as_the_references(dumps, tmp_path, level, args):
+    """Every mapping mode pairs our MindSpore dump with the refdata PyTorch dump exactly as it pairs the reference's
+    MindSpore dump, with the same verdicts."""
+    ours_table = _cross_table(ours(dumps, "statistics", level, 0) / "dump.json", level, args, tmp_path / "ours")
+    their_table = _cross_table(reference(level, 0) / "dump.json", level, args, tmp_path / "theirs")
+    header = ours_table[0]
+    keep = [header.index(c) for c in ("NPU Name", "Bench Name", "NPU Dtype", "NPU Tensor Shape", "Result")]
+    mine = [[row[i] for i in keep] for row in ours_table[1:] if not row[0].startswith("Jit.")]
+    theirs = [[row[i] for i in keep] for row in their_table[1:]]
+    assert mine == theirs
