@@ -22,8 +22,7 @@ ms = pytest.importorskip("mindspore", reason="mindspore is not installed (it nee
                                              "tests run in the separate environment of .ci/run)")
 from mindspore import Tensor, mint, nn, ops  # noqa: E402
 
-from msprobe.mindspore import DumpConfigError, PrecisionDebugger  # noqa: E402
-from msprobe.mindspore import records  # noqa: E402
+from msprobe.mindspore import DumpConfigError, PrecisionDebugger, records  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ms_zoo  # noqa: E402
