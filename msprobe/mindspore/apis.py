@@ -24,10 +24,11 @@ and or xor eq ne lt le gt ge neg abs bool
 """.split())
 
 # Tensor methods that are not computations on the tensor's values: host transfer and metadata queries, storage,
-# layout and memory management, autograd plumbing, the framework's internal state setters.
+# layout and memory management, autograd plumbing, the framework's internal state setters. (The reference records
+# three metadata queries, `nelement`, `is_complex` and `is_signed`; so do we, so that both name the same calls.)
 _TENSOR_NOT_COMPUTE = frozenset("""
-asnumpy numpy tolist item itemset data_ptr data_sync dim ndimension numel nelement is_contiguous
-is_floating_point is_complex is_signed is_init is_pinned is_shared storage storage_offset stride
+asnumpy numpy tolist item itemset data_ptr data_sync dim ndimension numel is_contiguous
+is_floating_point is_init is_pinned is_shared storage storage_offset stride
 untyped_storage has_init init_data value get_bytes convert_bytes_to_tensor to_dlpack from_dlpack
 register_hook remove_hook hooks requires_grad_ retain_grad set_ set_cast_dtype set_const_arg
 set_device_address set_dtype set_init_flag set_param_info assign_value assign_value_cpp flush_from_cache offload
@@ -98,7 +99,7 @@ def api_targets() -> tuple:
     targets += [(mint, n, "Mint") for n in _functions(mint, dir(mint)) if n not in _MINT_INTERNAL]
     targets += [(mint_functional, n, "MintFunctional") for n in _functions(mint_functional, dir(mint_functional))
                 if not n.endswith(("_ext", "_op", "_func")) and n not in ("inplace_elu", "inplace_silu")]
-    ops_names = set(getattr(ops.function, "__all__", ())) | {"cast"}
+    ops_names = set(getattr(ops.function, "__all__", ())) | {"cast", "mm"}
     targets += [(ops, n, "Functional") for n in _functions(ops, sorted(ops_names))
                 if n not in _OPS_NOT_RECORDED and not n.startswith(("coo_", "csr_"))]
     targets += [(Tensor, n, "Tensor") for n in _tensor_methods()]

@@ -63,18 +63,40 @@ def stack_lines(cache: dict) -> tuple:
     return lines
 
 
+def hookable(out):
+    """(the tensors of a call's result a hook can be applied to, a function rebuilding the result from them), or
+    (None, None): a tensor; the tensors among the items of a tuple (a namedtuple keeps its type), a list or a
+    dict."""
+    if isinstance(out, Tensor):
+        return (out,), lambda values: values[0]
+    if type(out) in (tuple, list) or (isinstance(out, tuple) and hasattr(out, "_fields")):
+        items = tuple(out)
+        rebuild = out._make if hasattr(out, "_fields") else type(out)
+    elif type(out) is dict:
+        items = tuple(out.values())
+        rebuild = lambda values: dict(zip(out.keys(), values))  # noqa: E731 - one expression
+    else:
+        return None, None
+    if not any(isinstance(v, Tensor) for v in items):
+        return None, None
+    return items, rebuild
+
+
 class BackwardBinding:
     """One CellBackwardHook bound to one backward entry name: a backward hook (applied to the call's arguments and
     outputs: it reports both gradients once the arguments' gradients are computed) or a backward pre-hook (applied
     to the outputs only: it reports their gradients). CellBackwardHook keeps a weak reference to its hook dict,
-    so the collector keeps every binding of the step."""
+    so the collector keeps every binding of the step. A result without a tensor to hook (None, a custom object)
+    leaves the backward hook at the arguments alone: it then reports the arguments' gradients only."""
 
     def __init__(self, collector, name: str, on_grads, with_inputs: bool, cell=None):
         self.hooks = OrderedDict()
         self.kernel = None
         self.pre_kernel = None
+        self.outputs_hooked = True
         if with_inputs:
-            self.hooks[name] = lambda _cell, grad_in, grad_out: on_grads(grad_out, grad_in)
+            self.hooks[name] = lambda _cell, grad_in, grad_out: (
+                on_grads(grad_out, grad_in) if self.outputs_hooked else on_grads((), grad_out))
             self.kernel = inner.CellBackwardHook(name, cell, self.hooks)
             self.kernel.register_backward_hook()
         else:
@@ -87,11 +109,11 @@ class BackwardBinding:
         return self.kernel(args) if self.kernel is not None else args
 
     def outputs(self, out):
-        if self.kernel is not None:
-            return self.kernel(out)
-        if isinstance(out, (Tensor, tuple)):
-            return self.pre_kernel(out)
-        return out
+        items, rebuild = hookable(out)
+        if items is None:
+            self.outputs_hooked = False
+            return out
+        return rebuild(tuple((self.kernel or self.pre_kernel)(items)))
 
 
 class Waiting:

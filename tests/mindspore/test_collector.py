@@ -127,6 +127,9 @@ def test_tuple_and_dict_outputs_and_integer_inputs(tmp_path):
     out = data["Cell.dict.DictOut.forward.0"]["output"][0]
     assert list(out) == ["logits", "probs"] and out["probs"]["dtype"] == "Float32"
     assert len(data["Cell.pair.PairOut.backward.0"]["input"]) == 2
+    backward = data["Cell.dict.DictOut.backward.0"]        # the dict's tensors are hooked one by one
+    assert [r["shape"] for r in backward["input"]] == [[3, 2], [3, 2]]
+    assert [r["shape"] for r in backward["output"]] == [[3, 4]]
     data, _ = run(tmp_path, "integers", "mix")
     ids = data["Cell.emb.Embedding.forward.0"]["input_args"][0]
     assert ids["dtype"] == "Int32" and isinstance(ids["Max"], int) and isinstance(ids["Mean"], float)
