@@ -6,7 +6,8 @@ environment (docs/dump.md).
 
 from msprobe.optional import require
 
-require("mindspore", "msprobe.mindspore (the MindSpore collector)")
+# an ImportError naming the install command when mindspore is missing or cannot be imported (numpy 2)
+require("mindspore", "msprobe.mindspore (the MindSpore collector)", ImportError)
 
 from msprobe.collect.config import DumpConfigError  # noqa: E402
 from msprobe.mindspore.debugger import PrecisionDebugger, seed_all  # noqa: E402
