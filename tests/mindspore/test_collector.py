@@ -137,6 +137,37 @@ def test_tuple_and_dict_outputs_and_integer_inputs(tmp_path):
     assert "Mint.remainder.0.backward" not in data                             # integer outputs: no backward
 
 
+class _Pair(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(3, 2)
+
+    def construct(self, x):
+        y = self.fc(x)
+        return _Named(y, mint.mul(y, 2.0))
+
+
+_Named = __import__("collections").namedtuple("_Named", "first second")
+
+
+def test_a_namedtuple_result_keeps_its_type_and_its_gradients_are_recorded(tmp_path):
+    model = nn.SequentialCell([_Pair()])          # the namedtuple comes from a hooked sub-cell
+    seen = []
+
+    def loss(x):
+        out = model(x)
+        seen.append(type(out))
+        return mint.mean(out.first) + mint.mean(out.second)
+    grad_fn = ms.value_and_grad(loss, None, model.trainable_params())
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="mix")
+    with debugger.step_scope(model):
+        grad_fn(Tensor(np.ones((2, 3), np.float32)))
+    assert seen == [_Named]
+    data = load(tmp_path)["data"]
+    assert [r["shape"] for r in data["Cell.0._Pair.backward.0"]["input"]] == [[2, 2], [2, 2]]
+    assert [r["shape"] for r in data["Mint.mul.0.backward"]["input"]] == [[2, 2]]
+
+
 def test_half_precision_records_are_rounded_to_their_dtype(tmp_path):
     data, _ = run(tmp_path, "half", "L1")
     cast = data["Functional.cast.0.forward"]

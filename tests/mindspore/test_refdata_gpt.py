@@ -202,3 +202,24 @@ def test_mindspore_against_pytorch_mappings_pair_our_dump_as_the_references(dump
     mine = [[row[i] for i in keep] for row in ours_table[1:] if not row[0].startswith("Jit.")]
     theirs = [[row[i] for i in keep] for row in their_table[1:]]
     assert mine == theirs
+
+
+@pytest.mark.slow
+def test_acc_check_and_op_generate_take_our_dump_as_the_references(dumps, tmp_path, capsys):
+    """acc_check checks the same APIs of our L1 dump with the same verdicts as of the reference's; op_generate
+    (PyTorch scripts only) refuses both the same way."""
+    tables = []
+    for side, dump in (("ours", ours(dumps, "statistics", "L1", 0) / "dump.json"),
+                       ("theirs", reference("L1", 0) / "dump.json")):
+        assert run_cli(["acc_check", "-api_info", dump, "-o", tmp_path / side]) == 0
+        tables.append(read_csv(only_file(tmp_path / side, "accuracy_checking_result_*.csv")))
+    assert tables[0] == tables[1] and len(tables[0]) > 5
+    messages = []
+    for side, dump in (("ours", ours(dumps, "statistics", "L1", 0) / "dump.json"),
+                       ("theirs", reference("L1", 0) / "dump.json")):
+        config = tmp_path / f"{side}.json"
+        config.write_text(json.dumps({"dump_json_path": str(dump), "api_name": "Mint.add.0.forward"}))
+        capsys.readouterr()
+        assert run_cli(["op_generate", "-i", config, "-o", tmp_path]) != 0
+        messages.append(capsys.readouterr().err.replace(str(dump), "DUMP"))
+    assert messages[0] == messages[1] and "mindspore dump" in messages[0]
