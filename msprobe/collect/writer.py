@@ -75,6 +75,7 @@ class _Members:
         self.head = head
         self.indent = indent
         self.members = self.members_on_disk = members
+        self.dropped = 0                 # members a failed write took back
         self.made: list = []
         self.temporary = new_temporary(path, self.made)
         self.fd = os.open(self.temporary, os.O_WRONLY)
@@ -111,6 +112,7 @@ class _Members:
         except BaseException:
             with contextlib.suppress(OSError):
                 os.lseek(self.fd, self.written, os.SEEK_SET)
+            self.dropped += self.members - self.members_on_disk
             self.members = self.members_on_disk
             raise
         self.written += done
@@ -259,7 +261,8 @@ class StepWriter:
             stack = {str(i): [names, list(lines)] for i, (lines, names) in enumerate(self._stacks.items())}
             self._side_file("stack.json", lambda: _write_file(os.path.join(directory, "stack.json"), encode(stack)))
             if self.failure is not None:
-                lost = f"; {self.lost} later entries were not written" if self.lost else ""
+                self.lost += dump.dropped if (dump := self._dump) is not None else 0
+                lost = f"; {self.lost} entries from there on were not written" if self.lost else ""
                 incomplete = f"{incomplete}; {self.failure}{lost}" if incomplete else f"{self.failure}{lost}"
             tail = b"\n  }" + (b',\n  "incomplete": ' + encode(incomplete) if incomplete else b"") + b"\n}"
             dump, self._dump = self._dump, None

@@ -341,7 +341,7 @@ def build_table(mode: str, target: Dump, golden: Dump, t_items: Items, g_items: 
         is_output=np.asarray([s == "output" for s in _take(t_items.state, t)], dtype=bool), matched=matched,
         bench_names=cells[col.BENCH_NAME], dtypes=(t_dtype, g_dtype), shapes=(t_shape, g_shape),
         grads=(t_grad, g_grad), npu_max=cells["NPU max"], npu_min=cells["NPU min"],
-        bench_max=cells["Bench max"], bench_min=cells["Bench min"])
+        bench_max=cells["Bench max"], bench_min=cells["Bench min"], dump_notes=_dump_notes(t_items, g_items, pairs))
     numeric = set(col.STAT_VALUES)
     if mode == col.STATISTICS:
         for diff_name, rel_name, stat in zip(col.STAT_DIFFS[:4], col.STAT_DIFFS[4:], stat_names):
@@ -370,6 +370,16 @@ def build_table(mode: str, target: Dump, golden: Dump, t_items: Items, g_items: 
     free_text = set(col.BASIC[:6]) | {col.DATA_NAME} | set(col.MD5_VALUES)
     return ResultTable(columns=columns, cells=cells, numeric_columns=frozenset(numeric),
                        text_columns=frozenset(free_text)), judge_input
+
+
+def _dump_notes(t_items: Items, g_items: Items, pairs: Pairs) -> list:
+    """(row, side, text) of the rows whose NPU or Bench value the collector could not record (dump_error)."""
+    notes = []
+    for side, items, index in (("NPU", t_items, pairs.target), ("Bench", g_items, pairs.golden)):
+        if items.notes:
+            for item in sorted(items.notes):
+                notes.extend((int(row), side, items.notes[item]) for row in np.flatnonzero(index == item))
+    return sorted(notes)
 
 
 def _as_float(value) -> float:

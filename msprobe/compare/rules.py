@@ -33,6 +33,8 @@ MSG_MD5_DIFF = "error: The CRC-32 value of NPU differs from that of the bench."
 # Beyond the reference: per-tensor problems of real-data mode must be visible in the row (issue 2).
 MSG_TENSOR_UNREADABLE = "warning: The tensor data could not be compared: {}"
 MSG_NAN_POSITION = "error: The position of inf or nan in NPU and bench Tensor do not match."
+# Beyond the reference: a value the collector could not record (its dump_error) is named in the row (issue 25).
+MSG_NOT_DUMPED = "warning: {} data not fully dumped: {}"
 
 
 @dataclass
@@ -57,6 +59,7 @@ class JudgeInput:
     thousandth: np.ndarray | None = None   # tensor: One Thousandth Err Ratio (NaN = not numeric)
     md5: tuple | None = None               # md5: (NPU MD5 texts, BENCH MD5 texts)
     tensor_problems: list | None = None    # tensor: (row, kind, reason) of pairs that could not be compared
+    dump_notes: list | None = None         # (row, side, dump_error text) of values the collector did not record
 
 
 def _nan_or_inf(values: list) -> np.ndarray:
@@ -103,6 +106,8 @@ def judge(data: JudgeInput) -> tuple[list, list]:
         if severity > level[row]:
             level[row] = severity
 
+    for row, side, text in data.dump_notes or ():
+        flag(row, WARNING, MSG_NOT_DUMPED.format(side, text))
     runs = _entry_runs(data.entry)
     ignore = {start: _ignore_class(data.entry_names[data.entry[start]]) for start, _ in runs}
     per_row_scope = np.ones(rows, dtype=bool)  # rows the per-row rules look at

@@ -20,6 +20,8 @@ from msprobe.table.safety import is_formula_like
 
 MAX_DEPTH = 400
 P2P_CLASS = "torch.distributed.P2POp"
+# What a collector could not record: skipped wherever it is (an entry, a section, a record), and said on the rows
+DUMP_ERROR = "dump_error"
 PEER_KEYS = ("src", "dst", "group_src", "group_dst")
 
 ROW_FIELDS = ("name", "entry", "state", "dtype", "shape", "requires_grad", "stat_max", "stat_min", "stat_mean",
@@ -59,6 +61,7 @@ class Items:
     entry_parts: list = field(default_factory=list)  # EntryName per entry
     entry_first: list = field(default_factory=list)  # index of the first item of each entry (or -1)
     record: list = field(default_factory=list)      # the leaf's own dict as dumped, or None (read by the graph)
+    notes: dict = field(default_factory=dict)       # item index -> why its data is missing (the dump's dump_error)
 
     def __len__(self) -> int:
         return len(self.name)
@@ -122,6 +125,7 @@ class _Flattener:
         self.shape_texts: dict = {}   # shape tuple -> its text, shared by every item of that shape
         self.dtypes: dict = {}        # dtype text -> one shared copy
         self.rows: list = []   # one tuple per item, in ROW_FIELDS order; transposed into items at the end
+        self.entry_notes: list = []   # dump_error texts of the entry being walked, outside any leaf
         self.records: list = []    # the leaf dict of each item (Items.record)
 
     def leaf(self, name: str, record, state: str, entry: int) -> None:
@@ -131,6 +135,9 @@ class _Flattener:
             data_name = "-1"
             tensor = False
         else:
+            note = record.get(DUMP_ERROR)
+            if isinstance(note, str):
+                self.items.notes[len(self.rows)] = note
             if record.get("class_type") == P2P_CLASS:
                 self.items.extra[len(self.rows)] = {k: record.get(k) for k in ("op", "peer", "tag", "group_id")}
                 record = record.get("tensor") or {}
@@ -212,6 +219,9 @@ class _Flattener:
                 self.leaf(name, value, state, entry)
                 return
             for key, child in value.items():
+                if key == DUMP_ERROR and isinstance(child, str):
+                    self.entry_notes.append(child)      # what the collector could not record here
+                    continue
                 self.walk(f"{name}.{key}", child, state, entry, depth + 1)
         elif isinstance(value, list):
             if skip_list_index:
@@ -259,11 +269,16 @@ def flatten(data: dict, source: str = "dump.json", debug: bool = False) -> Items
         items.entry_names.append(entry_name)
         items.entry_parts.append(parts)
         first = len(walker.rows)
+        walker.entry_notes = []
+        if isinstance(body, dict) and isinstance(body.get(DUMP_ERROR), str):
+            walker.entry_notes.append(body[DUMP_ERROR])
         if debug:
             walker.walk(entry_name, body, "debug", entry, 0)
         elif parts.direction == PARAMETERS_GRAD:
             if isinstance(body, dict):
                 for param, value in body.items():
+                    if param == DUMP_ERROR and isinstance(value, str):
+                        continue
                     walker.walk(f"{entry_name}.{param}", value, PARAMETERS_GRAD, entry, 1, skip_list_index=True)
             elif body is not None:
                 raise DumpFormatError(f"{source}: entry {entry_name} must be an object.")
@@ -276,6 +291,10 @@ def flatten(data: dict, source: str = "dump.json", debug: bool = False) -> Items
         elif body is not None:
             raise DumpFormatError(f"{source}: entry {entry_name} must be an object, got {type(body).__name__}.")
         items.entry_first.append(first if len(walker.rows) > first else -1)
+        if walker.entry_notes:      # a part of the entry was not recorded: said on each of its rows
+            text = "; ".join(dict.fromkeys(walker.entry_notes))
+            for row in range(first, len(walker.rows)):
+                items.notes.setdefault(row, text)
     walker.finish()
     return items
 

@@ -142,6 +142,7 @@ class Dump:
     stack: dict | None = None      # entry name -> list of stack lines; None when no stack.json
     construct: dict | None = None  # entry name -> parent; None when no construct.json
     extras: dict = field(default_factory=dict)
+    incomplete: str | None = None  # why the step of this dump did not finish ("incomplete" of the collector)
 
     @property
     def directory(self) -> str:
@@ -184,8 +185,13 @@ def read_dump(path: str, side: str, with_stack: bool = True, with_construct: boo
     construct_path = os.path.join(directory, "construct.json")
     if with_construct and os.path.lexists(construct_path):
         construct = read_construct(construct_path)
+    incomplete = content.get("incomplete")
+    if incomplete is not None:
+        incomplete = str(incomplete)
+        get_logger().warning("%s is the dump of a step that did not finish (%r): its entries end where the step "
+                             "stopped, so the rows after that have no partner.", path, incomplete)
     return Dump(path=os.path.abspath(path), task=task, level=str(level), framework=framework,
-                data=content["data"], is_debug=is_debug, stack=stack, construct=construct)
+                data=content["data"], is_debug=is_debug, stack=stack, construct=construct, incomplete=incomplete)
 
 
 def read_stack(path: str) -> dict:

@@ -77,6 +77,8 @@ class MsInputBuilder:
         return value if kind == "str" else number(value)
 
     def tensor(self, item: dict) -> TensorLeaf:
+        if isinstance(item.get("dump_error"), str):
+            raise InputError(f"an input was not fully dumped ({item['dump_error']}).")
         dtype = str(item.get("dtype"))
         if dtype not in NUMPY:
             raise InputError(f"a tensor of dtype {dtype} cannot be rebuilt (supported: {', '.join(NUMPY)}).")

@@ -143,6 +143,8 @@ class MsReplayer:
         api_type, api_name, _ = fields
         if self.lists.excluded(api_name):
             return skip(f"API {api_name} in black list or not in white list. SKIP.")
+        if isinstance(forward, dict) and isinstance(forward.get("dump_error"), str):
+            return skip(f"API {full_name} was not fully dumped ({forward['dump_error']}). SKIP.")
         device_fn, bench_fn = resolve(api_type, api_name), bench_function(api_type, api_name)
         if device_fn is None or bench_fn is None:
             return skip(f"API {full_name} not support for acc_check: {NAMESPACES[api_type]} has no {api_name}. ")

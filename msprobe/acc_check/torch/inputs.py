@@ -73,6 +73,8 @@ class InputBuilder:
         return value
 
     def tensor(self, item: dict) -> torch.Tensor:
+        if isinstance(item.get("dump_error"), str):
+            raise InputError(f"an input was not fully dumped ({item['dump_error']}).")
         dtype = torch_dtype(item.get("dtype"))
         shape = [int(s) for s in item.get("shape") or []]
         name = item.get("datapath") or item.get("data_name")

@@ -174,6 +174,8 @@ class Replayer:
     def _run(self, full_name: str, api_type: str, api_name: str, index: int) -> ApiResult:
         forward = self.data[f"{full_name}.forward"]
         backward = self.data.get(f"{full_name}.backward")
+        if isinstance(forward.get("dump_error"), str):      # the collector could not record all of it
+            return skip_result(full_name, f"API {full_name} was not fully dumped ({forward['dump_error']}). SKIP.")
         kwargs_record = forward.get("input_kwargs") or {}
         messages = []
         need_backward = backward is not None
