@@ -214,10 +214,9 @@ class CellHooks:
                     return None
                 self._hook_params(prefix, cell)
                 binding = self.bindings.pop(forward, None)
-                if binding is not None:
-                    output = binding.outputs(output)
-                return self._pre_binding(f"{prefix}backward.{index}", cell, binding is None,
-                                         self.seqs.get(prefix, 0)).outputs(output)
+                if binding is None:
+                    binding = self._pre_binding(f"{prefix}backward.{index}", cell, self.seqs.get(prefix, 0))
+                return binding.outputs(output)
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
                 col.errors.once((type(exc).__name__, "cell hook"), "a cell hook failed (%s); its entry is "
                                 "incomplete and training continues", one_line(exc))
@@ -237,27 +236,33 @@ class CellHooks:
 
     # ------------------------------------------------------------------ backward
     def _binding(self, name: str, cell, seq: int) -> BackwardBinding:
-        """The hook at the call's arguments: the cell's backward entry, then its backward ends."""
+        """The backward hook at the call's arguments and outputs: the cell's backward starts when the outputs'
+        gradients arrive (the parent of the entries inside it); its entry is written, and its backward ends, when
+        the arguments' gradients are computed."""
         col = self.col
+
+        def start(_grad_outputs, _):
+            col.settle_waiting(seq)
+            self._enter(name)
 
         def write(grad_outputs, grad_inputs):
             col.settle_waiting(seq)
             self._write_backward(name, grad_outputs, grad_inputs)
             self._leave(name)
-        return BackwardBinding(col, name, col.backward_callback(name, write), True, cell)
+        return BackwardBinding(col, name, col.backward_callback(name, write), True, cell,
+                               col.backward_callback(name, start))
 
-    def _pre_binding(self, name: str, cell, writes: bool, seq: int) -> BackwardBinding:
-        """The pre-hook at the call's outputs: the cell's backward starts (and, for a cell without a
-        floating-point argument, its entry is written and its backward ends there)."""
+    def _pre_binding(self, name: str, cell, seq: int) -> BackwardBinding:
+        """For a call without a floating-point argument, the pre-hook at its outputs: the cell's entry, with the
+        outputs' gradients alone."""
         col = self.col
 
-        def start(grad_outputs, _):
+        def write(grad_outputs, _):
             col.settle_waiting(seq)
             self._enter(name)
-            if writes:
-                self._write_backward(name, grad_outputs, ())
-                self._leave(name)
-        return BackwardBinding(col, name, col.backward_callback(name, start), False, cell)
+            self._write_backward(name, grad_outputs, ())
+            self._leave(name)
+        return BackwardBinding(col, name, col.backward_callback(name, write), False, cell)
 
     def _write_backward(self, name: str, grad_outputs, grad_inputs) -> None:
         col = self.col

@@ -25,6 +25,7 @@ import traceback
 from collections import OrderedDict
 
 from mindspore import Tensor
+from mindspore._c_expression import HookType
 from mindspore.common.api import _pynative_executor
 from mindspore.ops.operations import _inner_ops as inner
 
@@ -89,21 +90,41 @@ class BackwardBinding:
     so the collector keeps every binding of the step. A result without a tensor to hook (None, a custom object)
     leaves the backward hook at the arguments alone: it then reports the arguments' gradients only."""
 
-    def __init__(self, collector, name: str, on_grads, with_inputs: bool, cell=None):
+    def __init__(self, collector, name: str, on_grads, with_inputs: bool, cell=None, on_start=None):
         self.hooks = OrderedDict()
         self.kernel = None
         self.pre_kernel = None
         self.outputs_hooked = True
         if with_inputs:
-            self.hooks[name] = lambda _cell, grad_in, grad_out: (
-                on_grads(grad_out, grad_in) if self.outputs_hooked else on_grads((), grad_out))
             self.kernel = inner.CellBackwardHook(name, cell, self.hooks)
-            self.kernel.register_backward_hook()
+            self.kernel.set_hook_fn(self._two_phase(on_grads, on_start), HookType.BackwardHook)
         else:
             self.hooks[name] = lambda _cell, grad_out: on_grads(grad_out, None)
             self.pre_kernel = inner.CellBackwardHook(name, cell, self.hooks)
             self.pre_kernel.register_backward_pre_hook()
         collector.bindings.append(self)
+
+    def _two_phase(self, on_grads, on_start):
+        """The hook function of a backward-hook kernel: called first with the gradients of the outputs (then
+        `on_start`, where the call's backward begins), then with those of the arguments (then `on_grads`); a
+        result without hooked tensors makes the first call the arguments' gradients."""
+        kernel_grads = []
+
+        def hook(grad):
+            if not kernel_grads:
+                kernel_grads.append(grad)
+                if on_start is not None and self.outputs_hooked:
+                    on_start(grad, None)
+                return self.kernel.cell_id
+            grad_outputs = kernel_grads.pop()
+            if self.outputs_hooked:
+                on_grads(grad_outputs, grad)
+            else:
+                if on_start is not None:
+                    on_start((), None)
+                on_grads((), grad_outputs)
+            return grad
+        return hook
 
     def inputs(self, args: tuple) -> tuple:
         return self.kernel(args) if self.kernel is not None else args
