@@ -159,71 +159,70 @@ class CellHooks:
         self.grads = {}
 
     # ------------------------------------------------------------------ forward
-    def _pre_hook(self, prefix: str):
+    def _shielded(self, what: str, work):
+        """A cell hook: only while recording and not inside a recorded call, as the collector's own work, never
+        raising (a failure is logged once per kind)."""
         col = self.col
 
-        def hook(cell, args, kwargs):
+        def hook(*args):
             if not col.cells_active or col.depth:
                 return None
             col.enter()
             try:
-                index = self.counts[prefix] = self.counts.get(prefix, -1) + 1
-                self.seqs[prefix] = seq = col.next_seq()
-                forward = f"{prefix}forward.{index}"
-                self._enter(forward)
-                if col.selected(forward, is_api=False) and col.direction_ok("forward"):
-                    body: dict = {}
-                    col.record_inputs(forward, body, args, kwargs)
-                    stack = col.stack(forward, body)
-                    if col.section_ok("output"):
-                        self.pending[forward] = (body, stack)      # written when the call returns
-                    else:
-                        self._add_parameters(forward, body, cell)
-                        col.writer.add(forward, body, stack)
-                if col.grads_wanted() and differentiable(args):
-                    binding = self._binding(f"{prefix}backward.{index}", cell, seq)
-                    self.bindings[forward] = binding
-                    return binding.inputs(tuple(args)), kwargs
-                return None
+                return work(*args)
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
-                col.errors.once((type(exc).__name__, "cell pre-hook"), "a cell hook failed (%s); its entry is "
-                                "skipped and training continues", one_line(exc))
+                col.errors.once((type(exc).__name__, what), "a cell %s failed (%s); its entry is incomplete and "
+                                "training continues", what, one_line(exc))
                 return None
             finally:
                 col.leave()
         return hook
+
+    def _pre_hook(self, prefix: str):
+        col = self.col
+
+        def work(cell, args, kwargs):
+            index = self.counts[prefix] = self.counts.get(prefix, -1) + 1
+            self.seqs[prefix] = seq = col.next_seq()
+            forward = f"{prefix}forward.{index}"
+            self._enter(forward)
+            if col.selected(forward, is_api=False) and col.direction_ok("forward"):
+                body: dict = {}
+                col.record_inputs(forward, body, args, kwargs)
+                stack = col.stack(forward, body)
+                if col.section_ok("output"):
+                    self.pending[forward] = (body, stack)      # written when the call returns
+                else:
+                    self._add_parameters(forward, body, cell)
+                    col.writer.add(forward, body, stack)
+            if col.grads_wanted() and differentiable(args):
+                binding = self._binding(f"{prefix}backward.{index}", cell, seq)
+                self.bindings[forward] = binding
+                return binding.inputs(tuple(args)), kwargs
+            return None
+        return self._shielded("pre-hook", work)
 
     def _post_hook(self, prefix: str):
         col = self.col
 
-        def hook(cell, args, kwargs, output):
-            if not col.cells_active or col.depth:
+        def work(cell, args, kwargs, output):
+            index = self.counts.get(prefix, 0)
+            forward = f"{prefix}forward.{index}"
+            self._leave(forward)
+            waiting = self.pending.pop(forward, None)
+            if waiting is not None:
+                body, stack = waiting
+                col.record_outputs(forward, body, output)
+                self._add_parameters(forward, body, cell)
+                col.writer.add(forward, body, stack)
+            if not col.grads_wanted():
                 return None
-            col.enter()
-            try:
-                index = self.counts.get(prefix, 0)
-                forward = f"{prefix}forward.{index}"
-                self._leave(forward)
-                waiting = self.pending.pop(forward, None)
-                if waiting is not None:
-                    body, stack = waiting
-                    col.record_outputs(forward, body, output)
-                    self._add_parameters(forward, body, cell)
-                    col.writer.add(forward, body, stack)
-                if not col.grads_wanted():
-                    return None
-                self._hook_params(prefix, cell)
-                binding = self.bindings.pop(forward, None)
-                if binding is None:
-                    binding = self._pre_binding(f"{prefix}backward.{index}", cell, self.seqs.get(prefix, 0))
-                return binding.outputs(output)
-            except Exception as exc:  # noqa: BLE001 - the user's training must go on
-                col.errors.once((type(exc).__name__, "cell hook"), "a cell hook failed (%s); its entry is "
-                                "incomplete and training continues", one_line(exc))
-                return None
-            finally:
-                col.leave()
-        return hook
+            self._hook_params(prefix, cell)
+            binding = self.bindings.pop(forward, None)
+            if binding is None:
+                binding = self._pre_binding(f"{prefix}backward.{index}", cell, self.seqs.get(prefix, 0))
+            return binding.outputs(output)
+        return self._shielded("hook", work)
 
     def _add_parameters(self, name: str, body: dict, cell) -> None:
         col = self.col

@@ -19,9 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import sys
 import threading
-import traceback
 from collections import OrderedDict
 
 from mindspore import Tensor
@@ -29,7 +27,9 @@ from mindspore._c_expression import HookType
 from mindspore.common.api import _pynative_executor
 from mindspore.ops.operations import _inner_ops as inner
 
+from msprobe.collect import filters
 from msprobe.collect.guard import one_line
+from msprobe.collect.stacks import stack_lines
 from msprobe.mindspore.apis import COLLECTIVE_PREFIXES, api_targets, is_float_dtype
 from msprobe.mindspore.records import Recorder
 
@@ -40,28 +40,6 @@ _MISSING = object()
 def differentiable(values) -> bool:
     """A floating-point tensor among the top-level values (what a CellBackwardHook on them can carry back)."""
     return any(isinstance(v, Tensor) and is_float_dtype(v.dtype) for v in values)
-
-
-def _own_frame(filename: str) -> bool:
-    return os.path.dirname(os.path.abspath(filename)) == _HERE
-
-
-def stack_lines(cache: dict) -> tuple:
-    """The caller's stack, innermost first, without the collector's frames; formatted once per chain of (code,
-    line) positions, since a training step calls the same sites again and again."""
-    key = []
-    frame = sys._getframe(1)
-    while frame is not None:
-        key.append((frame.f_code, frame.f_lineno))
-        frame = frame.f_back
-    key = tuple(key)
-    lines = cache.get(key)
-    if lines is None:
-        frames = [f for f in traceback.extract_stack(sys._getframe(1)) if not _own_frame(f.filename)]
-        lines = tuple(f"File {f.filename}, line {f.lineno}, in {f.name}, \n {f.line or ''}" for f in reversed(frames))
-        if len(cache) < 100_000:
-            cache[key] = lines
-    return lines
 
 
 def hookable(out):
@@ -140,14 +118,14 @@ class BackwardBinding:
 class Waiting:
     """An entry whose place in dump.json is taken while its gradients still arrive (a Primitive's backward)."""
 
-    def __init__(self, collector, name: str):
+    def __init__(self, collector, name: str, seq: int):
         self.collector = collector
         self.name = name
         self.body: dict = {}
         self.slot = None
         self.parent = None
         self.arguments_seen = 0
-        self.seq = collector.seq
+        self.seq = seq
 
     def settle(self) -> None:
         col = self.collector
@@ -211,22 +189,13 @@ class Collector:
 
     # ------------------------------------------------------------------ filters
     def selected(self, name: str, is_api: bool = True) -> bool:
-        cfg = self.config
-        if cfg.scope and not any(s in name for s in cfg.scope):
-            return False
-        if cfg.api_list and is_api and not any(s in name for s in cfg.api_list):
-            return False
-        return True
+        return filters.selected(self.config, name, is_api)
 
     def direction_ok(self, direction: str) -> bool:
-        modes = set(self.config.data_mode)
-        wanted = modes & {"forward", "backward"}
-        return "all" in modes or not wanted or direction in wanted
+        return filters.direction_ok(self.config, direction)
 
     def section_ok(self, section: str) -> bool:
-        modes = set(self.config.data_mode)
-        wanted = modes & {"input", "output"}
-        return "all" in modes or not wanted or section in wanted
+        return filters.section_ok(self.config, section)
 
     def grads_wanted(self) -> bool:
         return self.direction_ok("backward") and _pynative_executor.requires_grad()
@@ -267,7 +236,7 @@ class Collector:
                        lambda: body.__setitem__("output", self.recorder.record(values, f"{name}.output")))
 
     def stack(self, name: str, body: dict):
-        return self.guard(name, body, "stack", lambda: stack_lines(self.stack_cache))
+        return self.guard(name, body, "stack", lambda: stack_lines(self.stack_cache, _HERE, 2))
 
     def parent(self):
         return self.cells.current_parent() if self.cells is not None else None
@@ -315,9 +284,15 @@ class Collector:
             entry.settle()
         self.waiting = []
 
-    # ------------------------------------------------------------------ APIs
-    def run_api(self, key: str, func, args, kwargs, collective: bool = False):
-        index = self.count(self.api_counts, key)
+    # ------------------------------------------------------------------ recorded calls
+    def record_call(self, key: str, counts: dict, call, args, kwargs, hooks=None, shown=None,
+                    collective: bool = False):
+        """One recorded call `<key>.<n>.forward` (an API, a Primitive attribute, a jit graph): its parent in
+        construct.json, its inputs before the call (`shown`: the arguments to record, when not all), the hooks of
+        its backward entry (`hooks(backward name, args, seq)` -> an object with inputs(args) and outputs(result),
+        or None), the call, its outputs (a collective's: its arguments after the call); the entry is written when
+        the call returns, or raises."""
+        index = self.count(counts, key)
         seq = self.next_seq()
         forward = f"{key}.{index}.forward"
         if self.config.level == "mix":
@@ -329,16 +304,20 @@ class Collector:
         self.enter()
         try:
             if forward_ok:
-                self.record_inputs(forward, body, args, kwargs)
+                self.record_inputs(forward, body, args if shown is None else shown, kwargs)
                 stack = self.stack(forward, body)
             binding = None
-            if dump and not collective and self.grads_wanted():
+            if dump and hooks is not None and self.grads_wanted():
                 binding = self.guard(forward, body, "backward hook",
-                                     lambda: self._api_binding(f"{key}.{index}.backward", args, seq))
-                if binding is not None:
-                    args = binding.inputs(tuple(args))
+                                     lambda: hooks(f"{key}.{index}.backward", args, seq))
+                hooked = None if binding is None else \
+                    self.guard(forward, body, "backward hook", lambda: binding.inputs(tuple(args)))
+                if hooked is None:
+                    binding = None
+                else:
+                    args = hooked
             try:
-                out = func(*args, **kwargs)
+                out = call(*args, **kwargs)
             except BaseException as exc:
                 if forward_ok:          # the call that failed is often what the user is looking for
                     body["dump_error"] = f"the call raised {one_line(exc)}"
@@ -361,7 +340,8 @@ class Collector:
             body["dump_error"] = self.errors.failed("backward hook", name, exc)
             return out
 
-    def _api_binding(self, name: str, args, seq: int) -> BackwardBinding:
+    def api_binding(self, name: str, args, seq: int) -> BackwardBinding:
+        """The backward hook of an API call (of a jit graph: `args` are the tensors hooked)."""
         def write(grad_outputs, grad_inputs):
             self.settle_waiting(seq)
             if self.config.level == "mix":
@@ -399,10 +379,13 @@ class Collector:
         key = f"{prefix}.{attr}"
         collective = prefix in COLLECTIVE_PREFIXES
 
+        hooks = None if collective else collector.api_binding
+
         def wrapper(*args, **kwargs):
             if not collector.api_active or getattr(collector._tls, "depth", 0):
                 return original(*args, **kwargs)
-            return collector.run_api(key, original, args, kwargs, collective)
+            return collector.record_call(key, collector.api_counts, original, args, kwargs, hooks,
+                                         collective=collective)
         try:
             functools.update_wrapper(wrapper, original)
         except (AttributeError, TypeError):

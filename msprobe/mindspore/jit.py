@@ -13,9 +13,6 @@ from __future__ import annotations
 
 from mindspore import Parameter, Tensor
 
-from msprobe.collect.guard import one_line
-from msprobe.mindspore.collector import BackwardBinding, differentiable
-
 
 def _executor_class():
     try:
@@ -72,65 +69,38 @@ class JitHooks:
         self.patched = []
 
     def run(self, executor, original_call, args, kwargs):
-        col = self.col
         fn = getattr(executor, "fn", None)
         label = getattr(fn, "__name__", None) or "JitFunction"
-        values = args
+        shown = args
         obj = getattr(executor, "obj", None)
         if obj is not None and args and args[0] is obj:
             label = type(obj).__name__
-            values = args[1:]
-        key = f"Jit.{label}"
-        index = col.count(self.counts, key)
-        seq = col.next_seq()
-        forward = f"{key}.{index}.forward"
-        if col.config.level == "mix":
-            col.writer.add_construct(forward, col.parent())
-        dump = col.selected(f"{key}.{index}")
-        forward_ok = dump and col.direction_ok("forward")
-        body: dict = {}
-        stack = None
-        col.enter()
-        try:
-            if forward_ok:
-                col.record_inputs(forward, body, values, kwargs)
-                stack = col.stack(forward, body)
-            binding = None
-            if dump and col.grads_wanted():
-                # hooks on the tensor arguments that are not Parameters (a Parameter stays the graph's own input)
-                hookable = [i for i, v in enumerate(args) if isinstance(v, Tensor) and not isinstance(v, Parameter)]
-                binding = col.guard(forward, body, "backward hook", lambda: self._binding(
-                    f"{key}.{index}.backward", differentiable([args[i] for i in hookable]), seq))
-                if binding is not None and binding.kernel is not None:
-                    hooked = binding.inputs(tuple(args[i] for i in hookable))
-                    args = list(args)
-                    for i, value in zip(hookable, hooked):
-                        args[i] = value
-                    args = tuple(args)
-            try:
-                out = original_call(executor, *args, **kwargs)
-            except BaseException as exc:
-                if forward_ok:
-                    body["dump_error"] = f"the call raised {one_line(exc)}"
-                    col.writer.add(forward, body, stack)
-                raise
-            if binding is not None:
-                out = col.hooked_outputs(forward, body, binding, out)
-            if forward_ok:
-                col.record_outputs(forward, body, out)
-                col.writer.add(forward, body, stack)
-            return out
-        finally:
-            col.leave()
+            shown = args[1:]
+        return self.col.record_call(f"Jit.{label}", self.counts, lambda *a, **k: original_call(executor, *a, **k),
+                                    args, kwargs, self._binding, shown=shown)
 
-    def _binding(self, name: str, with_inputs: bool, seq: int) -> BackwardBinding:
-        col = self.col
+    def _binding(self, name: str, args, seq: int):
+        """Hooks on the graph's tensor arguments that are not Parameters (a Parameter stays the graph's own
+        input) and on its outputs."""
+        hookable = [i for i, v in enumerate(args) if isinstance(v, Tensor) and not isinstance(v, Parameter)]
+        return _SomeArguments(self.col.api_binding(name, [args[i] for i in hookable], seq), hookable)
 
-        def write(grad_outputs, grad_inputs):
-            col.settle_waiting(seq)
-            if col.config.level == "mix":
-                col.writer.add_construct(name, col.cells.backward_parent() if col.cells is not None else None)
-            body: dict = {}
-            col.record_backward(name, body, grad_outputs, grad_inputs)
-            col.writer.add(name, body)
-        return BackwardBinding(col, name, col.backward_callback(name, write), with_inputs)
+
+class _SomeArguments:
+    """A binding applied to some of the call's arguments only."""
+
+    def __init__(self, binding, positions: list):
+        self.binding = binding
+        self.positions = positions
+
+    def inputs(self, args: tuple) -> tuple:
+        if self.binding.kernel is None:
+            return args
+        hooked = self.binding.inputs(tuple(args[i] for i in self.positions))
+        args = list(args)
+        for i, value in zip(self.positions, hooked):
+            args[i] = value
+        return tuple(args)
+
+    def outputs(self, out):
+        return self.binding.outputs(out)

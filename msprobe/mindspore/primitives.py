@@ -15,7 +15,6 @@ from __future__ import annotations
 from mindspore import Tensor, ops
 from mindspore.ops.primitive import Primitive
 
-from msprobe.collect.guard import one_line
 from msprobe.mindspore.apis import is_float_dtype
 from msprobe.mindspore.cells import walk_cells
 from msprobe.mindspore.collector import Waiting
@@ -68,70 +67,35 @@ class PrimitiveHooks:
         self.swapped.append((primitive, original, subclass))
 
     def run(self, combined: str, call, prim, args, kwargs):
-        col = self.col
-        index = self.counts[combined] = self.counts.get(combined, -1) + 1
-        col.next_seq()
-        name = f"Primitive.{combined}.{index}"
-        forward = f"{name}.forward"
-        if col.config.level == "mix":
-            col.writer.add_construct(forward, col.parent())
-        dump = col.selected(name)
-        forward_ok = dump and col.direction_ok("forward")
-        body: dict = {}
-        stack = None
-        col.enter()
-        try:
-            if forward_ok:
-                col.record_inputs(forward, body, args, kwargs)
-                stack = col.stack(forward, body)
-            grads = None
-            if dump and col.grads_wanted():
-                grads = col.guard(forward, body, "backward hook", lambda: _Gradients(col, f"{name}.backward", args))
-                hooked = None if grads is None else \
-                    col.guard(forward, body, "backward hook", lambda: grads.hook_all(tuple(args), "output"))
-                if hooked is None:
-                    grads = None
-                else:
-                    args = hooked
-            try:
-                out = call(prim, *args, **kwargs)
-            except BaseException as exc:
-                if forward_ok:
-                    body["dump_error"] = f"the call raised {one_line(exc)}"
-                    col.writer.add(forward, body, stack)
-                raise
-            if forward_ok:
-                col.record_outputs(forward, body, out)
-                col.writer.add(forward, body, stack)
-            if grads is not None:
-                try:
-                    out = grads.hook_all(out, "input")
-                except Exception as exc:  # noqa: BLE001 - the user's training must go on
-                    col.errors.failed("backward hook", forward, exc)
-            return out
-        finally:
-            col.leave()
+        return self.col.record_call(f"Primitive.{combined}", self.counts, lambda *a, **k: call(prim, *a, **k),
+                                    args, kwargs, self._gradients)
+
+    def _gradients(self, name: str, args, seq: int):
+        return _Gradients(self.col, name, args, seq)
 
 
 class _Gradients(Waiting):
-    """The backward entry of one primitive call, filled gradient by gradient."""
+    """The backward entry of one primitive call, filled gradient by gradient: a HookBackward on each tensor
+    argument (`inputs`) and on each tensor output (`outputs`)."""
 
-    def __init__(self, col, name: str, args):
-        super().__init__(col, name)
+    def __init__(self, col, name: str, args, seq: int):
+        super().__init__(col, name, seq)
         self.records = {"input": [], "output": []}
         self.expected = sum(1 for a in args if isinstance(a, Tensor) and is_float_dtype(a.dtype))
 
-    def hook(self, tensor, section: str):
+    def _hook(self, tensor, section: str):
         write = self.collector.backward_callback(self.name, lambda grads: self._add(section, grads))
         return ops.HookBackward(write)(tensor)
 
-    def hook_all(self, values, section: str):
-        """`values` (a tensor or a tuple) with a hook on each tensor."""
-        if isinstance(values, Tensor):
-            return self.hook(values, section)
-        if isinstance(values, tuple):
-            return tuple(self.hook(v, section) if isinstance(v, Tensor) else v for v in values)
-        return values
+    def inputs(self, args: tuple) -> tuple:
+        return tuple(self._hook(a, "output") if isinstance(a, Tensor) else a for a in args)
+
+    def outputs(self, out):
+        if isinstance(out, Tensor):
+            return self._hook(out, "input")
+        if isinstance(out, tuple):
+            return tuple(self._hook(o, "input") if isinstance(o, Tensor) else o for o in out)
+        return out
 
     def _add(self, section: str, grads) -> None:
         col = self.collector
