@@ -161,11 +161,8 @@ class Collector:
     # ------------------------------------------------------------------ state
     @property
     def depth(self) -> int:
+        """How deep this thread is in recorded calls and the collector's own work (0: the user's code)."""
         return getattr(self._tls, "depth", 0)
-
-    @depth.setter
-    def depth(self, value: int) -> None:
-        self._tls.depth = value
 
     def enter(self) -> None:
         """Our own work, or a recorded call whose inner APIs belong to it: nothing inside is recorded."""
@@ -242,8 +239,8 @@ class Collector:
         return self.cells.current_parent() if self.cells is not None else None
 
     def backward_callback(self, name: str, write):
-        """The body of a backward hook: for this step only, as our own work, never raising. Entries still waiting
-        for gradients are settled first unless this gradient is theirs (`write` then returns without settling)."""
+        """The body of a backward hook: `write(*grads)` for this step only, as the collector's own work, never
+        raising (a failure is logged once per kind)."""
         generation = self.generation
 
         def callback(*grads):
