@@ -223,3 +223,15 @@ def test_acc_check_and_op_generate_take_our_dump_as_the_references(dumps, tmp_pa
         assert run_cli(["op_generate", "-i", config, "-o", tmp_path]) != 0
         messages.append(capsys.readouterr().err.replace(str(dump), "DUMP"))
     assert messages[0] == messages[1] and "mindspore dump" in messages[0]
+
+
+@pytest.mark.slow
+def test_graph_compares_our_mix_dump_with_the_references(dumps, tmp_path):
+    """`msprobe graph` compares our mix dump (target) with the reference's (golden): every node but our Jit entry
+    has its partner."""
+    assert run_cli(["graph", "-tp", ours(dumps, "statistics", "mix", 0), "-gp", reference("mix", 0),
+                    "-o", tmp_path]) == 0
+    graph = json.loads(only_file(tmp_path, "compare_*.vis").read_text())
+    nodes = graph["NPU"]["node"]
+    assert len(nodes) == len(graph["Bench"]["node"]) + 1 > 200
+    assert [name for name, node in nodes.items() if not node.get("matched_node_link")] == ["Jit.SGD.0.forward"]
