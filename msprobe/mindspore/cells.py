@@ -46,6 +46,22 @@ def walk_cells(model):
         todo.extend(reversed(children))
 
 
+def _add_forward_hook(cell, hook):
+    """`hook` as the cell's first forward hook (with kwargs). Cell.register_forward_hook ignores a cell with a
+    custom `bprop` (it returns an empty handle), so such a cell gets the hook in its hook dict directly, as the
+    reference does; the handle removes it either way."""
+    if not cell.has_bprop:
+        return cell.register_forward_hook(hook, with_kwargs=True, prepend=True)
+    from mindspore.common.hook_handle import HookHandle
+
+    handle = HookHandle(cell._forward_hook, extra_dict=[cell._forward_hook_with_kwargs,
+                                                        cell._forward_hook_always_called])
+    cell._forward_hook[handle.handle_id] = hook
+    cell._forward_hook.move_to_end(handle.handle_id, last=False)
+    cell._forward_hook_with_kwargs[handle.handle_id] = True
+    return handle
+
+
 def own_parameters(cell) -> dict:
     """The cell's own parameters by short name (`weight`, `gamma`, `embedding_table`)."""
     return {name.split(".")[-1]: p for name, p in cell.parameters_and_names(expand=False)}
@@ -128,7 +144,7 @@ class CellHooks:
     def resume(self) -> None:
         for cell, pre, post in self.hooked:
             self.handles.append(cell.register_forward_pre_hook(pre, with_kwargs=True))
-            self.handles.append(cell.register_forward_hook(post, with_kwargs=True, prepend=True))
+            self.handles.append(_add_forward_hook(cell, post))
 
     def suspend(self) -> None:
         """No hook of ours on any cell (while a graph compiles: the compiler would parse them)."""

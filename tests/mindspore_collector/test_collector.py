@@ -249,6 +249,56 @@ def test_a_jit_function_calling_a_hooked_cell_compiles_and_trains_identically(tm
     assert not any("Cell.fc." in n for n in names)            # runs inside the graph
 
 
+class _CustomBackward(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w = ms.Parameter(Tensor(np.full((4,), 0.5, np.float32)), name="cw")
+
+    def construct(self, x):
+        return mint.mul(x, self.w) * 2
+
+    def bprop(self, x, out, dout):
+        return (dout * 3,)
+
+
+class _WithCustom(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(4, 4)
+        self.custom = _CustomBackward()
+        self.out = nn.Dense(4, 1)
+
+    def construct(self, x):
+        return mint.mean(self.out(self.custom(self.fc(x))))
+
+
+def test_a_cell_with_a_custom_bprop(tmp_path):
+    """Cell.register_forward_hook ignores a cell with a bprop: its entries still come, with the bprop's gradient."""
+    def train(debugger):
+        ms.set_seed(1)
+        model = _WithCustom()
+        for p in model.trainable_params():
+            p.set_data(Tensor(np.full(p.shape, 0.1, np.float32)))
+        opt = nn.SGD(model.trainable_params(), 0.1)
+        grad_fn = ms.value_and_grad(model, None, opt.parameters)
+        for step in range(2):
+            if debugger:
+                debugger.start(model)
+            opt(grad_fn(Tensor(np.ones((2, 4), np.float32) * (step + 1)))[1])
+            if debugger:
+                debugger.stop()
+                debugger.step()
+        return [p.asnumpy() for p in model.trainable_params()]
+    got = train(PrecisionDebugger(dump_path=str(tmp_path), level="L0"))
+    assert all(np.array_equal(a, b) for a, b in zip(train(None), got))
+    data = load(tmp_path)["data"]
+    forward = data["Cell.custom._CustomBackward.forward.0"]
+    x, w = forward["input_args"][0]["Max"], forward["parameters"]["w"]["Max"]         # 0.5 and 0.1
+    assert "dump_error" not in forward and forward["output"][0]["Max"] == pytest.approx(x * w * 2)
+    backward = data["Cell.custom._CustomBackward.backward.0"]
+    assert backward["output"][0]["Max"] == pytest.approx(3 * backward["input"][0]["Max"])      # dout * 3
+
+
 # ---------------------------------------------------------------------------------------------- restoring
 def test_everything_is_put_back_at_stop(tmp_path):
     tensor_dict = dict(vars(ms.Tensor))

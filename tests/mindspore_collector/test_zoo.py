@@ -1,7 +1,7 @@
-"""The MindSpore collector never breaks or changes training: every zoo model (tests/mindspore/ms_zoo.py) trains with
-the debugger at L0, L1 and mix, with statistics, md5 and tensor tasks, bit-identically to the same training without
-it (same process); its dump compares against itself with every row pass, builds a graph (L0/mix) and goes through
-acc_check (L1).
+"""The MindSpore collector never breaks or changes training: every zoo model (ms_zoo.py beside this file) trains
+with the debugger at L0, L1 and mix, with statistics, md5 and tensor tasks, bit-identically to the same training
+without it (same process); its dump compares against itself with every row pass, builds a graph (L0/mix) and goes
+through acc_check (L1).
 
 These tests need mindspore, which needs numpy<2 and lives in its own environment (see .ci/run); elsewhere they are
 skipped with the reason below."""
