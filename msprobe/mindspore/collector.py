@@ -43,17 +43,23 @@ def differentiable(values) -> bool:
 
 
 def hookable(out):
-    """(the tensors of a call's result a hook can be applied to, a function rebuilding the result from them), or
-    (None, None): a tensor; the tensors among the items of a tuple (a namedtuple keeps its type), a list or a
-    dict."""
+    """(the tensors of a call's result a hook can be applied to, a function giving the result with them), or
+    (None, None): a tensor; the tensors among the items of a tuple (a new tuple; a namedtuple keeps its type), a
+    list or a dict (the same object, its items replaced: code that keeps a reference to it sees the same object)."""
     if isinstance(out, Tensor):
         return (out,), lambda values: values[0]
-    if type(out) in (tuple, list) or (isinstance(out, tuple) and hasattr(out, "_fields")):
+    if type(out) is tuple or (isinstance(out, tuple) and hasattr(out, "_fields")):
         items = tuple(out)
-        rebuild = out._make if hasattr(out, "_fields") else type(out)
-    elif type(out) is dict:
-        items = tuple(out.values())
-        rebuild = lambda values: dict(zip(out.keys(), values))  # noqa: E731 - one expression
+        rebuild = out._make if hasattr(out, "_fields") else tuple
+    elif type(out) in (list, dict):
+        keys = list(range(len(out))) if type(out) is list else list(out)
+        items = tuple(out[k] for k in keys)
+
+        def rebuild(values):
+            for key, value in zip(keys, values):
+                if value is not out[key]:
+                    out[key] = value
+            return out
     else:
         return None, None
     if not any(isinstance(v, Tensor) for v in items):
