@@ -81,6 +81,7 @@ class CellHooks:
         self.hooked: list = []          # (cell, pre-hook, post-hook)
         self.handles: list = []
         self.jit_cells: list = []
+        self.indexed = False            # models given as a list: cell names start with the model's index
         self.param_handles: dict = {}   # (cell prefix, short name) -> handle, for this step
         self.reset()
 
@@ -130,7 +131,7 @@ class CellHooks:
     # ------------------------------------------------------------------ install
     def install(self, models) -> None:
         for index, model in enumerate(models):
-            lead = f"{index}." if len(models) > 1 else ""
+            lead = f"{index}." if self.indexed else ""
             for path, cell, jit in walk_cells(model):
                 if cell is model:
                     continue

@@ -64,6 +64,8 @@ class PrecisionDebugger(DebuggerBase):
 
     def _models(self, model) -> list:
         models = super()._models(model)
+        # cells of a list of models are named Cell.<index>.<path>..., even of a list of one, as the reference
+        self.cells.indexed = isinstance(model, (list, tuple))
         if self.config.level in ("L0", "mix") and not models:
             raise MsprobeError(f"level {self.config.level} dumps cells: pass the model to "
                                "PrecisionDebugger(...) or start(model)")

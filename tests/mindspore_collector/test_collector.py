@@ -105,6 +105,16 @@ def test_scope_list_and_data_mode(tmp_path):
     assert "input" in data["Cell.fc1.Dense.backward.0"] and "input_args" in data["Cell.fc1.Dense.forward.0"]
 
 
+def test_models_given_as_a_list_name_their_cells_by_index(tmp_path):
+    model = ms_zoo.build("mlp")
+    grad_fn = ms.value_and_grad(lambda *a: model(*a), None, model.trainable_params())
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
+    with debugger.step_scope([model]):                # a list of one model, as the reference names it
+        grad_fn(*ms_zoo._batches("mlp", 0))
+    names = list(load(tmp_path)["data"])
+    assert names[0] == "Cell.0.fc1.Dense.forward.0" and all(n.startswith("Cell.0.") for n in names)
+
+
 # ---------------------------------------------------------------------------------------------- what is recorded
 def test_a_cell_called_in_a_loop_and_a_cell_called_twice(tmp_path):
     data, root = run(tmp_path, "recurrent", "mix")
