@@ -9,6 +9,7 @@ unmeasured steps and ``--steps`` measured steps; a step is timed from ``debugger
     python benchmarks/bench_dump_overhead.py                       # reference at /tmp/refvenv/bin/python
     python benchmarks/bench_dump_overhead.py --ref-python none     # ours only
     python benchmarks/bench_dump_overhead.py --d-model 256 --n-layer 4 --seq 128 --batch 8 --steps 5
+    python benchmarks/bench_dump_overhead.py --baseline /tmp/msprobe_main --repeats 5   # before/after a change
 
 Reference venv: python3 -m venv /tmp/refvenv && /tmp/refvenv/bin/pip install torch==2.13.0 &&
 /tmp/refvenv/bin/pip install mindstudio-probe==26.2.0
@@ -84,29 +85,15 @@ print("RESULT " + json.dumps({{"times": times[args["warmup"]:], "loss": loss_val
 '''
 
 
-def run_child(python: str, script: str, params: dict, workdir: str) -> dict:
-    proc = subprocess.run([python, script, json.dumps(params)], cwd=workdir, capture_output=True, text=True)
+def run_child(python: str, script: str, params: dict, workdir: str, pythonpath: str | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    proc = subprocess.run([python, script, json.dumps(params)], cwd=workdir, capture_output=True, text=True, env=env)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
     raise RuntimeError(f"{python} child failed (rc {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-
-
-def measure(label: str, python: str, dump: bool, script: str, params: dict, workdir: str, repeats: int) -> dict:
-    """Median per-step time over all measured steps of ``repeats`` child runs."""
-    times, result = [], {}
-    for i in range(repeats):
-        run = dict(params, dump=dump, dump_path=os.path.join(workdir, f"{label}_{i}", "dump"))
-        os.makedirs(os.path.dirname(run["dump_path"]), exist_ok=True)
-        result = run_child(python, script, run, workdir)
-        times.extend(result["times"])
-    result["median"] = statistics.median(times)
-    result["mean"] = statistics.fmean(times)
-    result["all"] = times
-    print(f"  {label:<10} median {result['median']:.4f} s/step  mean {result['mean']:.4f}  "
-          f"min {min(times):.4f}  max {max(times):.4f}  entries/step {result['entries'] // max(1, len(result['times']) + params['warmup']) if dump else '-'}",
-          flush=True)
-    return result
 
 
 def main(argv=None) -> int:
@@ -114,6 +101,9 @@ def main(argv=None) -> int:
     ap.add_argument("--python", default=sys.executable, help="interpreter with our msprobe (default: this one)")
     ap.add_argument("--ref-python", default="/tmp/refvenv/bin/python",
                     help="interpreter with mindstudio-probe installed; 'none' to skip the reference")
+    ap.add_argument("--baseline", metavar="TREE",
+                    help="a checkout of msprobe (e.g. `git archive main | tar -x -C TREE`) measured too, with "
+                         "PYTHONPATH=TREE and --python: our collector before and after a change")
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--n-head", type=int, default=8)
     ap.add_argument("--n-layer", type=int, default=4)
@@ -122,7 +112,9 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, default=512)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--repeats", type=int, default=1, help="child runs per configuration")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds; each round runs every configuration once, one after the other (on a shared "
+                         "machine, interleaving spreads its load over all of them)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in the children")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args(argv)
@@ -134,37 +126,49 @@ def main(argv=None) -> int:
     if ref and not os.path.exists(ref):
         print(f"reference interpreter {ref} not found: measuring ours only")
         ref = None
-    print(f"TinyGPT {params}, L1 statistics")
-    figures = {"params": params}
+    tools = {"ours": (args.python, None)}
+    if args.baseline:
+        tools["baseline"] = (args.python, os.path.abspath(args.baseline))
+    if ref:
+        tools["reference"] = (ref, None)
+    print(f"TinyGPT {params}, L1 statistics; {args.repeats} interleaved rounds")
+    times: dict = {(tool, dump): [] for tool in tools for dump in (False, True)}
+    entries: dict = {}
     with tempfile.TemporaryDirectory(prefix="bench_dump_") as workdir:
         script = os.path.join(workdir, "child.py")
         with open(script, "w") as f:
             f.write(CHILD.format(model_dir=MODEL_DIR))
-        print(f"ours ({args.python}):")
-        plain = measure("plain", args.python, False, script, params, workdir, args.repeats)
-        ours = measure("ours", args.python, True, script, params, workdir, args.repeats)
-        figures["ours"] = {"plain": plain["median"], "dump": ours["median"], "entries": ours["entries"],
-                           "overhead": ours["median"] / plain["median"] - 1}
-        if ref:
-            print(f"reference ({ref}):")
-            ref_plain = measure("ref_plain", ref, False, script, params, workdir, args.repeats)
-            ref_dump = measure("reference", ref, True, script, params, workdir, args.repeats)
-            figures["reference"] = {"plain": ref_plain["median"], "dump": ref_dump["median"],
-                                    "entries": ref_dump["entries"],
-                                    "overhead": ref_dump["median"] / ref_plain["median"] - 1}
+        for round_ in range(args.repeats):
+            for tool, (python, pythonpath) in tools.items():
+                for dump in (False, True):
+                    run = dict(params, dump=dump, dump_path=os.path.join(workdir, f"{tool}_{round_}_{dump}", "dump"))
+                    os.makedirs(os.path.dirname(run["dump_path"]), exist_ok=True)
+                    result = run_child(python, script, run, workdir, pythonpath)
+                    times[(tool, dump)].extend(result["times"])
+                    if dump:
+                        entries[tool] = result["entries"] // (args.warmup + args.steps)
+                    print(f"  round {round_} {tool:<9} {'dump ' if dump else 'plain'} median "
+                          f"{statistics.median(result['times']):.4f} s/step", flush=True)
+    figures = {"params": params, "rounds": args.repeats}
+    for tool in tools:
+        plain, dump = statistics.median(times[(tool, False)]), statistics.median(times[(tool, True)])
+        figures[tool] = {"plain": plain, "dump": dump, "entries": entries.get(tool), "overhead": dump / plain - 1}
     print()
-    print("| tool | plain s/step | with dump s/step | slowdown | overhead |")
-    print("|---|---|---|---|---|")
-    for name in ("ours", "reference"):
-        if name in figures:
-            f = figures[name]
-            print(f"| {name} | {f['plain']:.4f} | {f['dump']:.4f} | {f['dump'] / f['plain']:.2f}x "
-                  f"| {100 * f['overhead']:+.1f} % |")
+    print("| tool | plain s/step | with dump s/step | slowdown | overhead | entries/step |")
+    print("|---|---|---|---|---|---|")
+    for name in tools:
+        f = figures[name]
+        print(f"| {name} | {f['plain']:.4f} | {f['dump']:.4f} | {f['dump'] / f['plain']:.2f}x "
+              f"| {100 * f['overhead']:+.1f} % | {f['entries']} |")
+    if "baseline" in figures:
+        change = figures["ours"]["dump"] / figures["baseline"]["dump"] - 1
+        print(f"\nours vs baseline, step with dump: {100 * change:+.1f} %")
+        figures["vs_baseline"] = change
     if "reference" in figures:
         ok = figures["ours"]["overhead"] <= 0.5 * figures["reference"]["overhead"]
         ratio = figures["ours"]["overhead"] / figures["reference"]["overhead"]
         figures["verdict"] = ok
-        print(f"\nours overhead / reference overhead = {ratio:.2f} -> "
+        print(f"ours overhead / reference overhead = {ratio:.2f} -> "
               f"{'ok' if ok else 'MISSED'}: ours <= half the reference's slowdown")
     if args.json:
         with open(args.json, "w") as f:

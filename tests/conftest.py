@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import gzip
 import json
 import os
@@ -157,3 +158,40 @@ def msprobe_records(monkeypatch) -> list:
 
 def count_records(records: list, text: str) -> int:
     return sum(text in record.getMessage() for record in records)
+
+
+class FullDisk:
+    """A disk with `free` bytes left, in place of the writes and allocations of msprobe.collect.writer: a write
+    into space the file holds already (posix_fallocate) succeeds, one beyond it takes free bytes (a short write,
+    then ENOSPC)."""
+
+    def __init__(self, monkeypatch, free: int):
+        import msprobe.collect.writer as writer_module
+
+        self.free = free
+        self.refused = 0                     # allocations and writes that failed with ENOSPC
+        self.real_write = os.write
+        monkeypatch.setattr(writer_module, "_write", self.write)
+        monkeypatch.setattr(writer_module, "_allocate", self.allocate)
+
+    def _grow(self, fd, end: int) -> int:
+        return max(0, end - os.fstat(fd).st_size)
+
+    def allocate(self, fd, offset: int, length: int) -> None:
+        grow = self._grow(fd, offset + length)
+        if grow > self.free:
+            self.refused += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.free -= grow
+        if grow:                        # as posix_fallocate: the file grows (here sparse, on any file system)
+            os.ftruncate(fd, offset + length)
+
+    def write(self, fd, data) -> int:
+        at = os.lseek(fd, 0, os.SEEK_CUR)
+        grow = self._grow(fd, at + len(data))
+        if grow and not self.free:
+            self.refused += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        size = len(data) - max(0, grow - self.free)
+        self.free -= min(grow, self.free)
+        return self.real_write(fd, bytes(data[:size]))

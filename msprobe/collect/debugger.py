@@ -201,6 +201,13 @@ class DebuggerBase:
             for job in work:
                 job()
 
+    def _forked(self) -> None:
+        """In the child of a fork made while recording: nothing is recorded there and the parent's files are left
+        alone (the child's copies of the hooks and patches are removed)."""
+        self._running = False
+        self.writer.forget()
+        self._quietly("fork", self._uninstall)
+
     def _call_soon(self, job) -> None:
         """Run `job` (a signal handler's work) now, or after the part of this debugger the thread is inside."""
         if self._ending_thread == threading.get_ident():
@@ -230,6 +237,19 @@ def _release_sigterm() -> None:
     previous = _PREVIOUS_SIGTERM.pop()
     if signal.getsignal(signal.SIGTERM) is _on_sigterm:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _after_fork_in_child() -> None:
+    global _LOCK
+    _LOCK = threading.RLock()
+    debugger = active_debugger()
+    _ACTIVE.clear()                    # our SIGTERM handler stays: with no debugger it passes the signal on
+    if debugger is not None:
+        debugger._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _at_exit() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import json
 import os
 import re
@@ -26,7 +27,10 @@ FLUSH_BYTES = 1 << 20         # encoded entries are written in pieces of about t
 TENSOR_DIR = "dump_tensor_data"
 _MEMBER_INDENT = b"\n    "    # entries of "data" are members of a member: 4 spaces
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_write = os.write             # the one call that writes the streamed files (tests put a full disk here)
+# the calls that write and allocate the streamed files (tests put a full disk here)
+_write = os.write
+_allocate = getattr(os, "posix_fallocate", None)
+_NO_ALLOCATION = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
 
 
 def _spell_surrogate(match: re.Match) -> str:
@@ -64,9 +68,10 @@ def encode(value) -> bytes:
 
 
 class _Members:
-    """One JSON object written member by member into a temporary file beside `path`. Some space beyond what is
-    written is kept allocated, so that the closing part still fits when the disk fills up; a failed write goes
-    back to the end of the last member written whole."""
+    """One JSON object written member by member into a temporary file beside `path`. Space is allocated before it
+    is written, RESERVE bytes more than needed: when the disk fills up the allocation fails first, nothing more is
+    written, and the closing part still fits. A failed write goes back to the end of the last member written
+    whole."""
 
     RESERVE = 1 << 16
 
@@ -81,6 +86,7 @@ class _Members:
         self.fd = os.open(self.temporary, os.O_WRONLY)
         self.written = 0                 # bytes on disk, always whole members
         self.buffer = bytearray()
+        self.can_allocate = _allocate is not None
         if copy_from:                    # continue a closed file: everything before its closing part
             with open(path, "rb") as handle:
                 while self.written < copy_from:
@@ -91,22 +97,31 @@ class _Members:
                     self.flush()
         else:
             self.buffer += head
-        self._reserve()
+        self._reserve(len(self.buffer))
 
-    def _reserve(self) -> None:
-        with contextlib.suppress(OSError, AttributeError):   # not every file system (or OS) can
-            os.posix_fallocate(self.fd, self.written, self.RESERVE)
+    def _reserve(self, size: int) -> None:
+        """Allocate the next `size` bytes and RESERVE more; ENOSPC (and the like) raises."""
+        if not self.can_allocate or _allocate is None:
+            return
+        try:
+            _allocate(self.fd, self.written, size + self.RESERVE)
+        except OSError as exc:
+            if exc.errno not in _NO_ALLOCATION:
+                raise
+            self.can_allocate = False        # this file system cannot: plain writes from now on
 
     def add(self, key: bytes, value: bytes) -> None:
         self.buffer += b"," if self.members else b""
         self.buffer += self.indent + key + b": " + value.replace(b"\n", self.indent)
         self.members += 1
 
-    def flush(self) -> None:
+    def flush(self, reserve: bool = True) -> None:
         data = memoryview(bytes(self.buffer))
         self.buffer.clear()
         done = 0
         try:
+            if reserve:
+                self._reserve(len(data))
             while done < len(data):
                 done += _write(self.fd, data[done:])
         except BaseException:
@@ -117,7 +132,6 @@ class _Members:
             raise
         self.written += done
         self.members_on_disk = self.members
-        self._reserve()
 
     def finish(self, tail: bytes) -> int:
         """Write the closing part (into the reserved space), rename over `path`; the size before the tail (where
@@ -126,7 +140,7 @@ class _Members:
             self.buffer += self.head                 # the first write failed: at least an empty object
         size = self.written + len(self.buffer)
         self.buffer += tail
-        self.flush()
+        self.flush(reserve=False)                    # into the space kept for it
         os.ftruncate(self.fd, self.written)          # the rest of the reservation, a failed write's remains
         os.close(self.fd)
         self.fd = None
@@ -183,6 +197,15 @@ class StepWriter:
         self.lost = 0                    # entries not written since then
 
     # ------------------------------------------------------------------ critical sections
+    def forget(self) -> None:
+        """In a forked child (os.fork, a DataLoader worker): drop the step without touching its files, which
+        belong to the parent (the open file descriptors are the parent's too)."""
+        self._lock = threading.Lock()             # the parent may have held it when it forked
+        self._dump = self._construct = None
+        self._queue.clear()
+        self._closed = {}
+        self.directory = None
+
     @contextlib.contextmanager
     def _locked(self):
         self._inside.depth = getattr(self._inside, "depth", 0) + 1     # before acquiring: see call_soon
@@ -270,8 +293,8 @@ class StepWriter:
                 self._closed["dump.json"] = (dump.finish(tail), dump.members)
                 return os.path.join(directory, "dump.json")
             except Exception as exc:  # noqa: BLE001 - the training goes on without this step's dump.json
-                self.errors.once(("close", type(exc).__name__), "writing %s failed (%s); this step's dump.json "
-                                 "is not written and training continues", directory, _why(exc))
+                self.errors.once(_failure_key(exc), "writing %s failed (%s); this step's dump.json is not "
+                                 "written and training continues", directory, _why(exc))
                 dump.discard()
                 self._closed = {}
                 return None
@@ -281,8 +304,8 @@ class StepWriter:
         try:
             write()
         except Exception as exc:  # noqa: BLE001 - dump.json matters more
-            self.errors.once(("close", name, type(exc).__name__), "writing %s of %s failed (%s); dump.json is "
-                             "still written", name, self.directory, _why(exc))
+            self.errors.once(_failure_key(exc), "writing %s of %s failed (%s); dump.json is still written",
+                             name, self.directory, _why(exc))
             if discard is not None:
                 discard()
 
@@ -359,8 +382,8 @@ class StepWriter:
     def _fail(self, exc: BaseException, what: str) -> None:
         entries = self._dump.members if self._dump is not None else 0
         self.failure = f"{what} {self.directory} failed after {entries} entries ({_why(exc)})"
-        self.errors.once(("write", type(exc).__name__), "%s; the entries recorded until then are kept, later ones "
-                         "are not written, and training continues", self.failure)
+        self.errors.once(_failure_key(exc), "%s; later entries of this step are not written and training "
+                         "continues", self.failure)
 
     # ------------------------------------------------------------------ tensors
     def save_tensor(self, name: str, tensor) -> str:
@@ -383,6 +406,11 @@ class StepWriter:
         finally:
             remove_temporaries(made)
         return data_name
+
+
+def _failure_key(exc: BaseException) -> tuple:
+    """One log line per kind of write failure (a full disk fails every file of every later step)."""
+    return "write", type(exc).__name__, getattr(exc, "errno", None)
 
 
 def _why(exc: BaseException) -> str:

@@ -286,7 +286,13 @@ class Collector:
         return value_record(value)
 
     def tensor_leaf(self, tensor: torch.Tensor, name: str) -> dict:
-        """A tensor's record; what fails (statistics, its file) leaves a one-line dump_error in this record only."""
+        """A tensor's record; what fails (statistics, its file) leaves a one-line dump_error in this record only.
+        Computed with __torch_function__ off: no mode sees our own calls (even a tensor's properties would go
+        through it), and no tensor subclass of the user's runs code for them."""
+        with torch._C.DisableTorchFunction():
+            return self._tensor_leaf(tensor, name)
+
+    def _tensor_leaf(self, tensor: torch.Tensor, name: str) -> dict:
         record = tensor_record(tensor, self.config.summary_mode)
         if "dump_error" in record:
             self.errors.once(("statistics", record["dtype"], str(tensor.layout)), "a %s tensor (%s) at %s: %s; "
@@ -493,7 +499,7 @@ class Collector:
         tls.mode_session = self.session
         tls.scopes = 1 if scoped else 0
         if scoped:
-            self.errors.once(("thread", threading.get_ident()), "thread %r runs torch while recording: its APIs are "
+            self.errors.once(("thread", threading.get_ident(), threading.current_thread().name), "thread %r runs torch while recording: its APIs are "
                              "recorded inside module forward calls and optimizer steps (torch's function mode is "
                              "per thread; its other plain torch calls are not seen)", threading.current_thread().name)
 
@@ -518,7 +524,7 @@ class Collector:
     def note_thread(self) -> None:
         """A wrapper ran in a thread that does not hold the mode: say once that its plain torch calls are unseen."""
         if getattr(self._tls, "mode_session", None) != self.session:
-            self.errors.once(("unseen thread", threading.get_ident()), "thread %r calls torch outside module "
+            self.errors.once(("unseen thread", threading.get_ident(), threading.current_thread().name), "thread %r calls torch outside module "
                              "forward calls while recording: its functionals and Tensor operators are recorded, its "
                              "other torch functions and Tensor methods there are not seen (torch's function mode "
                              "is per thread)", threading.current_thread().name)

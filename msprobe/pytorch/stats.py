@@ -31,10 +31,16 @@ _FLOAT4_X2 = _dtypes("float4_e2m1fn_x2")                              # two e2m1
 _E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 
 
+_PLAIN = frozenset((torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+                    torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128))
+
+
 def numeric_form(t: torch.Tensor) -> torch.Tensor:
     """A dense tensor torch can reduce that holds the values whose statistics are recorded: a sparse tensor's
     stored values, a quantized tensor dequantized, float8 as float32, float4 pairs unpacked, sub-byte and raw-bit
     dtypes as their bytes, complex32 as complex64."""
+    if t.dtype in _PLAIN and t.layout == torch.strided:
+        return t
     if t.layout != torch.strided:
         t = t.coalesce().values() if t.layout == torch.sparse_coo else t.values()
     if t.is_quantized:

@@ -9,13 +9,14 @@ import json
 import os
 
 import numpy as np
-import pytest
 
 import msprobe.collect.writer as writer_module
 from msprobe.collect.guard import ErrorLog
 from msprobe.collect.paths import escape_file_name, step_directory, tensor_file_name
 from msprobe.collect.writer import StepWriter, encode
 from msprobe.dump.reader import json_number, read_dump
+
+from conftest import FullDisk
 
 
 def new_writer(task="statistics", level="mix", save=None, suffix=".npy") -> StepWriter:
@@ -95,56 +96,37 @@ def test_an_unfinished_step_is_marked_and_read_as_such(tmp_path, msprobe_records
 
 def test_a_full_disk_keeps_what_was_written_and_says_what_was_lost(tmp_path, monkeypatch, msprobe_records):
     monkeypatch.setattr(writer_module, "FLUSH_BYTES", 1)      # every entry is written at once
-    real_write = os.write
-    room = {"bytes": 2000}
-
-    def full_disk(fd, data):
-        if room["bytes"] <= 0:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        size = min(len(data), room["bytes"])
-        room["bytes"] -= size
-        return real_write(fd, bytes(data[:size]))           # a short write first, then ENOSPC
-
+    monkeypatch.setattr(writer_module._Members, "RESERVE", 512)
     writer = new_writer()
     writer.open(str(tmp_path))
-    monkeypatch.setattr(writer_module, "_write", full_disk)
+    disk = FullDisk(monkeypatch, free=3000)
     for i in range(40):
         writer.add(f"A.{i}.forward", {"output": [{"type": "str", "value": "y" * 100}]})
         writer.add_construct(f"A.{i}.forward", None)
-    monkeypatch.setattr(writer_module, "_write", real_write)  # the closing part goes into the reserved space
-    assert writer.close() is not None
+    assert disk.refused
+    assert writer.close() is not None           # the closing part goes into the space kept allocated for it
     dump = read(tmp_path)
     kept = len(dump["data"])
     assert 0 < kept < 40 and list(dump["data"]) == [f"A.{i}.forward" for i in range(kept)]
     assert "No space left on device" in dump["incomplete"]
+    assert f"failed after {kept} entries" in dump["incomplete"]
     assert f"{40 - kept} entries from there on were not written" in dump["incomplete"]
     assert sum("No space left on device" in r.getMessage() for r in msprobe_records) == 1   # logged once
     assert [n for n in os.listdir(tmp_path) if n.startswith(".tmp")] == []
 
 
-def test_the_closing_part_fits_when_the_disk_stays_full(tmp_path, monkeypatch):
-    """posix_fallocate keeps room beyond what is written: the dump closes even if nothing more can be allocated
-    (simulated by a write that fails as soon as it would go past the reserved end of the file)."""
+def test_without_allocation_ahead_a_full_disk_loses_the_step_quietly(tmp_path, monkeypatch, msprobe_records):
+    """Where the file system cannot allocate ahead, the closing part may not fit: nothing half-written is left,
+    close() does not raise, the log says why."""
     writer = new_writer(level="L1")
     writer.open(str(tmp_path))
     writer.add("A.0.forward", {})
-    writer._flush()
-    real_write = os.write
-
-    def allocated_only(fd, data):
-        end = os.lseek(fd, 0, os.SEEK_CUR) + len(data)
-        if end > os.fstat(fd).st_size:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(fd, data)
-
-    if os.fstat(writer._dump.fd).st_size <= writer._dump.written:
-        pytest.skip("this file system does not allocate ahead (posix_fallocate unsupported)")
-    monkeypatch.setattr(writer_module, "_write", allocated_only)
-    writer.add("A.1.forward", {"output": [{"type": "str", "value": "z" * 100_000}]})   # does not fit
-    writer._flush()
-    assert writer.close() is not None
-    dump = read(tmp_path)
-    assert list(dump["data"]) == ["A.0.forward"] and "No space left" in dump["incomplete"]
+    monkeypatch.setattr(writer_module, "_allocate", None)
+    monkeypatch.setattr(writer_module, "_write", lambda fd, data: (_ for _ in ()).throw(
+        OSError(errno.ENOSPC, "No space left on device")))
+    assert writer.close() is None
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".tmp") or n == "dump.json"] == []
+    assert sum("No space left on device" in r.getMessage() for r in msprobe_records) == 1
 
 
 def test_values_orjson_cannot_encode_are_spelled_as_the_reference_or_as_text(tmp_path):
