@@ -1,6 +1,6 @@
 """MindSpore data collection: `PrecisionDebugger` writes dumps in the format `msprobe compare` reads.
 
-Needs mindspore 2.10 in PyNative mode, which needs numpy<2: `pip install "msprobe[mindspore]"` in its own
+Needs mindspore 2.10 in PyNative mode, which needs numpy<2: `pip install "msprobe-toolkit[mindspore]"` in its own
 environment (docs/dump.md).
 """
 
