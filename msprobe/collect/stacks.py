@@ -1,0 +1,29 @@
+"""The call stacks of stack.json, framework-free: the caller's frames innermost first, without the collector's own,
+formatted as the reference writes them ("File <path>, line <n>, in <function>, \\n <source line>"). Added for the
+MindSpore collector (msprobe/mindspore); msprobe/pytorch/hooks.py has the same function of its own."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+
+def stack_lines(cache: dict, own_directory: str, skip: int = 1) -> tuple:
+    """The stack of the caller's caller (`skip` frames up from here), innermost first, without the frames of files
+    in `own_directory`. Formatting (source lines included) is cached in `cache` per chain of (code, line)
+    positions, since a training step calls the same sites again and again (at most 100,000 chains)."""
+    key = []
+    frame = sys._getframe(skip)
+    while frame is not None:
+        key.append((frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    key = tuple(key)
+    lines = cache.get(key)
+    if lines is None:
+        frames = [f for f in traceback.extract_stack(sys._getframe(skip))
+                  if os.path.dirname(os.path.abspath(f.filename)) != own_directory]
+        lines = tuple(f"File {f.filename}, line {f.lineno}, in {f.name}, \n {f.line or ''}" for f in reversed(frames))
+        if len(cache) < 100_000:
+            cache[key] = lines
+    return lines

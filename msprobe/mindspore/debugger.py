@@ -1,0 +1,119 @@
+"""PrecisionDebugger: the user-facing entry point of MindSpore data collection (PyNative mode). The life cycle is
+msprobe.collect.debugger's; this module fills in MindSpore's hooks."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+
+from msprobe.collect.config import PYTORCH, load_config
+from msprobe.collect.debugger import DebuggerBase
+from msprobe.errors import MsprobeError
+from msprobe.mindspore.cells import CellHooks
+from msprobe.mindspore.collector import Collector
+from msprobe.mindspore.jit import JitHooks
+from msprobe.mindspore.primitives import PrimitiveHooks
+
+# The reference's MindSpore config.json: its task sections may also hold `device` and `precision` (where
+# statistics are computed: ours are always computed on the host in float64) and `tensor_list`.
+MINDSPORE = dataclasses.replace(PYTORCH, framework="mindspore", section_ignored=("device", "precision",
+                                                                                 "tensor_list"))
+
+
+def seed_all(seed: int = 1234, mode: bool = False) -> None:
+    """Seed Python, numpy and MindSpore; `mode=True` also asks MindSpore for deterministic kernels."""
+    random.seed(seed)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    np.random.seed(seed)
+    ms.set_seed(seed)
+    if mode:
+        ms.set_context(deterministic="ON")
+
+
+def _save_npy(array: np.ndarray, path: str) -> None:
+    with open(path, "wb") as handle:
+        np.save(handle, array, allow_pickle=False)
+
+
+class PrecisionDebugger(DebuggerBase):
+    """Dump statistics/tensors of APIs (L1), cells (L0) or both (mix) between start() and stop().
+
+    debugger = PrecisionDebugger(config_path="config.json")   # or task=, level=, dump_path=, step=, ...
+    for batch in data:
+        with debugger.step_scope(model):      # or debugger.start(model) ... debugger.stop(); debugger.step()
+            ...forward, backward, optimizer step...
+    """
+
+    framework = "mindspore"
+    suffix = ".npy"
+
+    def __init__(self, config_path=None, **kwargs):
+        model = kwargs.pop("model", None)
+        super().__init__(load_config(config_path, spec=MINDSPORE, **kwargs), model)
+        col = self.collector = Collector(self.config, self.writer, self.errors)
+        self.cells = CellHooks(col)
+        self.primitives = PrimitiveHooks(col)
+        self.jit = JitHooks(col)
+        col.cells = self.cells
+        col.suspendables = (self.cells, self.primitives)
+
+    def _models(self, model) -> list:
+        models = super()._models(model)
+        # cells of a list of models are named Cell.<index>.<path>..., even of a list of one, as the reference
+        self.cells.indexed = isinstance(model, (list, tuple))
+        if self.config.level in ("L0", "mix") and not models:
+            raise MsprobeError(f"level {self.config.level} dumps cells: pass the model to "
+                               "PrecisionDebugger(...) or start(model)")
+        if not all(isinstance(m, nn.Cell) for m in models):
+            raise MsprobeError("start(model): model must be a mindspore.nn.Cell or a list of them")
+        if ms.get_context("mode") != ms.PYNATIVE_MODE:
+            raise MsprobeError("the MindSpore collector records in PyNative mode: call "
+                               "mindspore.set_context(mode=mindspore.PYNATIVE_MODE) before training")
+        return models
+
+    def _rank(self):
+        from mindspore.communication import GlobalComm, get_rank
+
+        return get_rank() if GlobalComm.INITED else None
+
+    def _install(self, models: list) -> None:
+        col = self.collector
+        level = self.config.level
+        if level in ("L0", "mix"):
+            self.cells.install(models)
+            col.cells_active = True
+            if self.cells.jit_cells:
+                self.errors.once(("jit cells",), "%d cell(s) compiled with @ms.jit run as graphs (%s): they and "
+                                 "their sub-cells have no Cell entries%s", len(self.cells.jit_cells),
+                                 ", ".join(self.cells.jit_cells[:5]),
+                                 "" if level == "L0" else "; each call is one Jit.<Class> entry")
+        if level in ("L1", "mix"):
+            self.primitives.install(models)
+            col.install_api_hooks()
+        self.jit.install()          # at every level: a graph must compile without our hooks
+
+    def _uninstall(self) -> None:
+        col = self.collector
+        col.cells_active = False
+        col.uninstall_apis()
+        self.cells.uninstall()
+        self.primitives.uninstall()
+        self.jit.uninstall()
+
+    def _flush_pending(self) -> None:
+        self.cells.flush()
+        self.collector.settle_all()
+
+    def _new_step(self) -> None:
+        self.collector.reset_counters()
+        self.cells.reset()
+        self.primitives.reset()
+        self.jit.reset()
+
+    def _save(self, array, path: str) -> None:
+        _save_npy(array, path)

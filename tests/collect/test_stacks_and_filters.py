@@ -1,0 +1,40 @@
+"""msprobe/collect/stacks.py and filters.py (added with the MindSpore collector): the stack lines of stack.json and
+the config's entry filters."""
+
+from __future__ import annotations
+
+import os
+
+from msprobe.collect.config import load_config
+from msprobe.collect.filters import direction_ok, section_ok, selected
+from msprobe.collect.stacks import stack_lines
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _site(cache, own):
+    # the stack starts at the line that calls stack_lines
+    return stack_lines(cache, own)
+
+
+def test_stack_lines_start_at_the_caller_and_skip_the_collectors_own_frames():
+    cache: dict = {}
+    lines = _site(cache, "/nowhere")
+    assert lines[0].startswith(f"File {__file__}, line ") and lines[0].endswith("return stack_lines(cache, own)")
+    assert ", in _site, \n " in lines[0] and ", in test_stack_lines_start" in lines[1]
+    assert all(not line.startswith(f"File {__file__}") for line in _site({}, HERE))   # this folder is "ours"
+    again = [_site(cache, "/nowhere") for _ in range(3)]              # one call site: formatted once, cached
+    assert again[0] == again[1] == again[2] != lines and len(cache) == 2
+
+
+def test_filters(tmp_path):
+    config = load_config(dump_path=str(tmp_path), scope=["fc1"], list=["Mint.add"], data_mode=["backward", "input"])
+    assert selected(config, "Mint.add.0.fc1", is_api=True)
+    assert not selected(config, "Mint.mul.0.fc1", is_api=True)            # not in the list
+    assert selected(config, "Cell.fc1.Dense.forward.0", is_api=False)     # the list is for APIs only
+    assert not selected(config, "Cell.fc2.Dense.forward.0", is_api=False)  # out of scope
+    assert direction_ok(config, "backward") and not direction_ok(config, "forward")
+    assert section_ok(config, "input") and not section_ok(config, "output")
+    everything = load_config(dump_path=str(tmp_path))
+    assert all(direction_ok(everything, d) for d in ("forward", "backward"))
+    assert all(section_ok(everything, s) for s in ("input", "output"))
