@@ -85,7 +85,7 @@ def _entry_runs(entry: np.ndarray):
     return list(zip(starts.tolist(), stops.tolist()))
 
 
-def _ignore_class(entry_name: str) -> str:
+def ignore_class(entry_name: str) -> str:
     if entry_name.startswith(("Module.", "Cell.")):
         return ""
     parts = entry_name.split(".")
@@ -116,7 +116,7 @@ def judge_levels(data: JudgeInput) -> tuple[list, list]:
             level[row] = severity
 
     runs = _entry_runs(data.entry)
-    ignore = {start: _ignore_class(data.entry_names[data.entry[start]]) for start, _ in runs}
+    ignore = {start: ignore_class(data.entry_names[data.entry[start]]) for start, _ in runs}
     per_row_scope = np.ones(rows, dtype=bool)  # rows the per-row rules look at
     for start, stop in runs:
         if ignore[start] == "all":

@@ -72,7 +72,7 @@ MSG_INTRODUCED = ("warning: The output error exceeds what its inputs and the dty
 MSG_HIDDEN_CAST = ("warning: The inputs are identical but the output differs, within the rounding of a lower "
                    "precision: the module computes in a lower precision inside (a cast, autocast).")
 NOTE_UNMATCHED = "note: not compared: no golden item matches this one."
-NOTE_NULL = "note: not compared: {who} no tensor here (null)."
+NOTE_NULL = "note: not compared: {who} here (null)."
 NOTE_NOISE = ("note: below the noise floor of {neighbour}: norm {norm:.2g} within {units:g} units of rounding of "
               "{reference:.2g} in both runs; its differences are rounding and are not judged.")
 NOTE_INT_WIDTH = "note: {target} vs {golden}, values equal (a framework convention)."
@@ -122,6 +122,9 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
                                data.dtypes, data.shapes, entry_ops=entry_ops, skip=facts.unjudged)
         t_dtype, g_dtype = data.dtypes
         for row, origin in enumerate(origins):
+            if (origin != INTRODUCED and origin != DTYPE) or \
+                    rules.ignore_class(data.entry_names[data.entry[row]]) == "all":
+                continue        # the APIs no rule applies to (empty, to, __setitem__, ...) stay as they are
             if origin == INTRODUCED:
                 messages[row].append(MSG_INTRODUCED)
                 level[row] = max(level[row], rules.WARNING)
@@ -150,11 +153,13 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     t_dtype, g_dtype = data.dtypes
     t_null = np.fromiter((d is None for d in t_dtype), dtype=bool, count=rows)
     g_null = np.fromiter((d is None for d in g_dtype), dtype=bool, count=rows)
+    out = np.fromiter((s in OUT_STATES for s in states), dtype=bool, count=rows)
     for row in np.flatnonzero(~matched).tolist():
         notes[row] = [NOTE_UNMATCHED]
-    for row in np.flatnonzero(matched & (t_null | g_null)).tolist():
-        who = "neither run records" if t_null[row] and g_null[row] else \
-            "the NPU records" if t_null[row] else "the Bench records"
+    # a null on one side, or an output (a gradient) neither run records; a None argument on both sides is a value
+    for row in np.flatnonzero(matched & ((t_null ^ g_null) | (t_null & g_null & out))).tolist():
+        who = "neither run records a tensor" if t_null[row] and g_null[row] else \
+            "the NPU records no tensor" if t_null[row] else "the Bench records no tensor"
         notes[row] = [NOTE_NULL.format(who=who)]
     no_data = ~matched | t_null | g_null
     stats_t = [cell_floats(cells[f"NPU {s}"]) for s in ("max", "min", "mean", "l2norm")]
@@ -164,7 +169,6 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
         equal &= (t == g) | (np.isnan(t) & np.isnan(g))
     starts = np.concatenate(([0], np.flatnonzero(np.diff(data.entry)) + 1))
     lengths = np.diff(np.append(starts, rows))
-    out = np.fromiter((s in OUT_STATES for s in states), dtype=bool, count=rows)
     inputs = tensor & ~out
     noise, neighbour, floors = _noise(stats_t[3], stats_g[3], data, cells[col.NPU_NAME], tensor, matched, out,
                                       inputs, equal, starts, lengths)

@@ -9,6 +9,7 @@ import pytest
 
 from msprobe.compare import rules
 from msprobe.compare.pipeline import CompareOptions, compare_dumps
+from msprobe.compare.verdict import MSG_INTRODUCED, NOTE_UNMATCHED
 from msprobe.dump.reader import Dump
 
 
@@ -44,7 +45,8 @@ def test_identical_rows_pass():
 
 def test_rule1_nan_in_npu_max():
     out, _ = judged(entry([stat()], [stat(mx=float("nan"))]), entry([stat()], [stat()]))
-    assert out["Functional.gelu.0.forward.output.0"] == ("error", [rules.MSG_STAT_NAN])
+    # identical inputs: the NaN is made here (Error_Origin introduced, issue 27)
+    assert out["Functional.gelu.0.forward.output.0"] == ("error", [rules.MSG_STAT_NAN, MSG_INTRODUCED])
     # skipped when the bench has NaN/Inf too
     out, _ = judged(entry([stat()], [stat(mx=float("inf"))]), entry([stat()], [stat(mn=float("-inf"))]))
     assert rules.MSG_STAT_NAN not in out["Functional.gelu.0.forward.output.0"][1]
@@ -52,7 +54,8 @@ def test_rule1_nan_in_npu_max():
 
 def test_rule3_norm_relative_error_of_output():
     out, _ = judged(entry([stat()], [stat(norm=1.6)]), entry([stat()], [stat(norm=1.0)]))
-    assert out["Functional.gelu.0.forward.output.0"] == ("error", [rules.MSG_NORM_OUTPUT, rules.MSG_NORM_TEN_TIMES])
+    assert out["Functional.gelu.0.forward.output.0"] == ("error", [rules.MSG_NORM_OUTPUT, rules.MSG_NORM_TEN_TIMES,
+                                                                 MSG_INTRODUCED])
     # not when the input already differs by 10% or more
     out, _ = judged(entry([stat(norm=1.1)], [stat(norm=1.6)]), entry([stat(norm=1.0)], [stat(norm=1.0)]))
     assert rules.MSG_NORM_OUTPUT not in out["Functional.gelu.0.forward.output.0"][1]
@@ -60,7 +63,7 @@ def test_rule3_norm_relative_error_of_output():
 
 def test_rule9_output_ten_times_input():
     out, _ = judged(entry([stat(norm=1.001)], [stat(norm=1.02)]), entry([stat()], [stat()]))
-    assert out["Functional.gelu.0.forward.output.0"] == ("warning", [rules.MSG_NORM_TEN_TIMES])
+    assert out["Functional.gelu.0.forward.output.0"] == ("warning", [rules.MSG_NORM_TEN_TIMES, MSG_INTRODUCED])
     out, _ = judged(entry([stat(norm=1.01)], [stat(norm=1.02)]), entry([stat()], [stat()]))
     assert out["Functional.gelu.0.forward.output.0"] == ("pass", [])
 
@@ -106,7 +109,7 @@ def test_ignored_apis():
 
 def test_unmatched_rows_pass_in_statistics_and_warn_in_md5():
     out, summary = judged(entry([stat()], [stat()], name="Functional.new.0.forward"), entry([stat()], [stat()]))
-    assert all(v == ("pass", []) for v in out.values()) and summary.matched == 0
+    assert all(v == ("pass", [NOTE_UNMATCHED]) for v in out.values()) and summary.matched == 0
     md5 = entry([stat(md5="aaaa0000")], [stat(md5="bbbb1111")])
     out, _ = judged(md5, entry([stat(md5="aaaa0000")], [stat(md5="cccc2222")]))
     assert out["Functional.gelu.0.forward.input.0"] == ("pass", [])
@@ -140,7 +143,7 @@ def test_rule2_thousandth_and_rule8_cosine_on_real_tensors(tmp_path):
     golden = tensor_dump(tmp_path, "g", {"input.0": x, "output.0": y_golden})
     table, _ = compare_dumps(target, golden, CompareOptions(write_output=False))
     assert table.cells["Result"] == ["pass", "error"]
-    assert json.loads(table.cells["Err_message"][1]) == [rules.MSG_THOUSANDTH, rules.MSG_COSINE]
+    assert json.loads(table.cells["Err_message"][1]) == [rules.MSG_THOUSANDTH, rules.MSG_COSINE, MSG_INTRODUCED]
     assert table.cells["One Thousandth Err Ratio"] == [1.0, 0.4]
     assert table.cells["Data_name"][0] == "['Functional.mul.0.forward.input.0.npy', 'Functional.mul.0.forward.input.0.npy']"
 
