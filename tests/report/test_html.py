@@ -138,9 +138,15 @@ def test_index_page_links_every_rank_with_counts(tmp_path):
 
 
 def csv_summary(rows: list) -> dict:
+    """Counts and the culprit of a result table, read from its verdict cells by the compare core's rule."""
+    from msprobe.compare.verdict import culprit_row
+    from msprobe.report.html import _state
+
     header, body = rows[0], rows[1:]
     results = [r[header.index("Result")] for r in body]
-    first = results.index("error") if "error" in results else None
+    origins = [r[header.index("Error_Origin")] for r in body] if "Error_Origin" in header else None
+    first = culprit_row([_state(r[0]) for r in body], results, [r[header.index("Err_message")] for r in body],
+                        origins)
     return {"rows": len(body), "counts": Counter(results), "first_row": None if first is None else first + 1,
             "first_name": None if first is None else body[first][0], "header": header, "body": body}
 
@@ -163,6 +169,8 @@ def test_compare_html_beside_the_table_matches_the_csv(tmp_path):
     assert summary["rows"] == expected["rows"] == 1350
     assert summary["results"] == {k: expected["counts"][k] for k in ("pass", "warning", "error")}
     assert (summary["first_error_row"], summary["first_error"]) == (expected["first_row"], expected["first_name"])
+    # the culprit, as the advisor names it: where the precision drops (the bfloat16 linear's output)
+    assert (summary["first_error_row"], summary["first_error"]) == (89, "Functional.linear.2.forward.output.0")
     assert summary["mode"] == "statistics" and summary["source"] == table.name
     assert data["metrics"][0] == "NormRelativeErr"
     rows = decode_rows(data)
