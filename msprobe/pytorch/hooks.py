@@ -209,12 +209,15 @@ class Collector:
 
     # ------------------------------------------------------------------ filters
     def selected(self, name: str) -> bool:
+        """Whether entry `name` is dumped: it holds one of the `scope` substrings (when given) and one of the `list`
+        substrings (when given) or, at level mix, is called inside a module whose name holds one (as the
+        reference's collector reads `list`: the culprit API and its module, msprobe compare -da's next dump)."""
         cfg = self.config
         if cfg.scope and not any(s in name for s in cfg.scope):
             return False
-        if cfg.api_list and not name.startswith("Module.") and not any(s in name for s in cfg.api_list):
-            return False
-        return True
+        if not cfg.api_list or any(s in name for s in cfg.api_list):
+            return True
+        return cfg.level == "mix" and any(s in module for module in self.module_stack for s in cfg.api_list)
 
     def direction_ok(self, direction: str) -> bool:
         modes = set(self.config.data_mode)
@@ -308,7 +311,8 @@ class Collector:
         parent = self.module_stack[-1] if self.module_stack else None
         if self.config.level == "mix":
             self.writer.construct[forward] = parent
-        dump = name not in LOW_RISK and self.selected(f"{key}.{index}")
+        dump = name not in LOW_RISK and self.selected(forward)
+        dump_backward = name not in LOW_RISK and self.selected(f"{key}.{index}.backward")
         with self.working():
             body: dict = {}
             stack = None
@@ -319,7 +323,7 @@ class Collector:
             if dump and self.direction_ok("forward"):
                 self.record_outputs(forward, body, (*args, *kwargs.values()) if collective else out)
                 self.add_entry(forward, body, stack)
-            if dump and not collective and self.direction_ok("backward") and torch.is_grad_enabled():
+            if dump_backward and not collective and self.direction_ok("backward") and torch.is_grad_enabled():
                 self.guard(forward, body, "backward hook",
                            lambda: self._hook_api_backward(f"{key}.{index}.backward", parent, out))
             return out

@@ -320,3 +320,35 @@ def test_page_carries_error_origin_and_the_chart_marks_introduced_rows(tmp_path)
     assert [row[3] for row in decode_rows(data)] == cells["Error_Origin"]
     script = (Path(__file__).parents[2] / "msprobe" / "data" / "report" / "report.js").read_text()
     assert "colIndex('Error_Origin')" in script and "'introduced'" in script and "first introduced" in script
+
+
+@pytest.mark.slow
+def test_noise_rows_are_marked_on_the_page(tmp_path):
+    """A CNN whose conv biases feed BatchNorm (tests/culprits.py): their gradients lie at the rounding floor of their
+    inputs. The table notes them, the page's chart marks them, and the summary names the culprit (issue 27)."""
+    pytest.importorskip("torch")
+    import culprits
+
+    target, golden = culprits.dump_pair("cnn", tmp_path / "dumps", "tensor")
+    out = tmp_path / "out"
+    assert run_cli(["compare", "-tp", target / "dump.json", "-gp", golden / "dump.json", "-o", out, "--csv",
+                    "--html"]) == 0
+    rows = read_csv(only_file(out, "compare_result_*.csv"))
+    header, body = rows[0], rows[1:]
+    message = header.index("Err_message")
+    noise = [i for i, r in enumerate(body) if "note: below the noise floor" in r[message]]
+    names = [body[i][0] for i in noise]
+    assert "Functional.conv2d.0.backward.output.2" in names and "Module.conv1.Conv2d.parameters_grad.0.bias" in names
+    assert all(body[i][header.index("Error_Origin")] == "" for i in noise)
+    page = only_file(out, "compare_result_*.html")
+    summary = embedded(page.read_text(encoding="utf-8"))["summary"]
+    assert summary["first_error"] == "Functional.conv2d.1.forward.output.0"
+    browser = open_browser()
+    try:
+        browser.open(str(page))
+        browser.wait_for("document.documentElement.getAttribute('data-ready') === '1'", timeout=15)
+        assert browser.evaluate("window.msprobeReport.noiseRows()") == noise
+        legend = browser.evaluate("document.querySelector('.legend').textContent")
+        assert "below the noise floor" in legend
+    finally:
+        browser.close()

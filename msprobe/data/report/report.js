@@ -63,6 +63,9 @@
     for (var ro = 0; ro < N; ro++) if (text(ro, ORIGIN) === 'introduced') introduced.push(ro);
     firstIntroduced = introduced.length ? introduced[0] : -1;
   }
+  // rows below the noise floor of their inputs (the compare's note): their differences are rounding
+  var noise = [];
+  if (MESSAGE >= 0) for (var rn = 0; rn < N; rn++) if (text(rn, MESSAGE).indexOf('note: below the noise floor') >= 0) noise.push(rn);
 
   // ---------------------------------------------------------------- dom helpers
   function el(tag, cls, txt) {
@@ -91,7 +94,7 @@
     card('sum-pass', 'pass', String(counts.pass || 0), 'pass'),
     card('sum-warning', 'warning', String(counts.warning || 0), 'warning'),
     card('sum-error', 'error', String(counts.error || 0), 'error'));
-  var firstBox = card('sum-first', 'first divergent op (first error row)', '', 'wide');
+  var firstBox = card('sum-first', 'culprit (the advisor\'s: first row of the highest verdict level)', '', 'wide');
   var firstV = firstBox.querySelector('.v');
   if (S.first_error) {
     var link = el('span', 'link', S.first_error + '  (row ' + S.first_error_row + ')');
@@ -138,6 +141,7 @@
   var legend = el('span', 'legend');
   var legendItems = [['forward', 'var(--fwd)'], ['backward', 'var(--bwd)'], ['other', 'var(--other)'], ['error row', 'var(--error)']];
   if (ORIGIN >= 0) legendItems.push(['introduced (Error_Origin)', 'var(--introduced)']);
+  if (noise.length) legendItems.push(['below the noise floor (rounding, not judged)', 'var(--noise)']);
   legendItems.forEach(function (x) { var i = el('i'); i.style.background = x[1]; legend.appendChild(add(el('span'), i, document.createTextNode(x[0]))); });
   add(bar, el('h2', null, 'Metric along execution order'), metricSel, logLabel, legend);
   var canvas = el('canvas'); canvas.id = 'chart';
@@ -225,6 +229,12 @@
       seenI[yi * W + xi] = 1;
       g.beginPath(); g.moveTo(xi, yi - 9); g.lineTo(xi - 4, yi - 3); g.lineTo(xi + 4, yi - 3); g.closePath(); g.fill();
     }
+    g.strokeStyle = '#5f6368'; g.lineWidth = 1.2;
+    for (var k3 = 0; k3 < noise.length; k3++) {          // below the noise floor: hollow rings around the point
+      var rz = noise[k3];
+      if (!isFinite(chartVals[rz])) continue;
+      g.beginPath(); g.arc(Math.round(xOf(rz)), Math.round(yOf(chartVals[rz])), 5, 0, 2 * Math.PI); g.stroke();
+    }
     if (firstIntroduced >= 0) {
       var xq = xOf(firstIntroduced);
       g.strokeStyle = '#8e24aa'; g.setLineDash([2, 2]); g.lineWidth = 1.5;
@@ -237,7 +247,7 @@
       g.strokeStyle = '#d93025'; g.setLineDash([4, 3]); g.lineWidth = 1.5;
       g.beginPath(); g.moveTo(xf, M.t); g.lineTo(xf, cssH - M.b); g.stroke(); g.setLineDash([]);
       g.fillStyle = '#d93025'; g.textAlign = xf > cssW * 0.6 ? 'right' : 'left'; g.textBaseline = 'top';
-      g.fillText(' first divergence: ' + (S.first_error || '') + ' ', xf, M.t);
+      g.fillText(' culprit: ' + (S.first_error || '') + ' ', xf, M.t);
     }
   }
   function nearestPoint(cx, cy) {
@@ -517,6 +527,7 @@
   window.msprobeReport = {
     rows: N, columns: C, text: text, goToRow: goToRow, pointAt: pointAt,
     introducedRows: function () { return introduced.slice(); },
+    noiseRows: function () { return noise.slice(); },
     firstPoint: function () { for (var r = 0; r < N; r++) if (isFinite(chartVals[r])) return r; return -1; },
     view: function () { return Array.prototype.slice.call(view); },
     selected: function () { return selected; },
