@@ -8,8 +8,9 @@ import math
 import openpyxl
 import pytest
 
-from conftest import FIXTURES, fixture_pair, only_file, read_csv, run_cli
 from msprobe.compare.verdict import MSG_HIDDEN_CAST, MSG_INTRODUCED
+
+from conftest import FIXTURES, fixture_pair, only_file, read_csv, run_cli
 
 STATISTIC_CASES = ["stats_L1_step0", "stats_L1_step1", "stats_L0_step0", "stats_mix_step0", "md5_mix_step0",
                    "multirank_rank1_step0", "multirank_rank0_step1"]

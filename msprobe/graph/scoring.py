@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from msprobe.compare import verdict as judged
 from msprobe.graph import floats
 from msprobe.graph.texts import STAT_CELLS
 from msprobe.graph.tree import COLLECTION, ROOT, Graph
 from msprobe.table import columns as col
-from msprobe.table.cells import NA, cell_text, number_or_none
+from msprobe.table.cells import NA, cell_text
 
 JSON_COLUMNS = {
     col.STATISTICS: col.STAT_DIFFS,

@@ -13,6 +13,7 @@ from conftest import FIXTURES, only_file, run_cli
 torch = pytest.importorskip("torch")
 
 import culprits  # noqa: E402
+
 from msprobe.compare.next_dump import module_prefix, selection  # noqa: E402
 from msprobe.pytorch import PrecisionDebugger  # noqa: E402
 
