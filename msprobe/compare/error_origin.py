@@ -135,11 +135,16 @@ def _numel(shape) -> float:
     return float(count)
 
 
-def row_errors(mode: str, cells: dict) -> tuple:
+def stat_floats(cells: dict) -> tuple:
+    """(target, golden): each the Max, Min, Mean and Norm cells as float64 arrays."""
+    return ([cell_floats(cells[f"NPU {s}"]) for s in ("max", "min", "mean", "l2norm")],
+            [cell_floats(cells[f"Bench {s}"]) for s in ("max", "min", "mean", "l2norm")])
+
+
+def row_errors(mode: str, cells: dict, stats: tuple | None = None) -> tuple:
     """Per row: the relative error e (NaN = not measurable), the same read as an input's carried error, the
-    golden's L2 norm, largest finite magnitude, max, min and mean."""
-    t = [cell_floats(cells[f"NPU {s}"]) for s in ("max", "min", "mean", "l2norm")]
-    g = [cell_floats(cells[f"Bench {s}"]) for s in ("max", "min", "mean", "l2norm")]
+    golden's L2 norm, largest finite magnitude, max, min and mean. stats: stat_floats(cells), when parsed already."""
+    t, g = stats if stats is not None else stat_floats(cells)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         finite = [np.where(np.isfinite(v), np.abs(v), np.nan) for v in g[:3]]
         g_mag = np.fmax(np.fmax(finite[0], finite[1]), finite[2])     # largest finite magnitude, NaN if none
@@ -183,12 +188,14 @@ STATE_CODES = {"output": 1, "parameters_grad": 2}     # 0: an input (or a debug 
 
 def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, states: list, is_tensor: list,
                  matched: np.ndarray, dtypes: tuple, shapes: tuple, trace: list | None = None,
-                 exact: bool = False, entry_ops: list | None = None, skip: np.ndarray | None = None) -> list:
+                 exact: bool = False, entry_ops: list | None = None, skip: np.ndarray | None = None,
+                 stats: tuple | None = None) -> list:
     """The Error_Origin cell of every row (statistics and tensor modes); trace, when given, receives
     (row, e, e_in, A, k, low eps, own eps) of every row judged exactly (exact: every entry). entry_ops, when
     given, holds each entry's name without call count and direction (`Functional.linear`), from which the kind
     of op is read faster than from the full names. Rows set in skip (no data, below the noise floor, a recording
-    convention: compare/verdict.py) are not judged: their cell stays empty.
+    convention: compare/verdict.py) are not judged: their cell stays empty. stats: stat_floats(cells), when parsed
+    already.
 
     A vectorised first pass settles the rows that the smallest amplification of their kind and the inputs'
     own errors already explain (and the negligible ones); only the entries with another row go through the
@@ -198,7 +205,7 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
     if not rows:
         return origin
     tensor = np.array(is_tensor, dtype=bool)
-    errors, carried_errors, g_norm, g_mag, g_high, g_low, g_mean = row_errors(mode, cells)
+    errors, carried_errors, g_norm, g_mag, g_high, g_low, g_mean = row_errors(mode, cells, stats)
     slack = STAT_SLACK if mode == col.STATISTICS else 1.0
     cuts = np.flatnonzero(np.diff(entry)) + 1
     starts = np.concatenate(([0], cuts))

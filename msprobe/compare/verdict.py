@@ -60,6 +60,7 @@ from msprobe.compare.error_origin import (
     cell_floats,
     judge_origin,
     op_kind,
+    stat_floats,
 )
 from msprobe.frameworks.dtypes import canonical, family
 from msprobe.table import columns as col
@@ -113,13 +114,14 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
                sides: tuple | None = None, entry_ops: list | None = None) -> Verdict:
     """The verdict of every row of a measured table. sides = (target Items, golden Items, Pairs) for the
     cross-framework recording check (None: not checked)."""
-    facts = row_facts(data, cells, states, is_tensor, cross, sides)
+    stats = stat_floats(cells) if data.mode != col.MD5 else None
+    facts = row_facts(data, cells, states, is_tensor, cross, sides, stats, entry_ops)
     data.unjudged, data.same_dtype, data.same_shape = facts.unjudged, facts.same_dtype, facts.same_shape
     level, messages = rules.judge_levels(data)
     origins = None
     if data.mode != col.MD5:
         origins = judge_origin(data.mode, cells, data.entry, data.entry_names, states, is_tensor, data.matched,
-                               data.dtypes, data.shapes, entry_ops=entry_ops, skip=facts.unjudged)
+                               data.dtypes, data.shapes, entry_ops=entry_ops, skip=facts.unjudged, stats=stats)
         t_dtype, g_dtype = data.dtypes
         for row, origin in enumerate(origins):
             if (origin != INTRODUCED and origin != DTYPE) or \
@@ -142,7 +144,7 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
 
 # ----------------------------------------------------------------------------------------------- row facts
 def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list, cross: bool,
-              sides: tuple | None = None) -> RowFacts:
+              sides: tuple | None = None, stats: tuple | None = None, entry_ops: list | None = None) -> RowFacts:
     rows = len(data.entry)
     notes: dict = {}
     none = np.zeros(rows, dtype=bool)
@@ -162,8 +164,7 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
             "the NPU records no tensor" if t_null[row] else "the Bench records no tensor"
         notes[row] = [NOTE_NULL.format(who=who)]
     no_data = ~matched | t_null | g_null
-    stats_t = [cell_floats(cells[f"NPU {s}"]) for s in ("max", "min", "mean", "l2norm")]
-    stats_g = [cell_floats(cells[f"Bench {s}"]) for s in ("max", "min", "mean", "l2norm")]
+    stats_t, stats_g = stats if stats is not None else stat_floats(cells)
     equal = matched.copy()
     for t, g in zip(stats_t, stats_g):
         equal &= (t == g) | (np.isnan(t) & np.isnan(g))
@@ -171,7 +172,7 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     lengths = np.diff(np.append(starts, rows))
     inputs = tensor & ~out
     noise, neighbour, floors = _noise(stats_t[3], stats_g[3], data, cells[col.NPU_NAME], tensor, matched, out,
-                                      inputs, equal, starts, lengths)
+                                      inputs, equal, starts, lengths, entry_ops)
     for row in np.flatnonzero(noise).tolist():
         notes.setdefault(row, []).append(NOTE_NOISE.format(
             neighbour=neighbour(row), norm=stats_g[3][row], units=NOISE_UNITS, reference=floors[row]))
@@ -186,11 +187,15 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     return RowFacts(no_data | noise | recorded, same_dtype, same_shape, identical_inputs, notes)
 
 
-def _noise(t_norm, g_norm, data, names, tensor, matched, out, inputs, equal, starts, lengths):
+def _noise(t_norm, g_norm, data, names, tensor, matched, out, inputs, equal, starts, lengths, entry_ops):
     """(mask of outputs at the rounding floor of their entry's inputs in both runs, name of that input per row,
     the golden reference magnitude per row)."""
-    cancelling = np.repeat(np.fromiter((_cancels(data.entry_names[e]) for e in data.entry[starts].tolist()),
-                                       dtype=bool, count=len(starts)), lengths)
+    entries = data.entry[starts].tolist()
+    if entry_ops is not None:
+        kinds = [_cancels(data.entry_names[e], entry_ops[e]) for e in entries]
+    else:
+        kinds = [_cancels(data.entry_names[e], None) for e in entries]
+    cancelling = np.repeat(np.asarray(kinds, dtype=bool), lengths)
     t_eps = _eps_of(data.dtypes[0])
     g_eps = _eps_of(data.dtypes[1])
     has_input = np.add.reduceat(inputs.astype(np.int64), starts) > 0
@@ -221,11 +226,17 @@ def _noise(t_norm, g_norm, data, names, tensor, matched, out, inputs, equal, sta
     return noise, neighbour, reference_g
 
 
-def _cancels(entry_name: str) -> bool:
-    """Whether a small output of this entry can only come from cancellation (see the module docstring)."""
+def _cancels(entry_name: str, op: str | None) -> bool:
+    """Whether a small output of this entry can only come from cancellation (see the module docstring); op: the
+    entry's name without call count and direction, when known (read faster)."""
     if ".backward" in entry_name or ".parameters_grad" in entry_name:
         return True
-    return op_kind(entry_name) in (ADDITIVE, REDUCTION)
+    return _summing(op) if op is not None else op_kind(entry_name) in (ADDITIVE, REDUCTION)
+
+
+@lru_cache(maxsize=4096)
+def _summing(op: str) -> bool:
+    return op_kind(op + ".0.forward") in (ADDITIVE, REDUCTION)
 
 
 def _conventions(data, stats_t, stats_g, candidates, notes) -> tuple:
@@ -388,8 +399,7 @@ def scale_errors(mode: str, cells: dict) -> np.ndarray:
     large relative error, a statistic above its floor keeps its own relative error. The unit of rounding is that of
     the lower precision of the row's two dtypes. real data: EucDist / Bench l2norm, the norm-wise relative error,
     which no element near zero can inflate."""
-    stats_t = [cell_floats(cells[f"NPU {s}"]) for s in ("max", "min", "mean", "l2norm")]
-    stats_g = [cell_floats(cells[f"Bench {s}"]) for s in ("max", "min", "mean", "l2norm")]
+    stats_t, stats_g = stat_floats(cells)
     eps = np.fmax(_eps_of(list(cells["NPU Dtype"])), _eps_of(list(cells["Bench Dtype"])))
     eps = np.where(eps > 0, eps, EPS["float32"])
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
