@@ -51,7 +51,7 @@ class EntryDigest:
     is_comm: bool
     differs: bool            # some output not exactly equal (md5 or statistics)
     inputs_differ: bool
-    large: bool              # some output's scale-aware relative error above LARGE_RELATIVE_ERROR (or md5 differs)
+    large: bool              # a flagged output's scale-aware relative error above LARGE_RELATIVE_ERROR (md5: differs)
     max_relative: float      # largest scale-aware relative error of its outputs (fraction), 0 when none numeric
     group: str = ""          # rank group of a communication op, e.g. "[0, 1, 2, 3]"
     data_info: dict = field(default_factory=dict)
@@ -116,8 +116,10 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
     relative = None
     if table_mode == col.STATISTICS:
         relative = scale_errors(col.STATISTICS, cells)
+        relative[verdict.unjudged] = 0.0         # no data, noise, a recording convention
         # large differences are named among the rows the verdict flags (warning or error) only
-        relative[np.asarray([r == "pass" for r in verdict.results], dtype=bool) | verdict.unjudged] = 0.0
+        flagged = np.asarray([r != "pass" for r in verdict.results], dtype=bool)
+        relative = (relative, flagged)
     stacks = target.stack or {}
     entries: dict = {}
     nodes: list[EntryDigest] = []
@@ -220,9 +222,9 @@ def _entry_node(name, start, stop, position, layer, mode, cells, states, matched
                 differs = True
                 if mode == col.MD5:
                     large = True
-                elif relative[row] == relative[row]:
-                    max_relative = max(max_relative, float(relative[row]))
-                    large = large or relative[row] > LARGE_RELATIVE_ERROR
+                elif relative[0][row] == relative[0][row]:
+                    max_relative = max(max_relative, float(relative[0][row]))
+                    large = large or (relative[1][row] and relative[0][row] > LARGE_RELATIVE_ERROR)
             else:
                 inputs_differ = True
         extra = t_items.extra.get(int(pairs.target[row]), {})
@@ -341,9 +343,10 @@ def write_analysis(finding: Finding, output_dir: str) -> str | None:
     write_text(path, json.dumps(result, indent=2, ensure_ascii=False, default=str))
     logger.info("The analyze result is saved in: %s", path)
     if config:
-        node = finding.culprit.culprit
-        logger.info("Next step: dump the real tensors of %s and its module only: PrecisionDebugger(config_path=%r) in "
-                    "both runs (written to %s), then compare the two dumps.", node.name, config, "./next_dump")
+        from msprobe.compare.next_dump import DUMP_PATH, what
+
+        logger.info("Next step: dump the real tensors of %s only: PrecisionDebugger(config_path=%r) in both runs "
+                    "(into %s), then compare the two dumps.", what(finding.culprit.next_dump), config, DUMP_PATH)
     return path
 
 

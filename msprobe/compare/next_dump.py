@@ -81,6 +81,15 @@ def module_prefix(module: str) -> str:
     return module + "."
 
 
+def what(info: dict) -> str:
+    """The culprit as the console names it: `Functional.conv2d.1 and its module Module.conv2.Conv2d.forward.0`."""
+    names = info["sides"][0]
+    if names["api"] is None:
+        return names["module"]
+    api = names["api"].rpartition(".")[0] if names["api"].endswith((".forward", ".backward")) else names["api"]
+    return f"{api} and its module {names['module']}" if names["module"] else api
+
+
 def config(info: dict) -> dict:
     """The collector configuration of the next dump."""
     return {"task": "tensor", "dump_path": DUMP_PATH, "rank": info["rank"], "step": info["step"],
