@@ -428,6 +428,7 @@ def measure_tensors(target: Dump, golden: Dump, t_items: Items, g_items: Items, 
             logger.warning("%sThe %s tensor directory %s does not exist; its tensors cannot be compared.",
                            label, side, directory)
     logger.info("%sCompare real data in progress... (%d tensor pairs)", label, len(tasks))
+    cross = is_cross(target, golden, options)       # a reshape across frameworks is compared flat
 
     def run(task):
         row, t_name, g_name = task
@@ -436,7 +437,7 @@ def measure_tensors(target: Dump, golden: Dump, t_items: Items, g_items: Items, 
             array_g = load_tensor(golden.tensor_dir, g_name)
         except TensorReadError as exc:
             return row, fill(UNSUPPORTED, [str(exc)], "unreadable")
-        return row, compare_arrays(array_t, array_g)
+        return row, compare_arrays(array_t, array_g, flat=cross)
 
     bar = progress(total=len(tasks), desc=f"{label}API/Module Item Compare Process")
     workers = max(1, min(options.jobs, len(tasks)))

@@ -159,3 +159,19 @@ def test_rule2_threshold_is_the_documented_0_6(tmp_path, ratio_equal, fires):
     golden = tensor_dump(tmp_path, "g", {"input.0": x, "output.0": y_golden})
     table, _ = compare_dumps(target, golden, CompareOptions(write_output=False))
     assert (rules.MSG_THOUSANDTH in table.cells["Err_message"][1]) is fires
+
+
+def test_a_reshape_across_frameworks_is_compared_flat_on_real_tensors(tmp_path):
+    """Issue 27: [2, 2, 4] against [4, 4] with the same values is a framework convention; one framework: shapes
+    unmatched, an error."""
+    from msprobe.compare.verdict import NOTE_RESHAPE
+
+    x = np.linspace(1, 2, 16).astype(np.float32)
+    target = tensor_dump(tmp_path, "t", {"input.0": x, "output.0": x.reshape(2, 2, 4)})
+    for framework, result, cosine in (("pytorch", "pass", 1.0), ("mindspore", "error", "shape unmatched")):
+        golden = tensor_dump(tmp_path, f"g_{framework}", {"input.0": x, "output.0": x.reshape(4, 4)}, framework)
+        table, _ = compare_dumps(target, golden, CompareOptions(write_output=False))
+        assert table.cells["Result"][1] == result and table.cells["Cosine"][1] == cosine
+        if result == "pass":
+            assert json.loads(table.cells["Err_message"][1]) == [NOTE_RESHAPE.format(target="[2, 2, 4]",
+                                                                                   golden="[4, 4]")]
