@@ -297,7 +297,8 @@ def test_report_shows_the_diff_analyze_answer(multirank_step0, tmp_path):
     lines = diff_analyze_lines(str(analysis))
     assert lines[0].startswith("rank_1: Functional.linear.2.forward (origin")
     assert any(line.startswith("rank_0: Distributed.all_reduce.0.forward (received through communication") for line in lines)
-    assert lines[-1].startswith("dtype-aware: none")
+    assert lines[-2].startswith("dtype-aware: none")
+    assert lines[-1] == "culprit: Functional.linear.2.forward on rank 1 (Functional.linear.2.forward.output.0: error)"
     assert run_cli(["compare", "-tp", target / "rank1", "-gp", golden / "rank1", "-o", tmp_path / "t", "--csv",
                     "-c"]) == 0
     table = only_file(tmp_path / "t", "compare_result_*.csv")
