@@ -20,6 +20,8 @@ rows they may read and finishes their output:
   passes on unchanged to a later backward op and the other's does not is a recording convention (PyTorch records
   the gradient at an API's last autograd node: for a 4-D matmul the view's gradient, for cross_entropy that of
   log_softmax's output), noted and not judged.
+* **Ignored APIs** (rules.ALL_IGNORE: empty, to, __setitem__, ...), which no rule judges, get no Error_Origin
+  either.
 * **Made here**: an output that Error_Origin calls `introduced` is at least a warning; a module output whose inputs
   are identical and whose error only the rounding of a lower precision explains (a cast inside the module) is a
   warning too: the two kinds of row a culprit can be besides an error.
@@ -124,9 +126,6 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
                                data.dtypes, data.shapes, entry_ops=entry_ops, skip=facts.unjudged, stats=stats)
         t_dtype, g_dtype = data.dtypes
         for row, origin in enumerate(origins):
-            if (origin != INTRODUCED and origin != DTYPE) or \
-                    rules.ignore_class(data.entry_names[data.entry[row]]) == "all":
-                continue        # the APIs no rule applies to (empty, to, __setitem__, ...) stay as they are
             if origin == INTRODUCED:
                 messages[row].append(MSG_INTRODUCED)
                 level[row] = max(level[row], rules.WARNING)
@@ -184,7 +183,21 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
         same_dtype, same_shape = _conventions(data, stats_t, stats_g, matched & tensor & ~no_data, notes)
         if sides is not None:
             recorded = _recording_differences(data, sides, out & tensor & ~no_data & ~noise & ~equal, notes)
-    return RowFacts(no_data | noise | recorded, same_dtype, same_shape, identical_inputs, notes)
+    return RowFacts(no_data | noise | recorded | _ignored(data, starts, lengths, entry_ops), same_dtype, same_shape,
+                    identical_inputs, notes)
+
+
+def _ignored(data, starts, lengths, entry_ops) -> np.ndarray:
+    """The rows of the APIs no rule applies to (empty, to, __setitem__, ...: rules.ALL_IGNORE): no Error_Origin
+    either."""
+    names = entry_ops if entry_ops is not None else data.entry_names
+    return np.repeat(np.fromiter((_all_ignored(names[e]) for e in data.entry[starts].tolist()), dtype=bool,
+                                 count=len(starts)), lengths)
+
+
+@lru_cache(maxsize=8192)
+def _all_ignored(name: str) -> bool:
+    return rules.ignore_class(name) == "all"
 
 
 def _noise(t_norm, g_norm, data, names, tensor, matched, out, inputs, equal, starts, lengths, entry_ops):
