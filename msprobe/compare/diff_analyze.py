@@ -407,15 +407,18 @@ def describe(finding: Finding) -> list:
     return lines
 
 
+def _where(digest: RankDigest, node: EntryDigest) -> str:
+    """`<entry> on <rank> (entry <position>)`."""
+    return f"{node.name} on {digest.label.strip('[] ') or f'rank {digest.rank}'} (entry {node.position + 1})"
+
+
 def culprit_line(finding: Finding) -> str:
-    digest = finding.culprit
-    if digest is None:
+    if finding.culprit is None:
         return ("Culprit: none - no row is an error or a warning made at its own op (every difference is carried "
                 "from its inputs or within the dtypes' rounding).")
-    node = digest.culprit
-    rank = digest.label.strip("[] ") or f"rank {digest.rank}"
-    return (f"Culprit (the compare's verdict, as the advisor's): {node.name} on {rank} (entry {node.position + 1}), "
-            f"row {node.culprit}: {node.culprit_result}.")
+    node = finding.culprit.culprit
+    return (f"Culprit (the compare's verdict, as the advisor's): {_where(finding.culprit, node)}, row {node.culprit}: "
+            f"{node.culprit_result}.")
 
 
 def dtype_aware_line(finding: Finding) -> str:
@@ -425,7 +428,5 @@ def dtype_aware_line(finding: Finding) -> str:
             return "Dtype-aware: not judged (md5 dumps hold no magnitudes)."
         return ("Dtype-aware: no op introduces error beyond what its inputs and the dtypes' precision explain "
                 "(every difference is dtype rounding or carried from upstream).")
-    node = digest.first_introduced
-    rank = digest.label.strip("[] ") or f"rank {digest.rank}"
-    return (f"Dtype-aware: first divergence not explained by the dtypes: {node.name} on {rank} "
-            f"(entry {node.position + 1}): its output error exceeds what its inputs and dtypes explain.")
+    return (f"Dtype-aware: first divergence not explained by the dtypes: {_where(digest, digest.first_introduced)}: "
+            "its output error exceeds what its inputs and dtypes explain.")

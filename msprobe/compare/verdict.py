@@ -27,7 +27,8 @@ rows they may read and finishes their output:
   warning too: the two kinds of row a culprit can be besides an error.
 
 `row_levels` reads a judged row back as one level, from its cells alone (a table read back from a file gives the
-same levels); only outputs, parameter gradients and parameters can be made here, an input row carries:
+same levels); only outputs, parameter gradients, parameters and debug.json saves can be made here, an input
+row carries:
 
 * MADE_HERE: Error_Origin `introduced`, or an error its inputs do not explain (shape, NaN/Inf, an argument,
   requires_grad, a large norm error with quiet inputs);
@@ -86,7 +87,7 @@ NOTE_RECORDING = ("note: the two frameworks record different tensors here: the {
 
 # levels of a judged row (row_levels), lowest first
 NOTHING, CARRIED, CARRIED_ISSUE, WARNING_HERE, PRECISION_HERE, MADE_HERE = range(6)
-_OWN_STATES = frozenset({"output", "parameters_grad", "parameters"})
+_OWN_STATES = frozenset({"output", "parameters_grad", "parameters", "debug"})   # a debug.json save has no op around it
 _OWN_ERRORS = (rules.MSG_STAT_NAN, rules.MSG_THOUSANDTH, rules.MSG_NORM_OUTPUT, rules.MSG_REQUIRES_GRAD,
                rules.MSG_SCALAR, rules.MSG_SHAPE, rules.MSG_MD5_DIFF, rules.MSG_NAN_POSITION)
 

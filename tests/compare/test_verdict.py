@@ -150,3 +150,12 @@ def test_scale_aware_errors():
     assert math.isclose(errors[0], 2e-13 / floor) and errors[0] < 1e-5
     assert math.isclose(errors[1], 0.2) and errors[2] == 0
     assert verdict.describe_magnitude(4.2e-7) == "4.2e-07" and verdict.describe_magnitude(0.5073) == "0.507"
+
+
+def test_a_debug_save_can_be_the_culprit():
+    """A debug.json save has no op around it: its own error (a dtype here) is made there."""
+    def debug(dtype):
+        return Dump(path="/nonexistent/debug.json", task="statistics", level="debug", framework="pytorch",
+                    data={"x.0.debug": stat(dtype=dtype), "y.0.debug": stat()}, is_debug=True)
+    table, summary = compare_dumps(debug("torch.bfloat16"), debug("torch.float32"), CompareOptions(write_output=False))
+    assert table.cells["Result"] == ["error", "pass"] and summary.first_error == "x.0.debug"
