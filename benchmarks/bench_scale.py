@@ -6,7 +6,7 @@ tensor files are therefore read from the page cache (warm), which measures the c
     python benchmarks/bench_scale.py                  # 16 statistics ranks, 8 tensor ranks; prints markdown
     python benchmarks/bench_scale.py --ranks 32 --tensor-ranks 0
 
-Needs `pip install "msprobe[ray]"` for the Ray cases (they are skipped without it). See docs/scaling.md for how
+Needs `pip install "msprobe-toolkit[ray]"` for the Ray cases (they are skipped without it). See docs/scaling.md for how
 these figures size a cluster.
 """
 
@@ -118,7 +118,7 @@ def main() -> int:
         finally:
             ray.shutdown()
     else:
-        print('ray is not installed (pip install "msprobe[ray]"): only the local backend is measured')
+        print('ray is not installed (pip install "msprobe-toolkit[ray]"): only the local backend is measured')
     print("| case | ranks | GB read | wall s | s per rank | s per GB | GB/s | peak RSS MB (largest process) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for label, ranks, gigabytes, wall, rss in rows:

@@ -540,8 +540,9 @@ class DiffAnalysis:
     """Where two runs first part (`msprobe compare -da`): the first divergent op, on which rank, and how the
     divergence travels through communication ops.
 
-    For a dump root of several steps, `steps` holds one DiffAnalysis per step (`step0`, `graph/step1`) and the
-    other fields are those of the first step, in step order, whose runs diverge (else of the first step)."""
+    For a dump root of several steps, `steps` holds one DiffAnalysis per step (`step0`, `graph/step1`), `lines`
+    (and so `str()`) every step's answer after a `step0:` line, as the command prints them, and the other fields
+    are those of the first step, in step order, whose runs diverge (else of the first step)."""
 
     op_name: str | None              # the first divergent op; None when every compared output is identical
     rank: int | None
@@ -621,7 +622,8 @@ def diff_analyze(target: str | os.PathLike[str], golden: str | os.PathLike[str],
         if len(analyses) == 1:
             return next(iter(analyses.values()))
         first = next((a for a in analyses.values() if a.op_name is not None), next(iter(analyses.values())))
-        return DiffAnalysis(first.op_name, first.rank, first.ops, first.clean_ranks, first.lines, first.record,
+        lines = tuple(line for step, found in analyses.items() for line in (f"{step}:", *found.lines))
+        return DiffAnalysis(first.op_name, first.rank, first.ops, first.clean_ranks, lines, first.record,
                             first.dtype_aware, first.culprit, first.next_dump, first.step, first.failures, analyses)
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import importlib
 
 from msprobe.errors import MsprobeError, first_line
+from msprobe.version import DISTRIBUTION
 
 INSTALL = {
     "torch": "pip install torch==2.13.0 (the CPU build, before msprobe)",
     "mindspore": 'pip install mindspore==2.10.0 "numpy<2" "pandas<2.3" "ml_dtypes<0.5" in its own environment',
-    "ray": 'pip install "msprobe[ray]"',
-    "pandas": 'pip install "msprobe[pandas]"',
+    "ray": f'pip install "{DISTRIBUTION}[ray]"',
+    "pandas": f'pip install "{DISTRIBUTION}[pandas]"',
 }
 
 

@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from docs_text import missing_blocks
 
 import msprobe
 from msprobe.errors import DumpFormatError, MsprobeError, PathError, UsageError
@@ -87,6 +88,7 @@ def test_written_layer_mapping_is_the_commands(tmp_path):
     only_file(cli_dir, "data_mapping_*.yaml")      # the generated mapping is among the files compared
 
 
+@pytest.mark.slow
 def test_folder_of_ranks(tmp_path, multirank_step0):
     target, golden = multirank_step0
     result, _ = _cli_then_api(tmp_path, target, golden, ["--csv", "--html", "-j", "2"], {"jobs": 2},
@@ -103,6 +105,7 @@ def test_folder_of_ranks(tmp_path, multirank_step0):
     assert result.rows[len(result.pairs[0])]["Rank"] == "rank1"
 
 
+@pytest.mark.slow
 def test_html_format_writes_the_pages_of_the_command(tmp_path, multirank_step0):
     target, golden = multirank_step0
     cli_dir = tmp_path / "cli"
@@ -133,7 +136,7 @@ def test_rows_summary_and_columns_of_one_pair():
 
 
 def _pandas():
-    return pytest.importorskip("pandas", reason='pandas is not installed (pip install "msprobe[pandas]")')
+    return pytest.importorskip("pandas", reason='pandas is not installed (pip install "msprobe-toolkit[pandas]")')
 
 
 def _csv_number(text: str) -> float:
@@ -162,6 +165,7 @@ def test_to_pandas_round_trips_the_csv(tmp_path, case, cli_args):
     _assert_frame_holds_csv(pd, frame, csv)
 
 
+@pytest.mark.slow
 def test_to_pandas_round_trips_the_tensor_csv(tmp_path, tensor_mix):
     pd = _pandas()
     assert run_cli(["compare", "-tp", tensor_mix[0], "-gp", tensor_mix[1], "-o", tmp_path, "--csv", "-c"]) == 0
@@ -213,9 +217,9 @@ def test_to_pandas_of_a_folder_starts_with_the_rank(multirank_step0):
 def test_to_pandas_without_pandas_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "pandas", None)       # import pandas raises ImportError
     result = msprobe.compare(*fixture_pair("stats_L0_step0"))
-    with pytest.raises(ImportError, match=r'pip install "msprobe\[pandas\]"'):
+    with pytest.raises(ImportError, match=r'pip install "msprobe-toolkit\[pandas\]"'):
         result.to_pandas()
-    with pytest.raises(ImportError, match=r'msprobe\[pandas\]'):
+    with pytest.raises(ImportError, match=r'msprobe-toolkit\[pandas\]'):
         msprobe.read_dump(fixture_pair("stats_L0_step0")[0]).to_pandas()
 
 
@@ -367,6 +371,7 @@ print(json.dumps({"import": after_import, "names": names, "ms": elapsed * 1000})
     assert found["import"] == ["msprobe", "msprobe.version"] and found["names"] == []
 
 
+@pytest.mark.slow
 def test_the_api_prints_nothing_unless_logging_is_configured(tmp_path, multirank_step0):
     """A folder with a rank on one side only gives a warning record; without logging set up, nothing reaches
     stdout or stderr (workers included); with logging.basicConfig the records are there."""
@@ -441,6 +446,7 @@ def test_the_walk_through_of_docs_python_api_runs(tmp_path, monkeypatch, capsys)
         exec(compile(block, "docs/python_api.md", "exec"), namespace)
     printed = capsys.readouterr().out
     assert outputs[0].strip() in printed.splitlines()      # the summary line: counts only, no float digits
+    assert missing_blocks(outputs, printed) == []           # every output the page shows, as printed
     assert namespace["analysis"].op_name == "Functional.linear.2.forward"
     assert len(namespace["top"]) == 10 and len(namespace["paths"]) == 3
     assert not ran_plot or (tmp_path / "norm_relative_error.png").stat().st_size > 0
@@ -480,3 +486,22 @@ def test_a_dump_root_of_steps(tmp_path):
             [(op.op_name, op.role, op.position) for op in alone.ops]
         assert found.lines[0].startswith(f"Divergence starts on {step} at {alone.op_name}")
     assert analysis.op_name == analysis.steps["step0"].op_name is not None
+
+
+def test_printing_the_analysis_of_a_dump_root_shows_every_step(tmp_path, capsys):
+    """print(diff_analyze(root)) answers for every step, as `compare -da` on the root prints it."""
+    import shutil
+
+    for side in ("target", "golden"):
+        for step in (0, 1):
+            shutil.copytree(FIXTURES / f"stats_L1_step{step}" / side, tmp_path / "root" / side / f"step{step}")
+    target, golden = tmp_path / "root" / "target", tmp_path / "root" / "golden"
+    analysis = msprobe.diff_analyze(target, golden, jobs=1)
+    printed = str(analysis).splitlines()
+    assert printed == [line for step in ("step0", "step1") for line in (f"{step}:", *analysis.steps[step].lines)]
+    assert sum(line.startswith("Divergence starts on ") for line in printed) == 2
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "out", "-da", "-j", "1"]) == 0
+    console = [line.split("[INFO] ", 1)[-1] for line in capsys.readouterr().out.splitlines()]
+    at = 0
+    for line in printed:                        # in the same order
+        at = console.index(line, at) + 1

@@ -47,7 +47,8 @@ from helpers_bad_input import (
     write_tensor_side,
 )
 
-VIA = pytest.mark.parametrize("via", ["inproc", "subprocess"])
+# the same run in this process and as `python -m msprobe` in a fresh one (slow: an interpreter start-up each)
+VIA = pytest.mark.parametrize("via", ["inproc", pytest.param("subprocess", marks=pytest.mark.slow)])
 HANG_LIMIT = 120  # seconds for one in-process test
 
 
@@ -939,6 +940,7 @@ def _long_stack_results(tmp_path) -> Path:
     return tmp_path / "res"
 
 
+@pytest.mark.slow
 @VIA
 def test_report_and_merge_result_read_cells_above_the_csv_field_limit(tmp_path, capsys, monkeypatch, via):
     import csv

@@ -28,7 +28,7 @@ def test_a_missing_module_is_named_with_its_install_hint(monkeypatch):
 
 def test_the_error_class_is_the_callers(monkeypatch):
     monkeypatch.setitem(sys.modules, "pandas", None)
-    with pytest.raises(ImportError, match=r'to_pandas\(\) needs pandas.*pip install "msprobe\[pandas\]"'):
+    with pytest.raises(ImportError, match=r'to_pandas\(\) needs pandas.*pip install "msprobe-toolkit\[pandas\]"'):
         require("pandas", "to_pandas()", ImportError)
 
 

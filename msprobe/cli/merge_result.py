@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     input_dir = check_input_dir(args.input_dir, "input directory")
     found = find_results(input_dir)
-    logger.info("Merging %d compare results (ranks %s).", len(found), ", ".join(str(r) for r, _ in found))
+    logger.info("Merging %d compare results (%s).", len(found), ", ".join(label for label, _ in found))
     results = read_ranks(found, ApiSelection(config.apis), max(1, args.jobs))
     sheets, problems = merge(results, config)
     for problem in problems:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from msprobe.cli.arguments import int_at_least
+from msprobe.version import DISTRIBUTION
 
 
 def add_arguments(parser: argparse.ArgumentParser, workers: str) -> None:
@@ -12,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser, workers: str) -> None:
     group = parser.add_argument_group("scale-out (docs/scaling.md)")
     group.add_argument("--backend", choices=("local", "ray"), default="local",
                        help=f"where the tasks run: local processes ({workers}, the default) or a Ray cluster "
-                            "(pip install \"msprobe[ray]\"); every task reads its inputs from and writes its "
+                            f"(pip install \"{DISTRIBUTION}[ray]\"); every task reads its inputs from and writes its "
                             "results to the given paths, which must be shared storage on a cluster")
     group.add_argument("--ray-address", "--ray_address", dest="ray_address", default="auto", metavar="ADDRESS",
                        help="the Ray cluster to use with --backend ray: auto (default) is the running cluster "

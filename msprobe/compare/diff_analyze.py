@@ -1,5 +1,5 @@
-"""First-divergence analysis (-da, spec §5, DECISIONS 14): where do the two runs first part, on which rank,
-and how does the divergence travel through communication ops."""
+"""First-divergence analysis (-da): where do the two runs first part, on which rank, and how does the divergence
+travel through communication ops; for a pair of files and every folder layout."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from msprobe.compare.pipeline import (
     read_side,
 )
 from msprobe.compare.verdict import describe_magnitude, scale_errors
-from msprobe.dump.locate import Job
+from msprobe.dump.locate import PROC_DIR, Job
 from msprobe.errors import MsprobeError
 from msprobe.io import write_text
 from msprobe.log import get_logger
@@ -359,17 +359,24 @@ def _write_next_dump(finding: Finding, path: str) -> str | None:
     return write_config(finding.culprit.next_dump, path)
 
 
+def record_key(digest: RankDigest) -> str:
+    """A rank's key in diff_analyze_*.json: `rank_<n>`, or for a single-process dump its `proc<pid>` folder, the
+    name the console and the result files give it."""
+    folder = digest.label.strip("[] ").rsplit("/", 1)[-1]
+    return folder if PROC_DIR.match(folder) else f"rank_{digest.rank}"
+
+
 def analysis_record(finding: Finding) -> dict:
     """The content of diff_analyze_*.json: per rank, its divergent ops with their roles ({} without divergence)."""
     result: dict = {}
     for digest in finding.origin:
-        result[f"rank_{digest.rank}"] = [node_record(digest.first, "origin")]
+        result[record_key(digest)] = [node_record(digest.first, "origin")]
         if digest.first_large is not None and digest.first_large is not digest.first:
-            result[f"rank_{digest.rank}"].append(node_record(digest.first_large, "first large difference"))
+            result[record_key(digest)].append(node_record(digest.first_large, "first large difference"))
     for digest in finding.received:
         role = ("received through communication" if digest.first.is_comm and not digest.first.inputs_differ
                 else "diverged later")
-        result.setdefault(f"rank_{digest.rank}", []).append(node_record(digest.first, role))
+        result.setdefault(record_key(digest), []).append(node_record(digest.first, role))
     result["dtype_aware"] = dtype_aware_record(finding)
     result["culprit"] = culprit_record(finding)
     return result

@@ -1,5 +1,5 @@
-"""merge_result (spec compare.md §6, DECISIONS 15): gather chosen APIs and metrics of every rank's compare
-result into one workbook, one sheet per metric, plus a consistency sheet for collective outputs."""
+"""merge_result: gather chosen APIs and metrics of every rank's compare result (xlsx or csv) into one workbook, one
+sheet per metric, plus a consistency sheet for collective outputs."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from msprobe.table.cells import NA
 from msprobe.table.model import ResultTable
 from msprobe.table.readers import read_table
 
-RESULT_NAME = re.compile(r"^compare_result_rank(\d+)(?:-rank\d+)?_\d{14}\.(xlsx|csv)$")
+# a rank's result, or a single process's (compare of a step folder of one proc<pid> folder): its column is named
+# after it, rank<N> or proc<pid>
+RESULT_NAME = re.compile(r"^compare_result_(?:rank(\d+)(?:-rank\d+)?|proc(\d+))_\d{14}\.(xlsx|csv)$")
 SINGLE_RANK_NAME = re.compile(r"^compare_result_rank(?:-rank)?_\d{14}\.(xlsx|csv)$")
 STATISTICS_INDEXES = ["Max diff", "Min diff", "Mean diff", "L2norm diff", "MaxRelativeErr", "MinRelativeErr",
                       "MeanRelativeErr", "NormRelativeErr", col.REQUIRES_GRAD_CONSISTENT]
@@ -47,7 +49,7 @@ class MergeConfig:
 
 @dataclass
 class RankResult:
-    rank: int
+    label: str                                 # rank<N>, or proc<pid> for a single process's result
     path: str
     mode: str
     rows: dict = field(default_factory=dict)   # NPU Name -> {column: value}
@@ -109,7 +111,7 @@ def load_config(path: str) -> MergeConfig:
 
 
 def find_results(input_dir: str) -> list:
-    """(rank, path) of every rank's result in input_dir, ordered by rank."""
+    """(label, path) of every rank's result in input_dir (rank<N>, ordered by rank, then proc<pid> by pid)."""
     logger = get_logger()
     found = []
     for name in sorted(os.listdir(input_dir)):
@@ -123,29 +125,32 @@ def find_results(input_dir: str) -> list:
         if not match:
             if name.startswith("compare_result") or name.endswith(".xlsx"):
                 raise MsprobeError(f"Wrong compare result name: {name}, please check! (expected "
-                                   "compare_result_rank<N>_<14-digit timestamp>.xlsx or .csv)")
+                                   "compare_result_rank<N>_<14-digit timestamp>.xlsx or .csv, or "
+                                   "compare_result_proc<pid>_<timestamp>.xlsx or .csv)")
             continue
-        found.append((int(match.group(1)), path))
+        rank, pid = match.group(1), match.group(2)
+        key = (0, int(rank)) if rank is not None else (1, int(pid))
+        found.append((key, f"rank{rank}" if rank is not None else f"proc{pid}", path))
     found.sort()
-    ranks = [rank for rank, _ in found]
-    duplicates = sorted({r for r in ranks if ranks.count(r) > 1})
+    labels = [label for _, label, _ in found]
+    duplicates = sorted({label for label in labels if labels.count(label) > 1}, key=labels.index)
     if duplicates:
-        raise MsprobeError(f"{input_dir} holds several results for rank {duplicates[0]}; keep one per rank.")
+        raise MsprobeError(f"{input_dir} holds several results for {duplicates[0]}; keep one per rank.")
     if len(found) < 2:
         raise MsprobeError(f"Number of compare result is no more than 1 in {input_dir}, no need to merge.")
-    return found
+    return [(label, path) for _, label, path in found]
 
 
 KEPT_COLUMNS = {col.NPU_NAME, "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max"} | set(STATISTICS_INDEXES) \
     | set(TENSOR_INDEXES)
 
 
-def read_rank(rank: int, path: str, selection: ApiSelection) -> RankResult:
+def read_rank(label: str, path: str, selection: ApiSelection) -> RankResult:
     check_input_file(path, "compare result")
     keys = selection.keys if selection.index is None else ()
     header, rows = read_table(path, selection, KEPT_COLUMNS, keys)
     mode = col.table_mode(header)
-    result = RankResult(rank, path, mode or "unknown")
+    result = RankResult(label, path, mode or "unknown")
     if mode is None or not rows:
         return result
     kept = [(position, column) for position, column in enumerate(header) if column in KEPT_COLUMNS]
@@ -163,7 +168,7 @@ def _read_many(arguments: list) -> list:
 
 def read_ranks(found: list, selection: ApiSelection, workers: int) -> list:
     """Every rank's selected rows; files are read by a pool of processes."""
-    arguments = [(rank, path, selection) for rank, path in found]
+    arguments = [(label, path, selection) for label, path in found]
     bar = progress(total=len(arguments), desc="Reading compare results")
     if workers <= 1 or len(arguments) < 4:
         results = []
@@ -177,7 +182,8 @@ def read_ranks(found: list, selection: ApiSelection, workers: int) -> list:
             for chunk_result in pool.map(_read_many, chunks):
                 results.extend(chunk_result)
                 bar.update(len(chunk_result))
-        results.sort(key=lambda r: r.rank)
+        order = {label: position for position, (label, _) in enumerate(found)}
+        results.sort(key=lambda r: order[r.label])
     bar.close()
     return results
 
@@ -236,10 +242,10 @@ def merge(results: list, config: MergeConfig) -> tuple[list, list]:
     usable = []
     for result in results:
         if result.mode == col.MD5:
-            problems.append(f"rank{result.rank}: {os.path.basename(result.path)} is an md5 result; md5 results "
+            problems.append(f"{result.label}: {os.path.basename(result.path)} is an md5 result; md5 results "
                             "cannot be merged.")
         elif result.mode == "unknown":
-            problems.append(f"rank{result.rank}: a valid dump task can not be identified from "
+            problems.append(f"{result.label}: a valid dump task can not be identified from "
                             f"{os.path.basename(result.path)}.")
         else:
             usable.append(result)
@@ -263,14 +269,14 @@ def merge(results: list, config: MergeConfig) -> tuple[list, list]:
         found = set().union(*(selection.matched(name) for name in result.rows))
         missing = [key[:-1] for key in selection.keys if key not in found]
         for api in missing[:LIST_CAP]:
-            logger.warning("%s not found in rank%d compare result.", api, result.rank)
+            logger.warning("%s not found in %s compare result.", api, result.label)
         if len(missing) > LIST_CAP:
-            logger.warning("... and %d more APIs not found in rank%d compare result.", len(missing) - LIST_CAP,
-                           result.rank)
+            logger.warning("... and %d more APIs not found in %s compare result.", len(missing) - LIST_CAP,
+                           result.label)
     names = sorted(set().union(*(r.rows for r in usable)))
     if not names:
         raise MsprobeError("Nothing to merge: none of the configured APIs occurs in the compare results.")
-    rank_columns = [f"rank{r.rank}" for r in usable]
+    rank_columns = [r.label for r in usable]
     sheets = []
     for index in indexes:
         cells = {col.NPU_NAME: names}
@@ -310,20 +316,21 @@ def consistency(results: list, names: list):
         for group, members in groups.items():
             if len(members) < 2:
                 continue
-            signatures = {r.rank: tuple(str(r.rows[name].get(f"NPU {s}")) for s in ("max", "min", "mean", "l2norm"))
+            # members are in the order of the results (by rank); on a tie the first rank's signature wins
+            signatures = {r.label: tuple(str(r.rows[name].get(f"NPU {s}")) for s in ("max", "min", "mean", "l2norm"))
                           for r in members}
+            ranks = list(signatures)
             counts: dict = {}
             for signature in signatures.values():
                 counts[signature] = counts.get(signature, 0) + 1
-            ranks = sorted(signatures)
-            majority = max(counts, key=lambda s: (counts[s], -min(r for r in ranks if signatures[r] == s)))
+            majority = max(counts, key=lambda s: (counts[s], -min(i for i, r in enumerate(ranks) if signatures[r] == s)))
             differing = [r for r in ranks if signatures[r] != majority]
             rows[col.NPU_NAME].append(name)
             rows["Group"].append(group or "all ranks")
-            rows["Ranks"].append(" ".join(f"rank{r}" for r in ranks))
+            rows["Ranks"].append(" ".join(ranks))
             rows["Consistent"].append(not differing)
-            rows["Differing ranks"].append(" ".join(f"rank{r}" for r in differing))
+            rows["Differing ranks"].append(" ".join(differing))
             rows["Detail"].append("; ".join(
-                f"rank{r}: NPU max {signatures[r][0]}, l2norm {signatures[r][3]} (others {majority[0]}, {majority[3]})"
+                f"{r}: NPU max {signatures[r][0]}, l2norm {signatures[r][3]} (others {majority[0]}, {majority[3]})"
                 for r in differing))
     return ResultTable(columns=list(CONSISTENCY_COLUMNS), cells=rows)

@@ -104,13 +104,17 @@ def _column_kind(name: str, values: list, numeric: bool) -> tuple[str, bool]:
     n = len(values)
     sample = values if n <= 2000 else values[:: max(1, n // 2000)]
     present = [v for v in sample if v is not None and v != NA]
+    strings = [v for v in present if type(v) is str and _is_number_text(v)]
+    # percent: most of its number texts other than zeros (`0` is written without a unit) are percentages; also in
+    # a column of mostly texts, for the chart's unit
+    nonzero = [v for v in strings if float(v.rstrip("%")) != 0]
+    pct = name != col.NPU_NAME and sum(v.endswith("%") for v in nonzero) * 2 > len(nonzero)
     if name != col.NPU_NAME and present and (numeric or sum(map(_is_number_text, present)) >= 0.9 * len(present)):
-        strings = [v for v in present if type(v) is str and _is_number_text(v)]
-        return "n", sum(v.endswith("%") for v in strings) * 2 > len(strings)
+        return "n", pct
     distinct = len(set(map(_text, sample)))
     if distinct <= 64 or distinct <= len(sample) // 20:
-        return "g", False
-    return "r", False
+        return "g", pct
+    return "r", pct
 
 
 def encode_table(columns: list, cells: dict, numeric_columns=None) -> dict:
@@ -479,6 +483,10 @@ def write_index(summaries: list, output_dir: str, stamp: str) -> str | None:
     return path
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def render_index(entries: list, stamp: str) -> str:
     def esc(value) -> str:
         return html.escape("" if value is None else str(value))
@@ -494,8 +502,14 @@ def render_index(entries: list, stamp: str) -> str:
                      f'<td class="num err">{e["error"]}</td><td>{first}</td></tr>')
     total_errors = sum(e["error"] for e in entries)
     diverged = [e for e in entries if e["first_error"]]
-    headline = (f"{len(diverged)} of {len(entries)} compared pairs have errors ({total_errors} error rows)."
-                if diverged else f"All {len(entries)} compared pairs pass or warn only.")
+    if len(entries) == 1:
+        headline = (f"The compared pair has errors ({_count(total_errors, 'error row')})." if diverged
+                    else "The compared pair passes or warns only.")
+    elif diverged:
+        headline = (f"{len(diverged)} of {len(entries)} compared pairs {'has' if len(diverged) == 1 else 'have'} "
+                    f"errors ({_count(total_errors, 'error row')}).")
+    else:
+        headline = f"All {len(entries)} compared pairs pass or warn only."
     style = ("body{font:14px system-ui,sans-serif;margin:24px;color:#1d2430}table{border-collapse:collapse}"
              "th,td{padding:4px 10px;border-bottom:1px solid #dde2ea;text-align:left}th{background:#f1f4f8}"
              "td.num{text-align:right;font-variant-numeric:tabular-nums}tr.error td.err{color:#b3261e;"
@@ -504,7 +518,7 @@ def render_index(entries: list, stamp: str) -> str:
              ".muted{color:#6b7380}")
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>msprobe compare index {esc(stamp)}</title>\n<style>{style}</style>\n</head>\n<body>\n"
-            f"<h1>msprobe compare: {len(entries)} results</h1>\n<p>{esc(headline)}</p>\n"
+            f"<h1>msprobe compare: {_count(len(entries), 'result')}</h1>\n<p>{esc(headline)}</p>\n"
             "<table id=\"ranks\">\n<thead><tr><th>Pair</th><th>Rows</th><th>Matched</th><th>Pass</th>"
             "<th>Warning</th><th>Error</th><th>First divergence</th></tr></thead>\n<tbody>\n"
             + "\n".join(lines) + "\n</tbody>\n</table>\n</body>\n</html>\n")

@@ -21,7 +21,8 @@ from conftest import FIXTURES, read_csv
 
 HERE = Path(__file__).resolve().parent
 L1 = FIXTURES / "stats_L1_step0" / "target" / "dump.json"
-VIA = pytest.mark.parametrize("via", ["inproc", "subprocess"])
+# the same run in this process and as `python -m msprobe` in a fresh one (slow: an interpreter start-up each)
+VIA = pytest.mark.parametrize("via", ["inproc", pytest.param("subprocess", marks=pytest.mark.slow)])
 SCRIPT_TIMEOUT = 120
 
 
@@ -435,6 +436,7 @@ def _peak_rss_of_acc_check(dump: Path, out: Path) -> int:
     return int(done.stdout.split()[-1]) * 1024
 
 
+@pytest.mark.slow
 def test_each_api_is_freed_before_the_next(tmp_path):
     """Twelve [1024, 1024] gelu calls with backward (about 85 MB of tensors each) peak no higher than one call
     plus allocator slack: nothing of an API outlives it."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -96,6 +98,12 @@ def test_refdata_l1_dump_random_data(tmp_path, capsys):
     assert {tuple(r[1:]) for r in rows} == {("pass", "pass", ""), ("pass", "", "")}
     printed = capsys.readouterr().out
     assert "38 APIs checked of 38 supported (82 forward APIs in the dump), 38 passed, 0 with warnings, 0 failed, 0 skipped" in printed
+    # the figures docs/acc_check.md quotes for this run
+    doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "acc_check.md").read_text(encoding="utf-8").split())
+    (quoted,) = re.findall(r"\(`tests/fixtures/ms_stat_L1_step0`, (\d+) entries, (\d+) forward\): (\d+) APIs are "
+                           r"checked \(.*?; (\d+) with backward\), all pass", doc)
+    entries = json.loads(L1.read_text(encoding="utf-8"))["data"]
+    assert tuple(int(n) for n in quoted) == (len(entries), 82, len(rows), sum(r[2] == "pass" for r in rows))
     info = json.loads(only_file(out, "accuracy_checking_info_*.json").read_text())
     assert info["runs"][0]["device"] == "cpu" and "MindSpore (float64" in info["runs"][0]["benchmark"]
     by_name = {row[0]: row for row in details[1:]}

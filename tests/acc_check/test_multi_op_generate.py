@@ -22,6 +22,7 @@ from conftest import (
 
 pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0): multi_acc_check and "
                                         "op_generate replay PyTorch APIs")
+pytestmark = pytest.mark.slow       # every test replays APIs in worker processes or generated scripts
 
 L1 = FIXTURES / "stats_L1_step0" / "target" / "dump.json"
 

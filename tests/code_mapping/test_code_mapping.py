@@ -8,6 +8,7 @@ import os
 import stat
 
 import pytest
+from docs_text import DOCS, blocks_after, log_lines, missing_lines
 
 from msprobe.code_mapping.bind import ScopeIndex, code_stack
 from msprobe.code_mapping.ir_parser import IRNode
@@ -78,6 +79,8 @@ def test_refdata_summary_and_file_mode(tmp_path, capsys):
     assert ("95 .npy files have no IR node (no scope of the IR occurs in their op name; 95 of them Parameter.* "
             "weight files, which no node produces): Parameter.accum_head_bias.") in out
     assert "... (85 more)" in out
+    quoted = log_lines(blocks_after(DOCS / "code_mapping.md", "Example on a real L2 dump")[0])   # the doc's figures
+    assert len(quoted) == 5 and missing_lines(quoted, out) == []
     path = only_file(tmp_path / "out", "code_mapping_*.csv")
     assert f"The code mapping is saved in: {path}." in out
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o640

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
+from cross_agreement import agreement
 
 from msprobe.compare import rules
 from msprobe.compare.mapping import (
@@ -21,38 +24,17 @@ from conftest import FIXTURES, only_file, read_csv, run_cli
 
 CROSS = FIXTURES / "cross"
 MAPS = CROSS / "mappings"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "cross_framework.md"
+# a row of the counts table of docs/cross_framework.md §9
+DOC_ROW = re.compile(r"^\| (\w+) \| .+? \| (\d+) \| (\d+) / (\d+) \| (\d+) \(([\d.]+) %\) \| (\d+) \(([\d.]+) %\) \| (\d+) \|$",
+                     re.M)
 
 
-def _number(text):
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def agreement(table: list) -> tuple[int, int]:
-    """(matched rows, matched rows whose statistics agree). The two models are numerically identical, so a
-    matched row agrees when max/min/mean differ by at most 1e-4 of the tensor's range and the norms by 1e-4
-    relative; a statistic one framework does not record (the norm of an int tensor) is skipped."""
-    header = table[0]
-    matched = agree = 0
-    for row in table[1:]:
-        if row[1] == "N/A":
-            continue
-        matched += 1
-        values = {s: (_number(row[header.index("NPU " + s)]), _number(row[header.index("Bench " + s)]))
-                  for s in ("max", "min", "mean", "l2norm")}
-        scale = max([abs(v) for s in ("max", "min") for v in values[s] if v is not None] + [1e-12])
-        ok = True
-        for stat, (a, b) in values.items():
-            if a is None or b is None:
-                if stat in ("max", "min") and (a is None) != (b is None):
-                    ok = False
-                continue
-            reference = max(abs(a), abs(b), 1e-12) if stat == "l2norm" else scale
-            ok = ok and abs(a - b) <= 1e-4 * reference
-        agree += ok
-    return matched, agree
+def doc_counts() -> dict:
+    """case -> (rows, matched, reference matched, agree, share %, reference agree, reference share %, reference
+    errors) as docs/cross_framework.md §9 quotes them."""
+    rows = DOC_ROW.findall(DOC.read_text(encoding="utf-8"))
+    return {case: tuple(float(v) if "." in v else int(v) for v in values) for case, *values in rows}
 
 
 CASES = [
@@ -102,6 +84,17 @@ def test_mapping_modes_against_reference(case, level, args, tmp_path, capsys):
             assert "N/A" not in (row[6], row[7])
     if "-lm" in args and level != "L1":     # L1 dumps have an empty construct.json: nothing to generate
         only_file(out, "data_mapping_*.yaml")
+    # the figures the docs quote for this case
+    ref_errors = sum(row[reference[0].index("Result")] == "error" for row in reference[1:])
+    rows, matched, ref_matched_quoted, agree, share, ref_agree_quoted, ref_share, quoted_errors = doc_counts()[case]
+    assert (rows, matched, ref_matched_quoted, agree, ref_agree_quoted, quoted_errors) == \
+        (len(ours) - 1, our_matched, ref_matched, our_agree, ref_agree, ref_errors)
+    assert abs(share - 100 * our_agree / our_matched) < 0.05
+    assert abs(ref_share - 100 * ref_agree / ref_matched) < 0.05
+
+
+def test_the_counts_table_of_the_docs_has_every_case():
+    assert sorted(doc_counts()) == sorted(case for case, _, _ in CASES)
 
 
 def test_backward_calls_pair_in_order_not_reversed(tmp_path):

@@ -53,7 +53,7 @@ def test_step_folder_with_proc_dirs(tmp_path):
     for side in ("target", "golden"):
         shutil.copytree(FIXTURES / "stats_mix_step0" / side, tmp_path / side / "proc42")
     assert run_cli(["compare", "-tp", tmp_path / "target", "-gp", tmp_path / "golden", "-o", tmp_path / "o", "-da"]) == 0
-    assert analysis(tmp_path / "o")["rank_0"][0]["op_name"] == "Functional.linear.2.forward"
+    assert analysis(tmp_path / "o")["proc42"][0]["op_name"] == "Functional.linear.2.forward"
     assert analysis(tmp_path / "o")["dtype_aware"]["op_name"] is None
 
 
@@ -89,3 +89,25 @@ def test_identical_dumps_have_no_divergence(tmp_path, capsys):
     assert run_cli(["compare", "-tp", target, "-gp", target, "-o", tmp_path, "-da"]) == 0
     assert not list(tmp_path.glob("diff_analyze_*.json"))
     assert "No divergence found" in capsys.readouterr().out
+
+
+def test_a_single_process_folder_is_named_alike_in_the_console_the_files_and_the_api(tmp_path, capsys):
+    """A step folder of one proc<pid> folder: the console, the table's name, diff_analyze_*.json and the Python
+    API all call the process proc<pid>."""
+    import msprobe
+
+    for side, pid in (("target", 7437), ("golden", 7501)):
+        folder = tmp_path / side / "step0" / f"proc{pid}"
+        folder.mkdir(parents=True)
+        shutil.copy(FIXTURES / "stats_L1_step0" / side / "dump.json", folder)
+    target, golden = tmp_path / "target" / "step0", tmp_path / "golden" / "step0"
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "out", "-da"]) == 0
+    console = capsys.readouterr().out
+    assert "Divergence starts on proc7437 at Functional.linear.2.forward" in console
+    only_file(tmp_path / "out", "compare_result_proc7437_*.json")
+    result = analysis(tmp_path / "out")
+    assert list(result) == ["proc7437", "dtype_aware"]
+    assert result["proc7437"][0]["op_name"] == "Functional.linear.2.forward"
+    found = msprobe.diff_analyze(target, golden)
+    assert list(found.record) == ["proc7437", "dtype_aware"] and found.ops[0].label == "proc7437"
+    assert found.lines[0].startswith("Divergence starts on proc7437 at ")

@@ -1,8 +1,11 @@
-"""Fuzzy matching (-fm, DECISIONS 10) in every mode, and debug.json (single-point save) pairs."""
+"""Fuzzy matching (-fm) in every mode, and debug.json (single-point save) pairs."""
 
 from __future__ import annotations
 
 import json
+import re
+
+from docs_text import DOCS, log_lines, missing_lines
 
 from conftest import FIXTURES, fixture_pair, only_file, read_csv, run_cli
 from test_conformance import reference_view
@@ -72,11 +75,17 @@ def debug_dump(path, value):
     return path / "debug.json"
 
 
-def test_debug_json_pair_and_step_folder(tmp_path):
+def test_debug_json_pair_and_step_folder(tmp_path, capsys):
     target, golden = debug_dump(tmp_path / "t" / "rank0", 2.0), debug_dump(tmp_path / "g" / "rank0", 1.0)
     assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "o1", "--csv", "-c"]) == 0
     table = read_csv(only_file(tmp_path / "o1", "debug_compare_result_*.csv"))
     assert [r[0] for r in table[1:]] == ["x2.0.debug", "x2_grad.0.debug", "loss.0.debug.0", "loss.0.debug.1"]
     assert table[1][table[0].index("Max diff")] == "1.0"
+    # the example of docs/compare.md §10 is this run: its log line and its table
+    section = (DOCS / "compare.md").read_text(encoding="utf-8").split("## 10. debug.json", 1)[1].split("\n## ", 1)[0]
+    assert missing_lines(log_lines(section), capsys.readouterr().out) == []
+    columns = [table[0].index(c) for c in ("NPU Name", "Bench Name", "Max diff", "Result", "Err_message")]
+    quoted = re.findall(r"^\| `(\S+)` \| `(\S+)` \| `(\S+)` \| (\w+) \| `(\S+)` \|$", section, re.M)
+    assert quoted == [tuple(row[c] for c in columns) for row in table[1:]]
     assert run_cli(["compare", "-tp", tmp_path / "t", "-gp", tmp_path / "g", "-o", tmp_path / "o2", "--csv"]) == 0
     only_file(tmp_path / "o2", "debug_compare_result_rank0_*.csv")

@@ -1,6 +1,6 @@
 """Our .vis and .vis.db files loaded through tb-graph-ascend's own Python services (the code TensorBoard runs):
 nodes, hierarchy, precision colours and stacks must come through. Skipped when the plugin is not installed
-(`pip install tb-graph-ascend==8.3.2 tensorboard`)."""
+(`pip install "msprobe-toolkit[tensorboard]"`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ try:
     from server.app.utils.global_state import GraphState
 except Exception as exc:  # noqa: BLE001 - any import failure means: no usable plugin
     pytest.skip(f"tb-graph-ascend is not importable ({type(exc).__name__}: {exc}); "
-                "pip install tb-graph-ascend==8.3.2 tensorboard", allow_module_level=True)
+                'pip install "msprobe-toolkit[tensorboard]"', allow_module_level=True)
 
 STATS = FIXTURES / "stats_mix_step0"
 

@@ -6,7 +6,7 @@ the plugin's web components (inside shadow roots and the plugin's iframe) have d
 the node names on screen, the fill colour of every drawn NPU node against the colour our file's precision index
 and `Colors` give it, expands the worst top-level module by a real double click, and saves a screenshot to
 $MSPROBE_ARTIFACTS (CI artefacts) or the test's tmp_path. Skipped when chromium, tensorboard or tb-graph-ascend
-is missing (`pip install tb-graph-ascend==8.3.2 tensorboard`; `apt-get install chromium`)."""
+is missing (`pip install "msprobe-toolkit[tensorboard]"`; `apt-get install chromium`)."""
 
 from __future__ import annotations
 
@@ -66,14 +66,14 @@ def _missing() -> str | None:
     try:
         import tensorboard  # noqa: F401
     except ImportError:
-        return "tensorboard is not installed (pip install tb-graph-ascend==8.3.2 tensorboard)"
+        return 'tensorboard is not installed (pip install "msprobe-toolkit[tensorboard]")'
     if not any(ep.name == "graph_ascend" for ep in entry_points(group="tensorboard_plugins")):
-        return "the tb-graph-ascend TensorBoard plugin is not installed (pip install tb-graph-ascend==8.3.2)"
+        return "the tb-graph-ascend TensorBoard plugin is not installed (pip install \"msprobe-toolkit[tensorboard]\")"
     return None
 
 
 MISSING = _missing()
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+pytestmark = [pytest.mark.skipif(MISSING is not None, reason=str(MISSING)), pytest.mark.slow]
 
 
 def _free_port() -> int:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import csv
+import re
 import shutil
 import zipfile
 
 import openpyxl
 import pytest
+from docs_text import DOCS, blocks_after
 
 from msprobe.table import readers
 
@@ -39,6 +42,7 @@ def test_reference_results_merge_into_the_reference_workbook(config, reference, 
     assert_same_workbook(only_file(tmp_path, "multi_ranks_compare_merge_*.xlsx"), MERGE / "reference" / reference)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["--csv", "--xlsx"])
 def test_our_compare_results_merge_the_same(fmt, multirank_step0, tmp_path):
     target, golden = multirank_step0
@@ -48,7 +52,7 @@ def test_our_compare_results_merge_the_same(fmt, multirank_step0, tmp_path):
     assert_same_workbook(only_file(tmp_path / "out", "*.xlsx"), MERGE / "reference" / "merge_all_index.xlsx")
 
 
-def test_consistency_sheet_names_the_rank_whose_collective_output_differs(multirank_step0, tmp_path):
+def test_consistency_sheet_names_the_rank_whose_collective_output_differs(multirank_step0, tmp_path, capsys):
     target, golden = multirank_step0
     assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "cmp", "--csv", "-c"]) == 0
     victim = only_file(tmp_path / "cmp", "compare_result_rank2_*.csv")
@@ -69,6 +73,13 @@ def test_consistency_sheet_names_the_rank_whose_collective_output_differs(multir
     assert sum(1 for r in rows.values() if r[3] is False) == 1
     red = [row[0].fill.fgColor.rgb for row in sheet.iter_rows(min_row=2) if row[0].value == name]
     assert red == ["FFFF0000"]
+    # the example of docs/merge_result.md is this run: its log and its two rows
+    doc = DOCS / "merge_result.md"
+    (ending,) = re.findall(r"The log ends with\s+`([^`]+)`", doc.read_text(encoding="utf-8"))
+    assert ending in capsys.readouterr().out
+    quoted = blocks_after(doc, "The log ends with")[0].replace("<- red", "").replace(",\n ", ", ")
+    quoted = [ast.literal_eval(line.strip()) for line in quoted.splitlines() if line.strip()]
+    assert quoted == [rows[name], rows["Distributed.all_reduce.1.forward.output.0"]]
 
 
 def test_group_rows_show_the_group(tmp_path):
@@ -182,6 +193,7 @@ def test_each_rank_is_checked_within_its_own_group(tmp_path):
     assert rows[1][4] in ("rank2", "rank3")
 
 
+@pytest.mark.slow
 def test_results_resaved_with_coloured_rich_text_merge_the_same(tmp_path):
     """Issue 18: a result re-saved by openpyxl with coloured rich text (`<color>` inside the cells) lost 116 of
     239 rows; names and messages coloured in every other row must change nothing."""
@@ -316,3 +328,34 @@ def test_a_csv_cell_longer_than_the_csv_field_limit_is_read(tmp_path):
     assert run_cli(["merge_result", "-i", folder, "-o", tmp_path / "out", "-config", tmp_path / "cfg.yaml"]) == 0
     sheet = openpyxl.load_workbook(only_file(tmp_path / "out", "*.xlsx"))["Max diff"]
     assert [c.value for c in sheet[2]] == ["Distributed.all_reduce.0.forward.output.0", 0.5, 0.5]
+
+
+def test_single_process_results_are_merged_by_their_proc_folder(tmp_path, capsys):
+    """compare of a step folder of one proc<pid> folder writes compare_result_proc<pid>_<ts>: merge_result takes it
+    (a column per process, after the ranks); one such result alone has nothing to merge it with."""
+    for pid, step in ((4242, 0), (97, 1)):
+        for side, folder_pid in (("target", pid), ("golden", pid + 1)):
+            folder = tmp_path / f"run{pid}" / side / "step0" / f"proc{folder_pid}"
+            folder.mkdir(parents=True)
+            shutil.copy(FIXTURES / f"stats_L1_step{step}" / side / "dump.json", folder)
+        assert run_cli(["compare", "-tp", tmp_path / f"run{pid}" / "target" / "step0", "-gp",
+                        tmp_path / f"run{pid}" / "golden" / "step0", "-o", tmp_path / "cmp", "--csv", "-c"]) == 0
+    (first,) = (tmp_path / "cmp").glob("compare_result_proc4242_*.csv")
+    (tmp_path / "cfg.yaml").write_text("api: [Functional.linear]\ncompare_index: [Max diff]\n")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(first, alone)
+    capsys.readouterr()
+    assert run_cli(["merge_result", "-i", alone, "-o", tmp_path / "out1", "-config", tmp_path / "cfg.yaml"]) == 1
+    assert "Number of compare result is no more than 1" in capsys.readouterr().err
+    shutil.copy(next(copy_results(tmp_path, (3,)).glob("*.xlsx")), tmp_path / "cmp")
+    assert run_cli(["merge_result", "-i", tmp_path / "cmp", "-o", tmp_path / "out", "-config",
+                    tmp_path / "cfg.yaml"]) == 0
+    assert "Merging 3 compare results (rank3, proc97, proc4242)." in capsys.readouterr().out
+    book = openpyxl.load_workbook(only_file(tmp_path / "out", "*.xlsx"))
+    rows = list(book["Max diff"].iter_rows(values_only=True))
+    assert rows[0] == ("NPU Name", "rank3", "proc97", "proc4242")
+    table = read_csv(first)
+    linear = {row[0]: row[table[0].index("Max diff")] for row in table[1:] if row[0].startswith("Functional.linear.")}
+    merged = {row[0]: row[3] for row in rows[1:] if row[3] is not None}
+    assert merged.keys() == linear.keys() and all(float(merged[n]) == float(linear[n]) for n in linear)

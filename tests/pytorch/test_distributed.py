@@ -39,6 +39,7 @@ def _worker(rank: int, world: int, port: int, dump_path: str) -> None:
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+@pytest.mark.slow
 def test_collectives_are_dumped_per_rank(tmp_path):
     import torch.multiprocessing as mp
 

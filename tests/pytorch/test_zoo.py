@@ -127,6 +127,7 @@ def test_compiled_module_is_left_alone_and_traced_the_same(tmp_path, msprobe_rec
     assert count_records(msprobe_records, "runs under torch.compile") == 3   # once per debugger
 
 
+@pytest.mark.slow
 def test_compiled_module_with_inductor_trains_identically(tmp_path):
     if shutil.which("gcc") is None and shutil.which("cc") is None:
         pytest.skip("no C compiler (gcc/cc) for inductor's CPU code")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -23,7 +24,7 @@ from msprobe.report.html import (
 
 from conftest import FIXTURES, fixture_pair, only_file, read_csv, run_cli
 
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+ARTIFACTS = Path(os.environ.get("MSPROBE_ARTIFACTS") or Path(__file__).resolve().parents[1] / "artifacts")
 DATA_BLOCK = re.compile(r'<script type="application/json" id="msprobe-data">(.*?)</script>', re.S)
 
 
@@ -133,7 +134,7 @@ def test_index_page_links_every_rank_with_counts(tmp_path):
                                                    "compare_result_rank1_20250101000000.html"]
     assert '<tr class="error"><td><a href="compare_result_rank1_20250101000000.html">rank1</a>' in text
     assert '<td class="num err">3</td><td>Functional.linear.0.forward.output.0 <span class="muted">(row 4)' in text
-    assert "1 of 2 compared pairs have errors (3 error rows)." in text
+    assert "1 of 2 compared pairs has errors (3 error rows)." in text
     assert write_index([CompareSummary(label="", mode="md5")], str(tmp_path), "x") is None
 
 
@@ -351,5 +352,89 @@ def test_noise_rows_are_marked_on_the_page(tmp_path):
         assert browser.evaluate("window.msprobeReport.noiseRows()") == noise
         legend = browser.evaluate("document.querySelector('.legend').textContent")
         assert "below the noise floor" in legend
+    finally:
+        browser.close()
+
+
+# What a person sees on the page, measured in the browser: the labels of the marked rows lie above the plot and cover
+# no point; the y axis names its metric and unit and its ticks differ; "(row N)" in a summary card is never broken.
+SEEN = """(function () {
+  var R = window.msprobeReport, L = R.chartLayout(), box = document.getElementById('chart').getBoundingClientRect();
+  var covered = [];
+  for (var r = 0; r < R.rows; r++) {
+    var p = R.pointAt(r), x = p.x - box.left, y = p.y - box.top;
+    if (!isFinite(y)) continue;
+    L.labels.forEach(function (l) {
+      if (x >= l.x - 3 && x <= l.x + l.w + 3 && y >= l.y - 3 && y <= l.y + l.h + 3) covered.push([l.text, r]);
+    });
+  }
+  var refs = Array.from(document.querySelectorAll('.card.wide .rowref'));
+  return { layout: L, covered: covered, rowrefs: refs.map(function (e) { return [e.textContent, e.getClientRects().length]; }),
+           title: document.querySelector('h1').textContent };
+})()"""
+
+
+def _look_at(browser, page, shot: str, widths=(1400, 900)) -> dict:
+    """Open a report page at each window width, check what a person would see, keep a screenshot of each."""
+    seen = None
+    for width in widths:
+        browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 1000, "deviceScaleFactor": 1,
+                                                           "mobile": False})
+        browser.open(str(page))
+        browser.wait_for("document.documentElement.getAttribute('data-ready') === '1'", timeout=15)
+        seen = browser.evaluate(SEEN)
+        layout = seen["layout"]
+        assert seen["covered"] == [], f"labels over points at width {width}"
+        assert all(label["y"] + label["h"] <= layout["plotTop"] for label in layout["labels"])
+        assert len(set(layout["ticks"])) == 5, layout["ticks"]          # five ticks, no two alike
+        assert seen["rowrefs"] and all(re.fullmatch(r"\(row \d+\)", text) and lines == 1
+                                       for text, lines in seen["rowrefs"]), seen["rowrefs"]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        assert Path(browser.screenshot(str(ARTIFACTS / f"{shot}_{width}.png"))).stat().st_size > 10000
+    return seen
+
+
+def test_report_pages_read_as_a_person_reads_them(tmp_path):
+    """The cross-framework page (two marked rows, percent metric on a log scale, long names in the summary cards)
+    and the index of a single pair. The MindSpore run is made wrong at its first GELU (the twins agree otherwise:
+    no culprit, nothing marked), so the page marks the culprit and the first introduced row."""
+    out = tmp_path / "cross"
+    ms = json.loads((FIXTURES / "cross" / "ms_mix" / "dump.json").read_text())
+    ms["data"]["Functional.gelu.0.forward"]["output"][0]["Max"] *= 1.5
+    (tmp_path / "ms_mix").mkdir()
+    (tmp_path / "ms_mix" / "dump.json").write_text(json.dumps(ms))
+    assert run_cli(["compare", "-tp", tmp_path / "ms_mix" / "dump.json", "-gp",
+                    FIXTURES / "cross" / "pt_mix" / "dump.json", "-o", out, "--csv", "--html", "-c"]) == 0
+    target, golden = fixture_pair("stats_mix_step0")
+    for side, dump in (("t", target), ("g", golden)):
+        (tmp_path / side / "step0" / "rank0").mkdir(parents=True)
+        for name in ("dump.json", "stack.json", "construct.json"):
+            (tmp_path / side / "step0" / "rank0" / name).write_bytes((Path(dump).parent / name).read_bytes())
+    assert run_cli(["compare", "-tp", tmp_path / "t" / "step0", "-gp", tmp_path / "g" / "step0", "-o",
+                    tmp_path / "one", "--csv", "--html", "-c"]) == 0
+    browser = open_browser()
+    try:
+        seen = _look_at(browser, only_file(out, "compare_result_*.html"), "report_cross_mix")
+        layout = seen["layout"]
+        assert [label["text"].split(":")[0] for label in layout["labels"]] == ["culprit", "first introduced"]
+        assert layout["yTitle"].startswith("NormRelativeErr (%)")
+        assert all(tick.endswith("%") for tick in layout["ticks"])
+        browser.open(str(only_file(tmp_path / "one", "index_*.html")))
+        assert browser.evaluate("document.querySelector('h1').textContent") == "msprobe compare: 1 result"
+        assert browser.evaluate("document.querySelector('p').textContent") == \
+            "The compared pair has errors (6 error rows)."
+        browser.screenshot(str(ARTIFACTS / "report_index_one.png"))
+    finally:
+        browser.close()
+
+
+def test_the_cosine_chart_keeps_its_label_off_the_points(tensor_mix, tmp_path):
+    """Tensor mode: cosines near 1 lie at the top of the plot, where the culprit's label used to be."""
+    target, golden = tensor_mix
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path, "--csv", "--html", "-c"]) == 0
+    browser = open_browser()
+    try:
+        seen = _look_at(browser, only_file(tmp_path, "compare_result_*.html"), "report_tensor_cosine")
+        assert seen["layout"]["yTitle"] == "Cosine" and seen["layout"]["labels"][0]["text"].startswith("culprit")
     finally:
         browser.close()

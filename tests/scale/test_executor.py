@@ -134,7 +134,7 @@ def test_ray_backend_without_ray_says_how_to_install(ranks, tmp_path, capsys, mo
                     ["multi_acc_check", "-api_info", target / "rank0" / "dump.json", "-d", "0", "1"]):
         assert run_cli([*command, "-o", tmp_path / "o", "--backend", "ray"]) == 1
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and 'pip install "msprobe[ray]"' in err, err
+        assert err.count("\n") == 1 and 'pip install "msprobe-toolkit[ray]"' in err, err
     assert not (tmp_path / "o").exists() or not list((tmp_path / "o").glob("*.*"))
 
 

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "msprobe[ray]"): Ray backend tests skipped')
+ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "msprobe-toolkit[ray]"): Ray backend tests skipped')
 
 from dying_workers import compare_or_die_once  # noqa: E402
 from scale_data import make_ranks, result_files  # noqa: E402
+
+pytestmark = pytest.mark.slow       # a local Ray instance per module
 
 from msprobe.compare.batch import run_batch  # noqa: E402
 from msprobe.compare.pipeline import CompareOptions, CompareSummary  # noqa: E402

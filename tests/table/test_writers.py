@@ -239,6 +239,7 @@ def _fills(path) -> set:
             if row[0].fill.fill_type == "solid"}
 
 
+@pytest.mark.slow
 def test_every_workbook_the_project_writes_opens_in_openpyxl(tmp_path, multirank_step0):
     """compare, kernel compare (--rank/--step: its fills were '#FF0000', which openpyxl refuses) and merge_result
     write workbooks that openpyxl opens, with their aRGB fills."""

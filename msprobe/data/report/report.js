@@ -94,10 +94,21 @@
     card('sum-pass', 'pass', String(counts.pass || 0), 'pass'),
     card('sum-warning', 'warning', String(counts.warning || 0), 'warning'),
     card('sum-error', 'error', String(counts.error || 0), 'error'));
+  // a name and its row in a wide card: the name may wrap after a dot, "(row N)" stays on one line
+  function rowLink(name, row) {
+    var link = el('span', 'link');
+    String(name).split('.').forEach(function (part, i, parts) {
+      link.appendChild(document.createTextNode(part + (i < parts.length - 1 ? '.' : '')));
+      if (i < parts.length - 1) link.appendChild(el('wbr'));
+    });
+    link.appendChild(document.createTextNode('  '));
+    link.appendChild(el('span', 'rowref', '(row ' + row + ')'));
+    return link;
+  }
   var firstBox = card('sum-first', 'culprit (the advisor\'s: first row of the highest verdict level)', '', 'wide');
   var firstV = firstBox.querySelector('.v');
   if (S.first_error) {
-    var link = el('span', 'link', S.first_error + '  (row ' + S.first_error_row + ')');
+    var link = rowLink(S.first_error, S.first_error_row);
     link.addEventListener('click', function () { goToRow(firstError); });
     firstV.appendChild(link);
   } else {
@@ -108,7 +119,7 @@
     var introBox = card('sum-introduced', 'first introduced error (not explained by inputs or dtypes)', '', 'wide');
     var introV = introBox.querySelector('.v');
     if (firstIntroduced >= 0) {
-      var introLink = el('span', 'link', (NAME >= 0 ? text(firstIntroduced, NAME) : '') + '  (row ' + (firstIntroduced + 1) + ')');
+      var introLink = rowLink(NAME >= 0 ? text(firstIntroduced, NAME) : '', firstIntroduced + 1);
       introLink.addEventListener('click', function () { goToRow(firstIntroduced); });
       introV.appendChild(introLink);
     } else {
@@ -148,7 +159,11 @@
   var hover = el('div', 'muted'); hover.id = 'hover';
   add(chartSec, bar, canvas, hover);
   body.appendChild(chartSec);
-  var M = { l: 64, r: 12, t: 12, b: 22 }, chartVals = null, chartLog = false, yMin = 0, yMax = 1, cssW = 0, cssH = 0;
+  // the plot lies below a band that holds one label line per marked row (first divergence, first introduced), so
+  // no label covers a point; the left margin holds the tick labels and the axis title (metric and unit)
+  var LABEL_LINE = 14, marks = (firstError >= 0 ? 1 : 0) + (firstIntroduced >= 0 ? 1 : 0);
+  var M = { l: 84, r: 12, t: 12 + marks * LABEL_LINE, b: 22 }, chartVals = null, chartLog = false, yMin = 0, yMax = 1,
+    cssW = 0, cssH = 0, chartInfo = null;
 
   function metricValues(name) {
     var out = new Float64Array(N), col = colIndex(name);
@@ -184,12 +199,17 @@
     g.clearRect(0, 0, cssW, cssH);
     g.font = '11px system-ui, sans-serif'; g.fillStyle = '#6b7380'; g.strokeStyle = '#dde2ea';
     g.textAlign = 'right'; g.textBaseline = 'middle';
+    var unit = D.pct[colIndex(name)] ? '%' : '', ticks = tickLabels(chartLog, unit);
+    var yTitle = name + (unit ? ' (' + unit + ')' : '');       // ", log scale" when it fits beside the plot
+    if (chartLog && g.measureText(yTitle + ', log scale').width <= cssH - M.t - M.b) yTitle += ', log scale';
+    chartInfo = { plotTop: M.t, plotBottom: cssH - M.b, plotLeft: M.l, ticks: ticks, labels: [], yTitle: yTitle };
     for (var k = 0; k <= 4; k++) {
-      var yv = yMin + (yMax - yMin) * k / 4, yp = M.t + (1 - k / 4) * (cssH - M.t - M.b);
+      var yp = M.t + (1 - k / 4) * (cssH - M.t - M.b);
       g.beginPath(); g.moveTo(M.l, yp); g.lineTo(cssW - M.r, yp); g.stroke();
-      var label = Number((chartLog ? Math.pow(10, yv) : yv).toPrecision(chartLog ? 2 : 4)).toString();
-      g.fillText(label + (D.pct[colIndex(name)] && !chartLog ? '%' : ''), M.l - 4, yp);
+      g.fillText(ticks[k], M.l - 4, yp);
     }
+    g.save(); g.translate(11, M.t + (cssH - M.t - M.b) / 2); g.rotate(-Math.PI / 2);
+    g.textAlign = 'center'; g.textBaseline = 'middle'; g.fillText(chartInfo.yTitle, 0, 0); g.restore();
     g.textAlign = 'center'; g.textBaseline = 'top';
     for (var q = 0; q <= 4; q++) {
       var rr = Math.round((N - 1) * q / 4);
@@ -235,20 +255,37 @@
       if (!isFinite(chartVals[rz])) continue;
       g.beginPath(); g.arc(Math.round(xOf(rz)), Math.round(yOf(chartVals[rz])), 5, 0, 2 * Math.PI); g.stroke();
     }
+    var line = 0;
+    if (firstError >= 0) markRow(g, firstError, '#d93025', [4, 3], 'culprit: ' + (S.first_error || ''), line++);
     if (firstIntroduced >= 0) {
-      var xq = xOf(firstIntroduced);
-      g.strokeStyle = '#8e24aa'; g.setLineDash([2, 2]); g.lineWidth = 1.5;
-      g.beginPath(); g.moveTo(xq, M.t); g.lineTo(xq, cssH - M.b); g.stroke(); g.setLineDash([]);
-      g.fillStyle = '#8e24aa'; g.textAlign = xq > cssW * 0.6 ? 'right' : 'left'; g.textBaseline = 'top';
-      g.fillText(' first introduced: ' + (NAME >= 0 ? text(firstIntroduced, NAME) : '') + ' ', xq, M.t + 14);
+      markRow(g, firstIntroduced, '#8e24aa', [2, 2],
+        'first introduced: ' + (NAME >= 0 ? text(firstIntroduced, NAME) : ''), line++);
     }
-    if (firstError >= 0) {
-      var xf = xOf(firstError);
-      g.strokeStyle = '#d93025'; g.setLineDash([4, 3]); g.lineWidth = 1.5;
-      g.beginPath(); g.moveTo(xf, M.t); g.lineTo(xf, cssH - M.b); g.stroke(); g.setLineDash([]);
-      g.fillStyle = '#d93025'; g.textAlign = xf > cssW * 0.6 ? 'right' : 'left'; g.textBaseline = 'top';
-      g.fillText(' culprit: ' + (S.first_error || '') + ' ', xf, M.t);
+  }
+  // five tick labels from the bottom, with as many digits as it takes to tell them apart, and the unit
+  function tickLabels(log, unit) {
+    var values = [];
+    for (var k = 0; k <= 4; k++) {
+      var yv = yMin + (yMax - yMin) * k / 4;
+      values.push(log ? Math.pow(10, yv) : yv);
     }
+    var labels = [];
+    for (var digits = log ? 2 : 4; digits <= 15; digits++) {
+      labels = values.map(function (v) { return Number(v.toPrecision(digits)).toString() + unit; });
+      if (labels.every(function (x, i) { return i === 0 || x !== labels[i - 1]; })) break;
+    }
+    return labels;
+  }
+  // a marked row: a dashed line through the plot and its label on line `line` of the band above the plot
+  function markRow(g, row, color, dash, label, line) {
+    var x = xOf(row), y = 2 + line * LABEL_LINE, right = x > cssW * 0.6;
+    g.strokeStyle = color; g.setLineDash(dash); g.lineWidth = 1.5;
+    g.beginPath(); g.moveTo(x, y + LABEL_LINE - 2); g.lineTo(x, cssH - M.b); g.stroke(); g.setLineDash([]);
+    g.textAlign = right ? 'right' : 'left'; g.textBaseline = 'top';
+    var shown = ' ' + label + ' ', width = g.measureText(shown).width, left = right ? x - width : x;
+    g.fillStyle = '#fff'; g.fillRect(left, y - 1, width, LABEL_LINE - 1);   // over an earlier mark's line
+    g.fillStyle = color; g.fillText(shown, x, y);
+    chartInfo.labels.push({ text: label, x: left, y: y, w: width, h: 11 });
   }
   function nearestPoint(cx, cy) {
     if (!chartVals || !N) return -1;
@@ -528,6 +565,7 @@
     rows: N, columns: C, text: text, goToRow: goToRow, pointAt: pointAt,
     introducedRows: function () { return introduced.slice(); },
     noiseRows: function () { return noise.slice(); },
+    chartLayout: function () { return chartInfo; },
     firstPoint: function () { for (var r = 0; r < N; r++) if (isFinite(chartVals[r])) return r; return -1; },
     view: function () { return Array.prototype.slice.call(view); },
     selected: function () { return selected; },
