@@ -106,8 +106,11 @@ def test_a_single_process_folder_is_named_alike_in_the_console_the_files_and_the
     assert "Divergence starts on proc7437 at Functional.linear.2.forward" in console
     only_file(tmp_path / "out", "compare_result_proc7437_*.json")
     result = analysis(tmp_path / "out")
-    assert list(result) == ["proc7437", "dtype_aware"]
+    assert list(result) == ["proc7437", "dtype_aware", "culprit"]
     assert result["proc7437"][0]["op_name"] == "Functional.linear.2.forward"
+    # a proc<pid> folder is no rank: the next dump selects every rank
+    assert result["culprit"]["rank"] == 0 and json.loads(only_file(tmp_path / "out", "next_dump_*.json").read_text())[
+        "rank"] == []
     found = msprobe.diff_analyze(target, golden)
-    assert list(found.record) == ["proc7437", "dtype_aware"] and found.ops[0].label == "proc7437"
+    assert list(found.record) == ["proc7437", "dtype_aware", "culprit"] and found.ops[0].label == "proc7437"
     assert found.lines[0].startswith("Divergence starts on proc7437 at ")
