@@ -230,6 +230,7 @@ def _noise(t_norm, g_norm, data, names, tensor, matched, out, inputs, equal, sta
                  & (reference_t > 0) & (reference_g > 0)
                  & (np.abs(g_norm) <= NOISE_UNITS * eps_g * reference_g)
                  & (np.abs(t_norm) <= NOISE_UNITS * eps_t * reference_t))
+
     def neighbour(row: int) -> str:
         k = int(np.searchsorted(starts, row, "right")) - 1
         start, stop = int(starts[k]), int(starts[k] + lengths[k])
