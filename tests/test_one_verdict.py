@@ -41,6 +41,7 @@ def views(capsys, target: Path, golden: Path, out: Path, options=(), graph=True)
     found["da"] = analysis["culprit"]["op_name"]
     found["da_aware"] = analysis["dtype_aware"]["op_name"]
     found["da_line"] = next(x for x in text.splitlines() if "Culprit" in x)
+    found["da_origin"] = next(x for x in text.splitlines() if "Divergence starts" in x)
     if graph:
         text = console(capsys, ["graph", "-tp", target, "-gp", golden, "-o", out / "graph", *options])
         vis = json.loads(only_file(out / "graph", "*.vis").read_text())
@@ -146,5 +147,10 @@ def test_twin_runs_of_two_frameworks_raise_no_alarm(level, options, tmp_path, ca
     assert not [r[0] for r in rows[1:] if r[header.index("Result")] == "error"]
     assert found["advisor"] == "NA" and found["summary"] is None
     assert found["da"] is None and found["da_aware"] is None
+    # -da says by how much the runs part, in real magnitudes (4.2e-07 on the mix dumps, not 0.0000%)
+    magnitude = re.search(r"max relative error of its outputs (\S+);", found["da_origin"])
+    assert magnitude and "%" not in magnitude.group(1) and 0 < float(magnitude.group(1)) < 0.01, found["da_origin"]
+    if level == "mix":
+        assert abs(float(magnitude.group(1)) - 4.2e-07) < 1e-08
     if graph:
         assert max(v for v in found["index"].values() if v is not None) < 0.6
