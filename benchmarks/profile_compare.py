@@ -68,6 +68,8 @@ def install(trace: bool) -> None:
         (pipeline, "stack_column", "  stack_column"),
         (pipeline, "measure_tensors", "  measure_tensors"),
         (pipeline, "judge", "judge (rules)"),
+        (pipeline, "error_origin_column", "error_origin_column"),
+        (pipeline, "judge_table", "judge_table (verdict: rules, Error_Origin, notes, culprit)"),
         (pipeline, "advise", "advise"),
         (pipeline, "write_table", "write_table"),
         (csv_writer, "table_texts", "  table_texts (cell_text of every cell)"),

@@ -193,16 +193,16 @@ def _data_frame(columns: Sequence[str], cells: dict, metrics: frozenset) -> pand
 
 @dataclass(frozen=True)
 class Summary:
-    """Counts per verdict and the first error of a compare (summed over the pairs of a folder)."""
+    """Counts per verdict and the culprit of a compare (summed over the pairs of a folder)."""
 
     mode: str                            # statistics | md5 | tensor
     rows: int
     matched: int                         # rows with a golden partner
     counts: dict                         # verdict -> rows: {"pass": n, "warning": n, "error": n}
-    first_error: str | None = None       # NPU Name of the first error row in execution order (the advisor's)
+    first_error: str | None = None       # NPU Name of the culprit row (the advisor's: docs/compare.md §7)
     first_error_row: int | None = None   # its 1-based data row in its table (the advisor file's `Line`)
     first_error_rank: str | None = None  # folders: the pair (e.g. rank1) whose table holds it
-    advice: str | None = None            # the advisor's reading of the first error
+    advice: str | None = None            # the advisor's reading of the culprit
     tensor_problems: int = 0             # tensor pairs that could not be compared (see Err_message)
 
     def __str__(self) -> str:
@@ -210,7 +210,7 @@ class Summary:
         line = f"{self.rows} rows ({self.matched} matched): {counts}"
         if self.first_error is not None:
             where = f"{self.first_error_rank}, " if self.first_error_rank else ""
-            line += f"; first error: {self.first_error} ({where}row {self.first_error_row})"
+            line += f"; culprit: {self.first_error} ({where}row {self.first_error_row})"
         return line
 
 
@@ -558,6 +558,8 @@ class DiffAnalysis:
     lines: tuple[str, ...]           # the console answer of -da
     record: dict                     # the content of diff_analyze_*.json ({} when nothing diverges)
     dtype_aware: dict | None = None  # the first divergence the dtypes do not explain, when the analysis gives one
+    culprit: dict | None = None      # the compare's culprit (the advisor's): op_name None when no op makes one
+    next_dump: dict | None = None    # the collector configuration of the next dump (-da writes it as next_dump_*.json)
     step: str = ""
     failures: dict = field(default_factory=dict)   # label -> reason, for ranks that could not be analysed
     steps: dict = field(default_factory=dict)      # step -> DiffAnalysis, for a dump root of several steps
@@ -574,6 +576,7 @@ def _divergent_op(digest, node, role: str) -> DivergentOp:
 
 def _analysis_of(step: str, finding, failures: dict) -> DiffAnalysis:
     from msprobe.compare.diff_analyze import analysis_record, describe
+    from msprobe.compare.next_dump import config
 
     ops: list = []
     for digest in finding.origin:
@@ -587,9 +590,13 @@ def _analysis_of(step: str, finding, failures: dict) -> DiffAnalysis:
     record = analysis_record(finding) if finding.origin else {}
     dtype_aware = record.get("dtype_aware", getattr(finding, "dtype_aware", None))
     first = finding.origin[0] if finding.origin else None
+    culprit = record.get("culprit")
+    next_dump = finding.culprit.next_dump if finding.origin and finding.culprit is not None else None
     return DiffAnalysis(first.first.name if first else None, first.rank if first else None, tuple(ops),
                         tuple(d.rank for d in finding.clean), tuple(describe(finding)), record,
-                        dtype_aware if isinstance(dtype_aware, dict) else None, step, failures)
+                        dtype_aware if isinstance(dtype_aware, dict) else None,
+                        culprit if isinstance(culprit, dict) else None,
+                        config(next_dump) if next_dump is not None else None, step, failures)
 
 
 def diff_analyze(target: str | os.PathLike[str], golden: str | os.PathLike[str], *, fuzzy: bool = False,
@@ -624,7 +631,7 @@ def diff_analyze(target: str | os.PathLike[str], golden: str | os.PathLike[str],
         first = next((a for a in analyses.values() if a.op_name is not None), next(iter(analyses.values())))
         lines = tuple(line for step, found in analyses.items() for line in (f"{step}:", *found.lines))
         return DiffAnalysis(first.op_name, first.rank, first.ops, first.clean_ranks, lines, first.record,
-                            first.dtype_aware, first.step, first.failures, analyses)
+                            first.dtype_aware, first.culprit, first.next_dump, first.step, first.failures, analyses)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -126,8 +126,8 @@ def test_rows_summary_and_columns_of_one_pair():
     assert summary.mode == "statistics" and summary.rows == 1350 and summary.matched == 1350
     assert sum(summary.counts.values()) == 1350
     assert summary.counts["error"] == result.column("Result").count("error")
-    # the first error in execution order: the bf16 linear of blocks.0.mlp.fc1 (fixtures/README.md)
-    assert summary.first_error == "Functional.linear.2.forward.input.0"
+    # the culprit: the output of the bf16 linear of blocks.0.mlp.fc1, where the precision drops (fixtures/README.md)
+    assert summary.first_error == "Functional.linear.2.forward.output.0"
     assert result.rows[summary.first_error_row - 1]["NPU Name"] == summary.first_error
     assert result.rows[summary.first_error_row - 1]["Result"] == "error"
     assert "dtype" in summary.advice
@@ -275,7 +275,10 @@ def test_diff_analyze_matches_the_commands_file(tmp_path, multirank_step0):
     before = set(Path(tmp_path).rglob("*"))
     analysis = msprobe.diff_analyze(target, golden, jobs=2)
     assert set(Path(tmp_path).rglob("*")) == before          # nothing written
+    config = written["culprit"].pop("next_dump_config")          # the file -da wrote beside its analysis
     assert json.loads(json.dumps(analysis.record, default=str)) == written
+    assert analysis.next_dump == json.loads(Path(config).read_text())
+    assert analysis.culprit["op_name"] == "Functional.linear.2.forward" and analysis.culprit["rank"] == 1
     assert analysis.rank == 1 and analysis.ops[0].rank == 1 and analysis.ops[0].label == "rank1"
     received = [op for op in analysis.ops if op.role == "received through communication"]
     assert sorted(op.rank for op in received) == [0, 2, 3]

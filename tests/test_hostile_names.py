@@ -39,7 +39,7 @@ def test_console_summary_da_line_and_advisor_escape_control_characters(tmp_path,
     _assert_escaped(run.out + run.err)
     assert "Functional.add\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J\\x9b31m\\r\\u202e.0.forward" in run.out
     if not extra:
-        assert "first error: Functional.add\\x1b" in run.out            # the console summary's first error
+        assert "culprit: Functional.add\\x1b" in run.out                # the console summary's culprit
         advisor = next(out.glob("advisor_*.txt")).read_text(encoding="utf-8")
         _assert_escaped(advisor)
         assert "Suspect Nodes: Functional.add\\x1b]52" in advisor

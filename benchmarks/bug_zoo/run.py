@@ -154,7 +154,7 @@ def main() -> int:
     parser.add_argument("--modes", nargs="*", default=list(MODES))
     args = parser.parse_args()
     root = args.keep or tempfile.mkdtemp(prefix="bug_zoo_")
-    rows, score = [], {m: {"bug": [0, 0], "clean": [0, 0]} for m in args.modes}
+    rows, score = [], {m: {"bug": [0, 0], "clean": [0, 0], "culprit": [0, 0]} for m in args.modes}
     try:
         for family in args.families:
             cases = [("clean", None)] + [(bug[0], bug) for bug in BUGS[family]]
@@ -168,22 +168,27 @@ def main() -> int:
                                           os.path.join(case_dir, "da"))
                     aware = result.get("dtype_aware") or {}
                     named = aware.get("op_name")
+                    culprit = (result.get("culprit") or {}).get("op_name")
                     first = next((nodes[0]["op_name"] for key, nodes in result.items()
                                   if key.startswith("rank_") and nodes), None)
                     ok = named is None if bug is None else named == injected
                     score[mode]["clean" if bug is None else "bug"][0] += ok
                     score[mode]["clean" if bug is None else "bug"][1] += 1
+                    if bug is not None:
+                        score[mode]["culprit"][0] += culprit == injected
+                        score[mode]["culprit"][1] += 1
                     reference = ""
                     if args.reference:
                         reference = reference_answer(args.reference, dump_json(os.path.join(case_dir, "target")),
                                                      dump_json(golden), os.path.join(case_dir, "ref"))
                     rows.append((family, label, mode, injected or "-", named or "null", first or "-",
-                                 "yes" if ok else "NO", reference))
+                                 "yes" if ok else "NO", culprit or "null", reference))
                     print(" | ".join(str(c) for c in rows[-1]), flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
-    header = ["family", "bug", "mode", "injected op", "dtype_aware.op_name", "-da first divergence", "right"]
+    header = ["family", "bug", "mode", "injected op", "dtype_aware.op_name", "-da first divergence", "right",
+              "culprit (the advisor's)"]
     if args.reference:
         header.append("reference")
     print()
@@ -195,8 +200,10 @@ def main() -> int:
     for mode in args.modes:
         bug_ok, bug_all = score[mode]["bug"]
         clean_ok, clean_all = score[mode]["clean"]
+        culprit_ok, culprit_all = score[mode]["culprit"]
         print(f"{mode}: injected op named in {bug_ok}/{bug_all} bug cases ({bug_ok / max(bug_all, 1):.0%}); "
-              f"null in {clean_ok}/{clean_all} clean cases ({clean_ok / max(clean_all, 1):.0%})")
+              f"null in {clean_ok}/{clean_all} clean cases ({clean_ok / max(clean_all, 1):.0%}); the culprit "
+              f"(advisor, summary, -da) is the injected op in {culprit_ok}/{culprit_all}")
     return 0
 
 

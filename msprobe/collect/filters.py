@@ -1,16 +1,20 @@
-"""What a DumpConfig selects, framework-free: the entry filters `scope` and `list` and the `data_mode` parts.
-Added for the MindSpore collector (msprobe/mindspore); msprobe/pytorch/hooks.py has the same rules of its own."""
+"""What a DumpConfig selects, framework-free: the entry filters `scope` and `list` and the `data_mode` parts, one
+rule for every collector (msprobe.pytorch, msprobe.mindspore)."""
 
 from __future__ import annotations
 
 
-def selected(config, name: str, is_api: bool = True) -> bool:
-    """`scope`: some substring in the entry name; `list` (APIs only, not modules or cells): some substring."""
+def selected(config, name: str, enclosing=()) -> bool:
+    """Whether entry `name` (an API's or a module's/cell's full forward or backward name) is dumped: it holds one of
+    the `scope` substrings (when given) and one of the `list` substrings (when given) or, at level mix, is called
+    inside a module or cell (`enclosing`: the names of the module calls open around it) whose name holds one. This
+    is how the reference's collectors read `list`, and what `msprobe compare -da`'s next-dump config relies on: the
+    culprit API by its full names and its module by its prefix."""
     if config.scope and not any(s in name for s in config.scope):
         return False
-    if config.api_list and is_api and not any(s in name for s in config.api_list):
-        return False
-    return True
+    if not config.api_list or any(s in name for s in config.api_list):
+        return True
+    return config.level == "mix" and any(s in module for module in enclosing for s in config.api_list)
 
 
 def direction_ok(config, direction: str) -> bool:

@@ -1,12 +1,17 @@
-"""The advisor: name the first error row in execution order and its likely cause (DECISIONS 6)."""
+"""The advisor: name the culprit row (compare/verdict.py: the first row of the highest level, an error or a warning
+made at that op) and its likely cause (DECISIONS 6)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from msprobe.compare.verdict import MSG_HIDDEN_CAST, MSG_INTRODUCED, culprit_row
+
 _DETERMINISM_OPS = ("conv2d", "conv3d", "matmul", "nll_loss", "layer_norm", "lstm")
 
 ADVICE_OK = "All data in comparison result meets the accuracy requirements."
+ADVICE_ONLY_CARRIED = ("No op makes an error or a warning of its own: the {count} warning/error rows carry a "
+                       "difference from their inputs or lie within the dtypes' rounding.")
 ADVICE_NOTHING_MATCHED = ("No target item found a golden partner: check that both dumps come from the same model, "
                           "step and dump level, or try fuzzy matching (-fm) when call counts differ.")
 ADVICE_DTYPE = ("The two runs use different dtypes here (for example bfloat16 against float32): a cast in the "
@@ -31,6 +36,13 @@ ADVICE_PARAMETERS = ("The parameters differ: check weight loading and initialisa
 ADVICE_NAN = ("The target produced NaN or Inf where the golden did not: look for an overflow (float16/bfloat16 "
               "range), a division by zero or a log of zero in this op or just before it.")
 ADVICE_OTHER = "The values of this row differ beyond the thresholds; compare its inputs and outputs."
+ADVICE_HIDDEN_CAST = ("The module's inputs are identical but its output differs by the rounding of a lower precision: "
+                      "something inside it runs in bfloat16/float16 (autocast, a .to() or .half()). If intended, "
+                      "the difference is expected; otherwise find the cast inside the module (a mix-level dump "
+                      "shows its APIs).")
+ADVICE_INTRODUCED = ("The inputs of this op explain only a part of its output error: the op itself computes "
+                     "differently (a kernel, an argument, an implementation). Reproduce it alone with the dumped "
+                     "inputs (msprobe op_generate) or dump its real tensors.")
 
 
 ADVICE_INTRODUCED = ("First introduced error (Error_Origin, beyond what its inputs and the dtypes' precision "
@@ -42,8 +54,8 @@ ADVICE_NONE_INTRODUCED = ("Error_Origin: no row is introduced - every difference
 
 @dataclass(frozen=True)
 class Advice:
-    row: int | None     # 1-based data row of the table, None when every row passes
-    node: str           # item name, "NA" when every row passes
+    row: int | None     # 1-based data row of the culprit, None when there is none
+    node: str           # its item name, "NA" when there is none
     text: str
     judged: bool = False                # Error_Origin was judged (statistics and tensor modes)
     introduced_row: int | None = None   # 1-based row of the first `introduced` output
@@ -63,9 +75,9 @@ class Advice:
 
 
 def advise(names: list, states: list, results: list, messages: list, matched: int = 1,
-           origins: list | None = None) -> Advice:
-    """The first error row and its likely cause; with origins (the Error_Origin column), also the first
-    `introduced` row, and a note when the first error row's own error is only the dtype's rounding."""
+           origins: list | None = None, culprit: int | None = -1) -> Advice:
+    """The culprit row (given, or found from the cells: compare/verdict.culprit_row) and its likely cause; with
+    origins (the Error_Origin column), also the first `introduced` row."""
     extra: dict = {}
     if origins is not None:
         first = next((row for row, origin in enumerate(origins) if origin == "introduced"), None)
@@ -73,14 +85,18 @@ def advise(names: list, states: list, results: list, messages: list, matched: in
                  "introduced_node": "NA" if first is None else names[first]}
     if not matched:
         return Advice(None, "NA", ADVICE_NOTHING_MATCHED)
-    for row, result in enumerate(results):
-        if result == "error":
-            text = _advice_for(names[row], states[row], messages[row])
-            return Advice(row + 1, names[row], text, **extra)
-    return Advice(None, "NA", ADVICE_OK, **extra)
+    if culprit == -1:
+        culprit = culprit_row(states, results, messages, origins)
+    if culprit is not None:
+        text = _advice_for(names[culprit], states[culprit], messages[culprit])
+        return Advice(culprit + 1, names[culprit], text, **extra)
+    flagged = sum(1 for result in results if result in ("warning", "error"))
+    return Advice(None, "NA", ADVICE_ONLY_CARRIED.format(count=flagged) if flagged else ADVICE_OK, **extra)
 
 
 def _advice_for(name: str, state: str, message: str) -> str:
+    if MSG_HIDDEN_CAST in message:
+        return ADVICE_HIDDEN_CAST
     if "dtype" in message:
         return ADVICE_DTYPE
     if "shape" in message:
@@ -91,6 +107,8 @@ def _advice_for(name: str, state: str, message: str) -> str:
     determinism = any(op in lowered for op in _DETERMINISM_OPS)
     if state in ("parameters", "parameters_grad"):
         return ADVICE_PARAMETERS
+    if MSG_INTRODUCED in message and "error:" not in message:
+        return ADVICE_INTRODUCED
     if ".forward" in name:
         if "batch_norm" in lowered and name.endswith(".input.1"):
             return ADVICE_BATCH_NORM

@@ -10,15 +10,18 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from msprobe.compare.error_origin import INTRODUCED
 from msprobe.compare.pipeline import (
     CompareOptions,
     build_table,
     dump_mode,
-    error_origin_column,
+    judge_table,
     match_items,
     read_side,
 )
+from msprobe.compare.verdict import describe_magnitude, scale_errors
 from msprobe.dump.locate import PROC_DIR, Job
 from msprobe.errors import MsprobeError
 from msprobe.io import atomic_path, write_text
@@ -27,7 +30,7 @@ from msprobe.names import printable
 from msprobe.scale.stamp import timestamp
 from msprobe.scale.task import JobFailure
 from msprobe.table import columns as col
-from msprobe.table.cells import NA, number_or_none
+from msprobe.table.cells import NA
 
 COMM_PREFIXES = ("Distributed.", "MintDistributed.", "communication.comm_func")
 COLLECTIVES = frozenset({"send", "recv", "broadcast", "all_reduce", "reduce", "all_gather", "gather", "isend",
@@ -35,7 +38,7 @@ COLLECTIVES = frozenset({"send", "recv", "broadcast", "all_reduce", "reduce", "a
                          "all_to_all_single", "all_to_all", "all_gather_into_tensor", "reduce_scatter_tensor",
                          "send_object_list", "recv_object_list", "batch_isend_irecv"})
 SKIPPED = ("Torch.empty", "Torch.fill", "Tensor.__setitem__", "Tensor.empty", "Torch.empty_like")
-LARGE_RELATIVE_ERROR = 0.5       # the spec's threshold for a large difference (relative, of Max/Min/Mean/Norm)
+LARGE_RELATIVE_ERROR = 0.5       # the spec's threshold for a large difference (scale-aware relative, compare/verdict)
 EXTRA_COLUMNS = ("state", "api_origin_name", "NPU P2POp op", "Bench P2POp op", "NPU P2POp peer", "Bench P2POp peer")
 IGNORED_OUTPUTS = {"npu_fusion_attention": (4, 5)}
 
@@ -50,12 +53,14 @@ class EntryDigest:
     is_comm: bool
     differs: bool            # some output not exactly equal (md5 or statistics)
     inputs_differ: bool
-    large: bool              # some output relative error above LARGE_RELATIVE_ERROR (or md5 differs)
-    max_relative: float      # largest output relative error (fraction), 0 when none numeric
+    large: bool              # a flagged output's scale-aware relative error above LARGE_RELATIVE_ERROR (md5: differs)
+    max_relative: float      # largest scale-aware relative error of its outputs (fraction), 0 when none numeric
     group: str = ""          # rank group of a communication op, e.g. "[0, 1, 2, 3]"
     data_info: dict = field(default_factory=dict)
     stack: list | None = None
     introduced: bool = False  # some output's Error_Origin is "introduced" (not explained by inputs or dtypes)
+    culprit: str = ""         # the culprit item when the entry holds the culprit row (compare/verdict.py)
+    culprit_result: str = ""  # its Result
 
 
 @dataclass
@@ -68,6 +73,8 @@ class RankDigest:
     entries: int
     first_introduced: EntryDigest | None = None   # the dtype-aware answer (issue 21)
     origin_judged: bool = True             # False for md5 dumps: no magnitudes, no Error_Origin
+    culprit: EntryDigest | None = None     # the entry of the culprit row, the compare's verdict (issue 27)
+    next_dump: dict | None = None          # what the next dump needs to know of the culprit (compare/next_dump.py)
 
 
 def rank_number(job: Job) -> int:
@@ -91,9 +98,8 @@ def digest_files(digest: RankDigest) -> list:
 
 
 def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
-    needs_construct = options.fuzzy or options.mapping.layer is not None
-    target_side = read_side(job.target, "target", with_stack=True, with_construct=needs_construct)
-    golden_side = read_side(job.golden, "golden", with_stack=False, with_construct=needs_construct)
+    target_side = read_side(job.target, "target", with_stack=True, with_construct=True)
+    golden_side = read_side(job.golden, "golden", with_stack=False, with_construct=True)
     mode = dump_mode(target_side, golden_side)
     table_mode = col.MD5 if mode == col.MD5 else col.STATISTICS   # tensor dumps are analysed by statistics
     t_items, g_items = target_side.items, golden_side.items
@@ -102,21 +108,30 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
     table, judge_input = build_table(table_mode, target, golden, t_items, g_items, pairs, options, job.label)
     rows = len(table)
     cells = table.cells
-    origin = _error_origin(mode, table, judge_input, target, golden, t_items, g_items, pairs, options, job.label)
+    verdict = _verdict(mode, table, judge_input, target, golden, t_items, g_items, pairs, options, job.label)
+    origin = verdict.origins
     if origin is not None:
         cells[col.ERROR_ORIGIN] = origin
     states = [t_items.state[i] for i in pairs.target.tolist()]
     matched = pairs.matched.tolist()
     row_differs = _row_differences(table_mode, cells, matched, rows)
-    rel_columns = [cells[name] for name in col.STAT_DIFFS[4:]] if table_mode == col.STATISTICS else []
+    relative = None
+    if table_mode == col.STATISTICS:
+        relative = scale_errors(col.STATISTICS, cells)
+        relative[verdict.unjudged] = 0.0         # no data, noise, a recording convention
+        # large differences are named among the rows the verdict flags (warning or error) only
+        flagged = np.asarray([r != "pass" for r in verdict.results], dtype=bool)
+        relative = (relative, flagged)
     stacks = target.stack or {}
     json_file = ""
     if options.write_output:
         json_file = os.path.join(options.output_dir, f"compare_result{job.suffix}_{stamp}.json")
-    # One entry is measured, written and forgotten at a time: only the three nodes the answer names keep their
+    # One entry is measured, written and forgotten at a time: only the nodes the answer names (first, first large,
+    # first introduced, culprit) keep their
     # data_info and stack, so the memory stays that of the table (a -da run of a million rows fits as a plain
     # compare does).
-    first = first_large = first_introduced = None
+    first = first_large = first_introduced = culprit_node = None
+    culprit = verdict.culprit
     count = layer = 0
     entry_of_row = judge_input.entry.tolist()
     with _json_object(json_file) as writer:
@@ -128,9 +143,12 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
                 stop += 1
             name = t_items.entry_names[entry]
             node, items = _entry_node(name, start, stop, count, layer, table_mode, cells, states, matched,
-                                      row_differs, rel_columns, stacks, t_items, g_items, pairs, table.columns,
+                                      row_differs, relative, stacks, t_items, g_items, pairs, table.columns,
                                       with_items=writer is not None)
             node.introduced = origin is not None and INTRODUCED in origin[start:stop]
+            if culprit is not None and start <= culprit < stop:
+                node.culprit, node.culprit_result = cells[col.NPU_NAME][culprit], verdict.results[culprit]
+                culprit_node = node
             if writer is not None and (name.count(".") >= 3 or target.is_debug):
                 writer.add(name, {"is_same": not node.differs, "op_items": items})
             if not name.startswith(SKIPPED):
@@ -143,8 +161,15 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
             start = stop
     if json_file:
         get_logger().info("%sSaving json file to disk: %s", job.label, json_file)
+    next_dump = None
+    if culprit_node is not None:
+        from msprobe.compare.next_dump import culprit_names
+
+        golden_row = int(pairs.golden[culprit])
+        golden_entry = g_items.entry_names[g_items.entry[golden_row]] if golden_row >= 0 else None
+        next_dump = culprit_names(culprit_node.name, target, golden_entry, golden, job)
     return RankDigest(job.label, rank_number(job), first, first_large, json_file, count, first_introduced,
-                      origin is not None)
+                      origin is not None, culprit_node, next_dump)
 
 
 class _JsonMembers:
@@ -173,14 +198,13 @@ def _json_object(path: str):
         handle.write("\n}" if members.count else "{}")
 
 
-def _error_origin(mode, table, judge_input, target, golden, t_items, g_items, pairs, options, label):
-    """Error_Origin of every row: from the statistics table, or for real-data dumps from the tensors themselves
-    (read here for this judgement only; the first divergence stays the statistics' answer); None for md5."""
-    if mode == col.MD5:
-        return None
+def _verdict(mode, table, judge_input, target, golden, t_items, g_items, pairs, options, label):
+    """The compare's verdict of every row: from the statistics (or md5) table, or for real-data dumps from the
+    tensors themselves (read here for this judgement only; the first divergence stays the statistics' answer)."""
     if mode == col.TENSOR:
-        table, judge_input = build_table(col.TENSOR, target, golden, t_items, g_items, pairs, options, label)
-    return error_origin_column(mode, table, judge_input, t_items, pairs)
+        tensor_table, tensor_input = build_table(col.TENSOR, target, golden, t_items, g_items, pairs, options, label)
+        return judge_table(tensor_table, tensor_input, target, golden, t_items, g_items, pairs, options)
+    return judge_table(table, judge_input, target, golden, t_items, g_items, pairs, options)
 
 
 def _row_differences(mode: str, cells: dict, matched: list, rows: int) -> list:
@@ -188,14 +212,6 @@ def _row_differences(mode: str, cells: dict, matched: list, rows: int) -> list:
         return [m and a != b for m, a, b in zip(matched, cells[col.NPU_MD5], cells[col.BENCH_MD5])]
     diffs = [cells[name] for name in col.STAT_DIFFS[:4]]
     return [matched[r] and any(d[r] != "0" for d in diffs) for r in range(rows)]
-
-
-def _relative(text) -> float:
-    """A relative-error cell of the statistics table as a fraction: a percent or an infinity, else 0."""
-    if isinstance(text, str) and (text.endswith("%") or text in ("inf", "-inf")):
-        number = number_or_none(text)
-        return 0.0 if number is None else number
-    return 0.0
 
 
 def is_communication(name: str) -> bool:
@@ -206,7 +222,7 @@ def is_communication(name: str) -> bool:
     return len(parts) > 2 and api in COLLECTIVES
 
 
-def _entry_node(name, start, stop, position, layer, mode, cells, states, matched, row_differs, rel_columns, stacks,
+def _entry_node(name, start, stop, position, layer, mode, cells, states, matched, row_differs, relative, stacks,
                 t_items, g_items, pairs, columns, with_items: bool = True):
     """The digest of one entry (rows start..stop) and, with_items, its rows as records of the json file."""
     api = name.split(".")[-3] if name.count(".") >= 3 else ""
@@ -235,10 +251,9 @@ def _entry_node(name, start, stop, position, layer, mode, cells, states, matched
                 differs = True
                 if mode == col.MD5:
                     large = True
-                else:
-                    relative = max(abs(_relative(column[row])) for column in rel_columns)
-                    max_relative = max(max_relative, relative)
-                    large = large or relative > LARGE_RELATIVE_ERROR
+                elif relative[0][row] == relative[0][row]:
+                    max_relative = max(max_relative, float(relative[0][row]))
+                    large = large or (relative[1][row] and relative[0][row] > LARGE_RELATIVE_ERROR)
             else:
                 inputs_differ = True
         if mode == col.MD5:
@@ -280,6 +295,14 @@ class Finding:
     clean: list            # ranks without divergence
     aware: RankDigest | None = None   # the rank of the first divergence the dtypes do not explain
     judged: bool = True               # Error_Origin was judged (not md5)
+    culprit: RankDigest | None = None  # the rank of the culprit (the compare's verdict)
+
+
+def _earliest(digests: list, attribute: str):
+    """The digest whose node `attribute` comes first: the earliest communication layer, then position, then rank."""
+    holding = [d for d in digests if getattr(d, attribute) is not None]
+    return min(holding, key=lambda d: (getattr(d, attribute).layer, getattr(d, attribute).position, d.rank),
+               default=None)
 
 
 def find_origin(digests: list) -> Finding:
@@ -288,15 +311,14 @@ def find_origin(digests: list) -> Finding:
     own = [d for d in diverged if not (d.first.is_comm and not d.first.inputs_differ)]
     received = [d for d in diverged if d not in own]
     pool = own or received
-    introduced = [d for d in digests if d.first_introduced is not None]
-    aware = min(introduced, key=lambda d: (d.first_introduced.layer, d.first_introduced.position, d.rank),
-                default=None)
+    aware = _earliest(digests, "first_introduced")
+    culprit = _earliest(digests, "culprit")
     judged = all(d.origin_judged for d in digests)
     if not pool:
-        return Finding([], [], clean, aware, judged)
+        return Finding([], [], clean, aware, judged, culprit)
     best = min((d.first.layer, d.first.position) for d in pool)
     origin = [d for d in pool if (d.first.layer, d.first.position) == best]
-    return Finding(origin, [d for d in diverged if d not in origin], clean, aware, judged)
+    return Finding(origin, [d for d in diverged if d not in origin], clean, aware, judged, culprit)
 
 
 def dtype_aware_record(finding: Finding) -> dict:
@@ -313,6 +335,26 @@ def dtype_aware_record(finding: Finding) -> dict:
             "data_info": node.data_info, "stack_info": node.stack}
 
 
+def culprit_record(finding: Finding) -> dict:
+    """The culprit: the entry of the first row of the highest verdict level, an error or a warning made at its op
+    (compare/verdict.py; the advisor's suspect); op_name null when no op makes one."""
+    digest = finding.culprit
+    if digest is None:
+        return {"op_name": None, "rank": None,
+                "reason": "no row is an error or a warning made at its own op (differences are carried or rounding)"}
+    node = digest.culprit
+    record = {"op_name": node.name, "rank": digest.rank, "entry": node.position + 1, "item": node.culprit,
+              "result": node.culprit_result, "communication_layer": node.layer,
+              "max_output_relative_error": node.max_relative, "data_info": node.data_info, "stack_info": node.stack}
+    if digest.next_dump is not None:
+        names = digest.next_dump["sides"]
+        record["module"] = names[0]["module"]
+        if len(names) > 1:
+            record["golden_op_name"] = names[1]["api"] or names[1]["module"]
+            record["golden_module"] = names[1]["module"]
+    return record
+
+
 def node_record(node: EntryDigest, role: str) -> dict:
     return {"op_name": node.name, "data_info": node.data_info, "stack_info": node.stack, "role": role,
             "communication_layer": node.layer, "max_output_relative_error": node.max_relative}
@@ -324,10 +366,28 @@ def write_analysis(finding: Finding, output_dir: str) -> str | None:
         logger.info("Cannot find any diff node, no need to generate analyze file.")
         return None
     result = analysis_record(finding)
-    path = os.path.join(output_dir, f"diff_analyze_{time.strftime('%Y%m%d%H%M%S')}_{time.time_ns() % 10**9:09d}.json")
+    stamp = f"{time.strftime('%Y%m%d%H%M%S')}_{time.time_ns() % 10**9:09d}"
+    path = os.path.join(output_dir, f"diff_analyze_{stamp}.json")
+    config = _write_next_dump(finding, os.path.join(output_dir, f"next_dump_{stamp}.json"))
+    if config:
+        result["culprit"]["next_dump_config"] = config
     write_text(path, json.dumps(result, indent=2, ensure_ascii=False, default=str))
     logger.info("The analyze result is saved in: %s", path)
+    if config:
+        from msprobe.compare.next_dump import DUMP_PATH, what
+
+        logger.info("Next step: dump the real tensors of %s only: PrecisionDebugger(config_path=%r) in both runs "
+                    "(into %s), then compare the two dumps.", what(finding.culprit.next_dump), config, DUMP_PATH)
     return path
+
+
+def _write_next_dump(finding: Finding, path: str) -> str | None:
+    """The collector configuration of the next dump (compare/next_dump.py), when there is a culprit."""
+    if finding.culprit is None or finding.culprit.next_dump is None:
+        return None
+    from msprobe.compare.next_dump import write_config
+
+    return write_config(finding.culprit.next_dump, path)
 
 
 def record_key(digest: RankDigest) -> str:
@@ -349,6 +409,7 @@ def analysis_record(finding: Finding) -> dict:
                 else "diverged later")
         result.setdefault(record_key(digest), []).append(node_record(digest.first, role))
     result["dtype_aware"] = dtype_aware_record(finding)
+    result["culprit"] = culprit_record(finding)
     return result
 
 
@@ -361,15 +422,15 @@ def describe(finding: Finding) -> list:
     for digest in finding.origin:
         node = digest.first
         rank = digest.label.strip("[] ") or f"rank {digest.rank}"
-        how = (f"max relative error of its outputs {node.max_relative:.4%}" if node.max_relative
+        how = (f"max relative error of its outputs {describe_magnitude(node.max_relative)}" if node.max_relative
                else "outputs differ (md5 or statistics not identical)")
         cause = "its inputs already differ" if node.inputs_differ else "its inputs are identical"
         lines.append(f"Divergence starts on {rank} at {node.name} (entry {node.position + 1}, after "
                      f"{node.layer} communication ops): {how}; {cause}.")
         large = digest.first_large
         if large is not None and large is not node:
-            lines.append(f"  First difference above {LARGE_RELATIVE_ERROR:.0%} on {rank}: {large.name} "
-                         f"(entry {large.position + 1}, {large.max_relative:.4%}).")
+            lines.append(f"  First difference above {LARGE_RELATIVE_ERROR:g} (scale-aware relative error) on {rank}: "
+                         f"{large.name} (entry {large.position + 1}, {describe_magnitude(large.max_relative)}).")
     for digest in finding.received:
         node = digest.first
         rank = digest.label.strip("[] ") or f"rank {digest.rank}"
@@ -381,7 +442,22 @@ def describe(finding: Finding) -> list:
     for digest in finding.clean:
         lines.append(f"{digest.label.strip('[] ') or 'rank ' + str(digest.rank)}: no divergence.")
     lines.append(dtype_aware_line(finding))
+    lines.append(culprit_line(finding))
     return [printable(line) for line in lines]
+
+
+def _where(digest: RankDigest, node: EntryDigest) -> str:
+    """`<entry> on <rank> (entry <position>)`."""
+    return f"{node.name} on {digest.label.strip('[] ') or f'rank {digest.rank}'} (entry {node.position + 1})"
+
+
+def culprit_line(finding: Finding) -> str:
+    if finding.culprit is None:
+        return ("Culprit: none - no row is an error or a warning made at its own op (every difference is carried "
+                "from its inputs or within the dtypes' rounding).")
+    node = finding.culprit.culprit
+    return (f"Culprit (the compare's verdict, as the advisor's): {_where(finding.culprit, node)}, row {node.culprit}: "
+            f"{node.culprit_result}.")
 
 
 def dtype_aware_line(finding: Finding) -> str:
@@ -391,7 +467,5 @@ def dtype_aware_line(finding: Finding) -> str:
             return "Dtype-aware: not judged (md5 dumps hold no magnitudes)."
         return ("Dtype-aware: no op introduces error beyond what its inputs and the dtypes' precision explain "
                 "(every difference is dtype rounding or carried from upstream).")
-    node = digest.first_introduced
-    rank = digest.label.strip("[] ") or f"rank {digest.rank}"
-    return (f"Dtype-aware: first divergence not explained by the dtypes: {node.name} on {rank} "
-            f"(entry {node.position + 1}): its output error exceeds what its inputs and dtypes explain.")
+    return (f"Dtype-aware: first divergence not explained by the dtypes: {_where(digest, digest.first_introduced)}: "
+            "its output error exceeds what its inputs and dtypes explain.")

@@ -108,7 +108,7 @@ def forward_twin(entry_name: str) -> str | None:
     return None
 
 
-def _floats(values: list) -> np.ndarray:
+def cell_floats(values: list) -> np.ndarray:
     """Cells as float64 (NaN where not a number), in one pass; ints, texts and the rest through _number."""
     nan = math.nan
     return np.array([v if type(v) is float else nan if v is None else _number(v) for v in values],
@@ -137,11 +137,16 @@ def _numel(shape) -> float:
     return float(count)
 
 
-def row_errors(mode: str, cells: dict) -> tuple:
+def stat_floats(cells: dict) -> tuple:
+    """(target, golden): each the Max, Min, Mean and Norm cells as float64 arrays."""
+    return ([cell_floats(cells[f"NPU {s}"]) for s in ("max", "min", "mean", "l2norm")],
+            [cell_floats(cells[f"Bench {s}"]) for s in ("max", "min", "mean", "l2norm")])
+
+
+def row_errors(mode: str, cells: dict, stats: tuple | None = None) -> tuple:
     """Per row: the relative error e (NaN = not measurable), the same read as an input's carried error, the
-    golden's L2 norm, largest finite magnitude, max, min and mean."""
-    t = [_floats(cells[f"NPU {s}"]) for s in ("max", "min", "mean", "l2norm")]
-    g = [_floats(cells[f"Bench {s}"]) for s in ("max", "min", "mean", "l2norm")]
+    golden's L2 norm, largest finite magnitude, max, min and mean. stats: stat_floats(cells), when parsed already."""
+    t, g = stats if stats is not None else stat_floats(cells)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         finite = [np.where(np.isfinite(v), np.abs(v), np.nan) for v in g[:3]]
         g_mag = np.fmax(np.fmax(finite[0], finite[1]), finite[2])     # largest finite magnitude, NaN if none
@@ -164,7 +169,7 @@ def row_errors(mode: str, cells: dict) -> tuple:
             errors[one_sided] = np.inf
         carried = errors
         if mode == col.TENSOR and "EucDist" in cells:
-            dist = _floats(cells["EucDist"])
+            dist = cell_floats(cells["EucDist"])
             tensor_rel = np.where(dist == 0, 0.0, dist / g[3])
             usable = np.isfinite(tensor_rel) & (np.isfinite(g[3]) & (g[3] > 0) | (dist == 0))
             errors = carried = np.where(usable, tensor_rel, errors)
@@ -185,11 +190,14 @@ STATE_CODES = {"output": 1, "parameters_grad": 2}     # 0: an input (or a debug 
 
 def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, states: list, is_tensor: list,
                  matched: np.ndarray, dtypes: tuple, shapes: tuple, trace: list | None = None,
-                 exact: bool = False, entry_ops: list | None = None) -> list:
+                 exact: bool = False, entry_ops: list | None = None, skip: np.ndarray | None = None,
+                 stats: tuple | None = None) -> list:
     """The Error_Origin cell of every row (statistics and tensor modes); trace, when given, receives
     (row, e, e_in, A, k, low eps, own eps) of every row judged exactly (exact: every entry). entry_ops, when
     given, holds each entry's name without call count and direction (`Functional.linear`), from which the kind
-    of op is read faster than from the full names.
+    of op is read faster than from the full names. Rows set in skip (no data, below the noise floor, a recording
+    convention: compare/verdict.py) are not judged: their cell stays empty. stats: stat_floats(cells), when parsed
+    already.
 
     A vectorised first pass settles the rows that the smallest amplification of their kind and the inputs'
     own errors already explain (and the negligible ones); only the entries with another row go through the
@@ -199,7 +207,7 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
     if not rows:
         return origin
     tensor = np.array(is_tensor, dtype=bool)
-    errors, carried_errors, g_norm, g_mag, g_high, g_low, g_mean = row_errors(mode, cells)
+    errors, carried_errors, g_norm, g_mag, g_high, g_low, g_mean = row_errors(mode, cells, stats)
     slack = STAT_SLACK if mode == col.STATISTICS else 1.0
     cuts = np.flatnonzero(np.diff(entry)) + 1
     starts = np.concatenate(([0], cuts))
@@ -228,6 +236,8 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
     with np.errstate(invalid="ignore", over="ignore"):
         carried_out = np.where(e_in > 0, slack * amp * e_in, 0.0)
         judged = is_out & tensor & matched & (errors > 0) & (t_eps > 0)
+        if skip is not None:
+            judged &= ~skip
         negligible = judged & (errors <= units * high)
         simple = judged & plain_out & ~negligible
         as_dtype = simple & (low > 0) & (errors <= np.hypot(carried_out, units * low))
@@ -236,6 +246,8 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
     special.update(_entries_with_differing_arguments(cells, entry, states, is_tensor, matched, inputs))
     settled = negligible | as_dtype | as_inherited
     open_rows = (is_out & tensor & matched & (errors > 0)) & ~settled
+    if skip is not None:
+        open_rows &= ~skip
     open_entries = set(np.unique(np.searchsorted(starts, np.flatnonzero(open_rows), side="right") - 1).tolist())
     open_entries |= {i for i in special if (is_out[starts[i]:stops[i]] & tensor[starts[i]:stops[i]]).any()}
     if exact:
@@ -253,7 +265,8 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
     view = _View(err=errors, norms=g_norm, mags=g_mag, g_max=g_high, g_min=g_low, g_mean=g_mean, shapes=shapes[1])
     context = _Context(view, carried_errors, [canonical(d) for d in dtypes[0]],
                        [canonical(d) for d in dtypes[1]], matched.tolist(), states, is_tensor, cells["NPU max"],
-                       cells["Bench max"], slack, first_rows, trace)
+                       cells["Bench max"], slack, first_rows, trace,
+                       frozenset() if skip is None else frozenset(np.flatnonzero(skip).tolist()))
     for index in sorted(open_entries):
         a, b = int(starts[index]), int(stops[index])
         _judge_entry(entry_names[entry_list[a]], a, b, context, origin)
@@ -274,6 +287,7 @@ class _Context:
     slack: float
     first_rows: dict
     trace: list | None
+    skip: frozenset = frozenset()
 
 
 def _judge_entry(name: str, start: int, stop: int, ctx: _Context, origin: list) -> None:
@@ -307,7 +321,7 @@ def _judge_entry(name: str, start: int, stop: int, ctx: _Context, origin: list) 
         amp = math.inf
     for r in outputs:
         origin[r] = NONE
-        if not matched_list[r] or not is_tensor[r]:
+        if not matched_list[r] or not is_tensor[r] or r in ctx.skip:
             continue
         e = err[r]
         if e != e or e == 0:

@@ -10,12 +10,12 @@ from operator import itemgetter
 import numpy as np
 
 from msprobe.compare.advisor import Advice, advise
-from msprobe.compare.error_origin import judge_origin
 from msprobe.compare.mapping import MappingOptions, build_mappings, write_data_mapping
 from msprobe.compare.match import Pairs, match_exact, match_fuzzy, match_mapped
-from msprobe.compare.rules import JudgeInput, judge
+from msprobe.compare.rules import JudgeInput
 from msprobe.compare.stats import stat_diff
 from msprobe.compare.tensor_metrics import METRICS, UNSUPPORTED, TensorResult, compare_arrays, fill
+from msprobe.compare.verdict import Verdict, judge_rows
 from msprobe.dump.flatten import Items, entry_has_md5, flatten, tree_has_md5
 from msprobe.dump.paths import is_plain_file_name, safe_tensor_path
 from msprobe.dump.reader import Dump, read_dump
@@ -65,8 +65,8 @@ class CompareSummary:
     rows: int = 0
     matched: int = 0
     results: dict = field(default_factory=dict)
-    first_error: str | None = None
-    first_error_row: int | None = None
+    first_error: str | None = None        # the culprit's item name (compare/verdict.py; the advisor's row)
+    first_error_row: int | None = None    # its 1-based row
     output: str | None = None
     advisor_file: str | None = None
     html_file: str | None = None
@@ -255,18 +255,14 @@ def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOpti
     pairs = match_items(target, golden, t_items, g_items, options, label, stamp, suffix, generated)
     logger.info("%sAPIs/Modules match done: %d rows, %d matched.", label, len(pairs), int(pairs.matched.sum()))
     table, judge_input = build_table(mode, target, golden, t_items, g_items, pairs, options, label)
-    results, messages = judge(judge_input)
-    table.cells[col.RESULT] = results
-    table.cells[col.ERR_MESSAGE] = messages
-    origins = None
-    if mode != col.MD5:
-        origins = table.cells[col.ERROR_ORIGIN] = error_origin_column(mode, table, judge_input, t_items, pairs)
+    verdict = judge_table(table, judge_input, target, golden, t_items, g_items, pairs, options)
+    results, messages, origins = verdict.results, verdict.messages, verdict.origins
     summary = CompareSummary(label=label, mode=mode, rows=len(table), matched=int(pairs.matched.sum()))
     for result in results:
         summary.results[result] = summary.results.get(result, 0) + 1
     summary.tensor_problems = len(judge_input.tensor_problems or ())
     advice = advise(table.cells[col.NPU_NAME], _take(t_items.state, pairs.target), results, messages,
-                    summary.matched, origins)
+                    summary.matched, origins, culprit=verdict.culprit)
     if not summary.matched:
         logger.warning("%sCan't match any op: no target item has a golden partner.", label)
     summary.advice = advice
@@ -275,13 +271,26 @@ def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOpti
     return table, summary
 
 
-def error_origin_column(mode: str, table: ResultTable, judge_input: JudgeInput, t_items: Items, pairs: Pairs) -> list:
-    """The Error_Origin cell of every row (compare/error_origin.py)."""
+def is_cross(target: Dump, golden: Dump, options: CompareOptions) -> bool:
+    """Two frameworks (or a mapping option, which pairs a MindSpore target with a PyTorch golden): their
+    conventions are not errors (compare/verdict.py)."""
+    return target.framework != golden.framework or options.mapping.active
+
+
+def judge_table(table: ResultTable, judge_input: JudgeInput, target: Dump, golden: Dump, t_items: Items,
+                g_items: Items, pairs: Pairs, options: CompareOptions) -> Verdict:
+    """The verdict of every row (compare/verdict.py), written into the table's Result, Err_message and (statistics
+    and real data) Error_Origin columns."""
     ops = [parts.op_no_number for parts in t_items.entry_parts] if len(t_items.entry_parts) == len(
         t_items.entry_names) else None
-    return judge_origin(mode, table.cells, judge_input.entry, judge_input.entry_names,
-                        _take(t_items.state, pairs.target), _take(t_items.is_tensor, pairs.target),
-                        judge_input.matched, judge_input.dtypes, judge_input.shapes, entry_ops=ops)
+    verdict = judge_rows(judge_input, table.cells, _take(t_items.state, pairs.target),
+                         _take(t_items.is_tensor, pairs.target), is_cross(target, golden, options),
+                         (t_items, g_items, pairs), ops)
+    table.cells[col.RESULT] = verdict.results
+    table.cells[col.ERR_MESSAGE] = verdict.messages
+    if verdict.origins is not None:
+        table.cells[col.ERROR_ORIGIN] = verdict.origins
+    return verdict
 
 
 def match_items(target: Dump, golden: Dump, t_items: Items, g_items: Items, options: CompareOptions,
@@ -430,6 +439,7 @@ def measure_tensors(target: Dump, golden: Dump, t_items: Items, g_items: Items, 
             logger.warning("%sThe %s tensor directory %s does not exist; its tensors cannot be compared.",
                            label, side, directory)
     logger.info("%sCompare real data in progress... (%d tensor pairs)", label, len(tasks))
+    cross = is_cross(target, golden, options)       # a reshape across frameworks is compared flat
 
     def run(task):
         row, t_name, g_name = task
@@ -438,7 +448,7 @@ def measure_tensors(target: Dump, golden: Dump, t_items: Items, g_items: Items, 
             array_g = load_tensor(golden.tensor_dir, g_name)
         except TensorReadError as exc:
             return row, fill(UNSUPPORTED, [str(exc)], "unreadable")
-        return row, compare_arrays(array_t, array_g)
+        return row, compare_arrays(array_t, array_g, flat=cross)
 
     bar = progress(total=len(tasks), desc=f"{label}API/Module Item Compare Process")
     workers = max(1, min(options.jobs, len(tasks)))

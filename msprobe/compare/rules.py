@@ -60,6 +60,11 @@ class JudgeInput:
     md5: tuple | None = None               # md5: (NPU MD5 texts, BENCH MD5 texts)
     tensor_problems: list | None = None    # tensor: (row, kind, reason) of pairs that could not be compared
     dump_notes: list | None = None         # (row, side, dump_error text) of values the collector did not record
+    # compare/verdict.py (issue 27): rows with no data, below the noise floor or a recording convention (no metric
+    # rule reads them, no group rule flags them), and cross-framework conventions that rules 6 and 7 accept
+    unjudged: np.ndarray | None = None
+    same_dtype: np.ndarray | None = None   # integer widths differ across frameworks, values equal
+    same_shape: np.ndarray | None = None   # shapes differ by a reshape across frameworks (equal element counts)
 
 
 def _nan_or_inf(values: list) -> np.ndarray:
@@ -79,7 +84,7 @@ def _entry_runs(entry: np.ndarray):
     return list(zip(starts.tolist(), stops.tolist()))
 
 
-def _ignore_class(entry_name: str) -> str:
+def ignore_class(entry_name: str) -> str:
     if entry_name.startswith(("Module.", "Cell.")):
         return ""
     parts = entry_name.split(".")
@@ -93,6 +98,13 @@ def _ignore_class(entry_name: str) -> str:
 
 def judge(data: JudgeInput) -> tuple[list, list]:
     """Result and Err_message per row."""
+    level, messages = judge_levels(data)
+    return [RESULT_TEXT[x] for x in level], message_texts(messages)
+
+
+def judge_levels(data: JudgeInput) -> tuple[list, list]:
+    """Per row the level (PASS, WARNING, ERROR) and the list of messages, in rule order (compare/verdict.py adds
+    its own before they become the Result and Err_message cells)."""
     rows = len(data.entry)
     messages: list[list] = [[] for _ in range(rows)]
     level = [PASS] * rows
@@ -105,7 +117,7 @@ def judge(data: JudgeInput) -> tuple[list, list]:
     for row, side, text in data.dump_notes or ():
         flag(row, WARNING, MSG_NOT_DUMPED.format(side, text))
     runs = _entry_runs(data.entry)
-    ignore = {start: _ignore_class(data.entry_names[data.entry[start]]) for start, _ in runs}
+    ignore = {start: ignore_class(data.entry_names[data.entry[start]]) for start, _ in runs}
     per_row_scope = np.ones(rows, dtype=bool)  # rows the per-row rules look at
     for start, stop in runs:
         if ignore[start] == "all":
@@ -121,7 +133,7 @@ def judge(data: JudgeInput) -> tuple[list, list]:
                     flag(row, WARNING, MSG_MD5_MISSING)
                 else:
                     flag(row, ERROR, MSG_MD5_DIFF)
-        return [RESULT_TEXT[x] for x in level], _message_texts(messages)
+        return level, messages
 
     # Rule 1: NaN/Inf in the NPU max/min while the bench has none.
     bench_bad = _nan_or_inf(data.bench_max) | _nan_or_inf(data.bench_min)
@@ -146,10 +158,10 @@ def judge(data: JudgeInput) -> tuple[list, list]:
                 flag(row, WARNING, MSG_TENSOR_UNREADABLE.format(reason))
     else:
         _rule_norm_ten_times(data, group_runs, flag)
-    return [RESULT_TEXT[x] for x in level], _message_texts(messages)
+    return level, messages
 
 
-def _message_texts(messages: list) -> list:
+def message_texts(messages: list) -> list:
     """JSON array text per row; most rows share a handful of texts, so each is encoded once."""
     cache: dict = {}
     out = []
@@ -171,9 +183,18 @@ def _group_reduce(values: np.ndarray, select: np.ndarray, runs: list, reduce, de
     return np.where(np.isnan(out), default, out)
 
 
+def _judged(data, values: np.ndarray) -> np.ndarray:
+    """values with NaN (not a number: no rule reads it) on the rows the verdict does not judge."""
+    return values if data.unjudged is None else np.where(data.unjudged, np.nan, values)
+
+
 def _first_outputs(data, runs) -> np.ndarray:
-    """Index of the first output row of every run, -1 when the run has none."""
-    outputs = np.flatnonzero(data.is_output)
+    """Index of the first output row of every run that a group rule may flag (matched and judged: a row with no
+    data never carries a warning), -1 when the run has none."""
+    eligible = data.is_output & data.matched
+    if data.unjudged is not None:
+        eligible = eligible & ~data.unjudged
+    outputs = np.flatnonzero(eligible)
     starts = np.asarray([start for start, _ in runs], dtype=np.int64)
     stops = np.asarray([stop for _, stop in runs], dtype=np.int64)
     if not len(outputs):
@@ -200,7 +221,7 @@ def _group_stats(data, runs, values, reduce, default):
     lengths = np.asarray([stop - start for start, stop in runs])
     local_starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
     local_runs = [(int(a), int(a + n)) for a, n in zip(local_starts, lengths)]
-    sub_values = values[index]
+    sub_values = _judged(data, values)[index]
     sub_output = data.is_output[index]
     inputs = _group_reduce(sub_values, ~sub_output, local_runs, reduce, default)
     outputs = _group_reduce(sub_values, sub_output, local_runs, reduce, default)
@@ -223,7 +244,7 @@ def _rule_norm_output(data, runs, flag):
     if not runs:
         return
     inputs, _, _ = _group_stats(data, runs, data.norm_rel, np.fmax, 0.0)
-    big_output = data.is_output & (np.abs(np.nan_to_num(data.norm_rel, nan=0.0)) > 0.5)
+    big_output = data.is_output & (np.abs(np.nan_to_num(_judged(data, data.norm_rel), nan=0.0)) > 0.5)
     rows = _run_rows(runs)
     quiet_input = np.repeat(np.abs(inputs) < 0.1, [stop - start for start, stop in runs])
     for row in rows[quiet_input & big_output[rows]].tolist():
@@ -265,13 +286,15 @@ def _per_row_rules(data, scope, flag, ignore, runs):
             flag(row, ERROR, MSG_SCALAR)
     # Rule 6: dtypes differ (after normalising framework spellings).
     spelled = {dtype: canonical(dtype) for dtype in {*t_dtype, *g_dtype}}
-    for row in np.flatnonzero(checked & _texts_differ(list(map(spelled.__getitem__, t_dtype)),
-                                                      list(map(spelled.__getitem__, g_dtype)))).tolist():
+    dtype_checked = checked if data.same_dtype is None else checked & ~data.same_dtype
+    for row in np.flatnonzero(dtype_checked & _texts_differ(list(map(spelled.__getitem__, t_dtype)),
+                                                            list(map(spelled.__getitem__, g_dtype)))).tolist():
         name = data.bench_names[row]
         if "qkv" not in name and "gate_up" not in name:
             flag(row, ERROR, MSG_DTYPE)
     # Rule 7: shapes differ.
-    for row in np.flatnonzero(checked & _texts_differ(t_shape, g_shape)).tolist():
+    shape_checked = checked if data.same_shape is None else checked & ~data.same_shape
+    for row in np.flatnonzero(shape_checked & _texts_differ(t_shape, g_shape)).tolist():
         flag(row, ERROR, MSG_SHAPE)
 
 

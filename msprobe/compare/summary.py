@@ -1,4 +1,4 @@
-"""The end-of-run summary printed to the console: rows, verdicts, first error, where the outputs are."""
+"""The end-of-run summary printed to the console: rows, verdicts, the culprit, where the outputs are."""
 
 from __future__ import annotations
 
@@ -13,10 +13,7 @@ def summary_line(summary) -> str:
     line = (f"{label}: {summary.rows} rows ({summary.matched} matched, {summary.rows - summary.matched} without "
             f"golden partner): {counts}")
     if summary.first_error is not None:
-        line += f"; first error: {summary.first_error} (row {summary.first_error_row})"
-    advice = summary.advice
-    if advice is not None and advice.judged and advice.introduced_row is not None:
-        line += f"; first introduced (Error_Origin): {advice.introduced_node} (row {advice.introduced_row})"
+        line += f"; culprit: {summary.first_error} (row {summary.first_error_row})"
     if summary.tensor_problems:
         line += f"; {summary.tensor_problems} tensor pairs not comparable (see Err_message)"
     if summary.output:

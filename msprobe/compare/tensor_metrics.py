@@ -59,13 +59,18 @@ def _relative_dtype(a: np.dtype, b: np.dtype) -> np.dtype:
     return kind if kind.kind == "f" else np.dtype(np.float64)
 
 
-def compare_arrays(target: np.ndarray, golden: np.ndarray, squeeze: bool = True) -> TensorResult:
-    """Metrics of a target/golden pair of arrays; both are squeezed first (not for kernel dumps)."""
+def compare_arrays(target: np.ndarray, golden: np.ndarray, squeeze: bool = True,
+                   flat: bool = False) -> TensorResult:
+    """Metrics of a target/golden pair of arrays; both are squeezed first (not for kernel dumps). flat: shapes that
+    differ only by a reshape (equal element counts) are compared element by element as flat tensors (a framework
+    convention across frameworks, compare/verdict.py)."""
     if target.size == 0:
         return fill(UNSUPPORTED, [MSG_EMPTY])
     if squeeze:
         target = np.squeeze(target)
         golden = np.squeeze(golden)
+    if flat and target.shape != golden.shape and target.size == golden.size:
+        target, golden = target.reshape(-1), golden.reshape(-1)
     if target.shape != golden.shape:
         return fill(SHAPE_UNMATCHED, [MSG_SHAPE], "shape")
     if target.dtype.kind == "c" or golden.dtype.kind == "c":

@@ -1,15 +1,16 @@
-"""Compare columns on matched NPU nodes, the precision index per node (spec §7), colours (§8), overflow levels
-(§9), and the summary's top nodes."""
+"""Compare columns on matched NPU nodes, the precision index per node (spec §7, read from the compare core's verdict:
+issue 27), colours (§8), overflow levels (§9), and the summary's top nodes."""
 
 from __future__ import annotations
 
 import math
 
+from msprobe.compare import verdict as judged
 from msprobe.graph import floats
 from msprobe.graph.texts import STAT_CELLS
 from msprobe.graph.tree import COLLECTION, ROOT, Graph
 from msprobe.table import columns as col
-from msprobe.table.cells import NA, cell_text, number_or_none, stat_number
+from msprobe.table.cells import NA, cell_text, stat_number
 
 JSON_COLUMNS = {
     col.STATISTICS: col.STAT_DIFFS,
@@ -25,18 +26,22 @@ TASK = {col.STATISTICS: "summary", col.MD5: "md5", col.TENSOR: "all"}
 VERDICT_INDEX = {"pass": 0, "warning": 0.5, "error": 1}
 GREY = "#C7C7C7"
 
-_STATS_TEXT = "all outputs' relative statistic errors of this node; the darker, the larger the deviation"
+# The .vis precision index of statistics and real-data compares: the level of the node's verdict (compare/verdict.py:
+# the worst of its output and parameter rows), one colour band per level; in the bands of carried differences the
+# value grows with the outputs' scale-aware relative error r (r / (1 + r) of the band's width).
+BANDS = [("#FFFCF3", [0, 0.2], "no difference beyond rounding, a framework convention, or no data"),
+         ("#FFEDBE", [0.2, 0.4], "differs, carried from its inputs or within the lower precision's rounding (pass)"),
+         ("#FFDC7F", [0.4, 0.6], "a warning or error carried from its inputs"),
+         ("#FFC62E", [0.6, 0.8], "a warning made here (0.7): a rule on its own outputs that its inputs do not explain"),
+         ("#FF704D", [0.8, 1], "made here: 0.85 the precision drops here (a dtype change, or a lower precision inside "
+                               "a module whose inputs are identical), 1 an error its inputs and dtypes do not explain "
+                               "(Error_Origin introduced, a shape, NaN or argument mismatch)")]
+LEVEL_VALUE = {judged.MADE_HERE: 1.0, judged.PRECISION_HERE: 0.85, judged.WARNING_HERE: 0.7}
+LEVEL_BAND = {judged.CARRIED_ISSUE: 0.4, judged.CARRIED: 0.2, judged.NOTHING: 0.0}
 JSON_COLORS = {
-    col.STATISTICS: [("#FFFCF3", [0, 0.2]), ("#FFEDBE", [0.2, 0.4]), ("#FFDC7F", [0.4, 0.6]),
-                     ("#FFC62E", [0.6, 0.8]), ("#FF704D", [0.8, 1])],
-    col.TENSOR: [("#FFFCF3", [0, 0.05]), ("#FFEDBE", [0.05, 0.1]), ("#FFDC7F", [0.1, 0.15]),
-                 ("#FFC62E", [0.15, 0.2]), ("#FF704D", [0.2, 1])],
+    col.STATISTICS: [(colour, bucket) for colour, bucket, _ in BANDS],
+    col.TENSOR: [(colour, bucket) for colour, bucket, _ in BANDS],
     col.MD5: [("#FFFCF3", [1, 1]), ("#FF704D", [0, 0])],
-}
-JSON_DESCRIPTIONS = {
-    col.STATISTICS: "maximum relative error of the node's output statistics; the darker, the larger the deviation",
-    col.TENSOR: "drop of the One Thousandth Err Ratio from inputs to outputs; the darker, the larger the drop",
-    col.MD5: "",
 }
 TOOLTIPS = {
     col.STATISTICS: {"Max diff": "difference of the maximum values of NPU and bench",
@@ -58,18 +63,22 @@ def colors(mode: str, db: bool) -> dict:
                 "#FF704D": {"value": [0.6, 1], "description": "error", "accuracy_level": "error"},
                 GREY: {"value": [], "description": "node not matched", "accuracy_level": "unmatched node"}}
     out = {}
-    for colour, bucket in JSON_COLORS[mode]:
-        text = JSON_DESCRIPTIONS[mode] or ("all md5 values equal" if bucket == [1, 1] else "some md5 values differ")
-        out[colour] = {"value": bucket, "description": text}
+    if mode == col.MD5:
+        for colour, bucket in JSON_COLORS[mode]:
+            out[colour] = {"value": bucket,
+                           "description": "all md5 values equal" if bucket == [1, 1] else "some md5 values differ"}
+    else:
+        for colour, bucket, text in BANDS:
+            out[colour] = {"value": bucket, "description": text}
     out[GREY] = {"value": [], "description": "node not matched"}
     return out
 
 
 def columns_used(mode: str, db: bool) -> list:
-    """The columns of the compare core's table that attach_and_score reads."""
-    scored = ["MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr", "One Thousandth Err Ratio"]
-    values = col.STAT_VALUES if db and mode == col.STATISTICS else []     # the .vis.db's own statistics cells
-    return [col.NPU_NAME, col.BENCH_NAME, col.RESULT] + (DB_COLUMNS if db else JSON_COLUMNS)[mode] + scored + values
+    """The columns of the compare core's table that attach_and_score reads: the shown ones, the verdict and what the
+    scale-aware error is computed from."""
+    judgement = [col.ERR_MESSAGE, col.ERROR_ORIGIN, "NPU Dtype", "Bench Dtype", "EucDist"] + col.STAT_VALUES
+    return [col.NPU_NAME, col.BENCH_NAME, col.RESULT] + (DB_COLUMNS if db else JSON_COLUMNS)[mode] + judgement
 
 
 def attach_and_score(npu: Graph, cells: dict, mode: str, db: bool) -> None:
@@ -84,7 +93,7 @@ def attach_and_score(npu: Graph, cells: dict, mode: str, db: bool) -> None:
                 row_of.setdefault(name, index)
     else:               # every row paired: the first row of each name (later duplicates give way)
         row_of = dict(zip(reversed(names), range(len(names) - 1, -1, -1)))
-    scored = _scored_columns(cells, mode)
+    scored = _scored_columns(cells, mode) if mode == col.MD5 else _verdict_columns(cells, mode)
     for node in npu.nodes.values():
         if not node.link or node.node_type == COLLECTION or node.id == ROOT:
             continue
@@ -147,44 +156,53 @@ def db_stat_cells(cells: dict) -> dict:
 
 
 def _scored_columns(cells: dict, mode: str) -> list:
-    """The columns the 1.x precision index of the mode reads (relative errors, One Thousandth Err Ratio, Result)."""
-    names = {col.MD5: (col.RESULT,), col.STATISTICS: ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr",
-                                                   "NormRelativeErr")}.get(mode, ("One Thousandth Err Ratio",))
-    return [cells[c] for c in names if c in cells]
+    """md5: the Result column, which the 1.x md5 index reads."""
+    return [cells[col.RESULT]]
 
 
-def _json_index(node, mode: str, columns: list, row_of: dict) -> None:
-    """columns: _scored_columns. A cell counts as its number (`12.5%` -> 0.125), anything else is skipped."""
+def _verdict_columns(cells: dict, mode: str) -> tuple:
+    """(level, scale-aware relative error) of every row, from the compare core's verdict (compare/verdict.py)."""
+    names = cells[col.NPU_NAME]
+    origins = cells.get(col.ERROR_ORIGIN)
+    levels = judged.row_levels([_state(name) for name in names], cells[col.RESULT], cells[col.ERR_MESSAGE],
+                               origins)
+    return levels, judged.scale_errors(mode, cells)
+
+
+_STATES = ("input", "output", "parameters_grad", "parameters", "kwargs")
+
+
+def _state(name: str) -> str:
+    """The state of an item from its name (the last of input/output/parameters... among its parts)."""
+    for part in reversed(name.split(".")):
+        if part in _STATES:
+            return part
+    return ""
+
+
+def _json_index(node, mode: str, columns, row_of: dict) -> None:
+    """md5: the 1.x index (1 when every input and output has the same CRC). Statistics and real data: the level of
+    the node's verdict over its output and parameter rows (BANDS)."""
     if mode == col.MD5:
         results = columns[0]
         rows = [row_of[k] for p in (node.input_data, node.output_data) for k in p if k in row_of]
         same = all(results[r] == "pass" for r in rows) and len(rows) == len(node.input_data) + len(node.output_data)
         node.data["precision_index"] = 1 if same else 0
         node.data[col.RESULT] = "pass" if same else "Different"
-    elif mode == col.STATISTICS:
-        worst = 0.0
-        for key in node.output_data:
-            row = row_of.get(key)
-            if row is None:
-                continue
-            for values in columns:
-                value = values[row]
-                value = value / 100 if type(value) is float else number_or_none(value)   # numbers are in percent
-                if value is not None and abs(value) > worst:        # (NaN never is)
-                    worst = abs(value)
-        node.data["precision_index"] = min(worst, 1.0)
-    else:
-        ratios = columns[0] if columns else None
-        lows = []
-        for params in (node.input_data, node.output_data):
-            low, seen = 1.0, False
-            for key, item in params.items():
-                row = row_of.get(key)
-                value = None if row is None or ratios is None else number_or_none(ratios[row])
-                if value is not None and item.get("shape") not in (None, "[]", []):
-                    low, seen = min(low, value), True
-            lows.append(low if seen else None)
-        node.data["precision_index"] = (0 if None in lows else min(max(lows[0] - lows[1], 0.0), 1.0))
+        return
+    levels, errors = columns
+    rows = [row_of[k] for k in node.output_data if k in row_of]
+    rows += [row_of[k] for k in node.input_data if k in row_of and ".parameters." in k]
+    if not rows:
+        node.data["precision_index"] = 0
+        return
+    level = int(max(levels[r] for r in rows))
+    value = LEVEL_VALUE.get(level)
+    if value is None:
+        worst = max((float(errors[r]) for r in rows if errors[r] == errors[r]), default=0.0)
+        share = 1.0 if math.isinf(worst) else worst / (1.0 + worst)
+        value = LEVEL_BAND[level] + 0.2 * min(share, 0.999)
+    node.data["precision_index"] = round(value, 6)
 
 
 def _collections(npu: Graph, mode: str, db: bool) -> None:
@@ -211,15 +229,17 @@ def error_of(node, mode: str, db: bool) -> float | None:
 
 
 def top_nodes(npu: Graph, mode: str, db: bool, count: int = 10) -> list:
+    """The nodes of the largest precision error, in execution order (of their first compare row: an API before the
+    module that holds it) among equal values."""
     scored = []
     for order, node in enumerate(npu.nodes.values()):
         if node.node_type == COLLECTION or node.id == ROOT or not node.rows:
             continue
         error = error_of(node, mode, db)
         if error:
-            scored.append((-error, order, node.id, error))
+            scored.append((-error, min(node.rows.values()), order, node.id, error))
     scored.sort()
-    return [(name, error) for _, _, name, error in scored[:count]]
+    return [(name, error) for _, _, _, name, error in scored[:count]]
 
 
 # --- overflow levels (spec §9) -------------------------------------------------------------------------------

@@ -203,7 +203,7 @@ class CellHooks:
             self.seqs[prefix] = seq = col.next_seq()
             forward = f"{prefix}forward.{index}"
             self._enter(forward)
-            if col.selected(forward, is_api=False) and col.direction_ok("forward"):
+            if col.selected(forward) and col.direction_ok("forward"):
                 body: dict = {}
                 col.record_inputs(forward, body, args, kwargs)
                 stack = col.stack(forward, body)
@@ -282,7 +282,7 @@ class CellHooks:
 
     def _write_backward(self, name: str, grad_outputs, grad_inputs) -> None:
         col = self.col
-        if not col.selected(name, is_api=False):
+        if not col.selected(name):
             return
         body: dict = {}
         col.record_backward(name, body, grad_outputs, grad_inputs)
@@ -307,7 +307,7 @@ class CellHooks:
                 index += 1
             self.grad_index[owner] = (index, first)
             name = f"{owner}.parameters_grad.{index}"
-            if not col.selected(name, is_api=False):
+            if not col.selected(name):
                 return
             entry = self.grads.get(owner)
             if entry is not None and entry.name != name:     # a new backward pass: the last one is complete

@@ -191,8 +191,8 @@ class Collector:
         return index
 
     # ------------------------------------------------------------------ filters
-    def selected(self, name: str, is_api: bool = True) -> bool:
-        return filters.selected(self.config, name, is_api)
+    def selected(self, name: str) -> bool:
+        return filters.selected(self.config, name, self.cells.stack if self.cells is not None else ())
 
     def direction_ok(self, direction: str) -> bool:
         return filters.direction_ok(self.config, direction)
@@ -300,8 +300,8 @@ class Collector:
         forward = f"{key}.{index}.forward"
         if self.config.level == "mix":
             self.writer.add_construct(forward, self.parent())
-        dump = self.selected(f"{key}.{index}")
-        forward_ok = dump and self.direction_ok("forward")
+        forward_ok = self.selected(forward) and self.direction_ok("forward")
+        dump_backward = self.selected(f"{key}.{index}.backward")
         body: dict = {}
         stack = None
         self.enter()
@@ -310,7 +310,7 @@ class Collector:
                 self.record_inputs(forward, body, args if shown is None else shown, kwargs)
                 stack = self.stack(forward, body)
             binding = None
-            if dump and hooks is not None and self.grads_wanted():
+            if dump_backward and hooks is not None and self.grads_wanted():
                 binding = self.guard(forward, body, "backward hook",
                                      lambda: hooks(f"{key}.{index}.backward", args, seq))
                 hooked = None if binding is None else \

@@ -22,6 +22,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch._guards import CompileContext
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode, _push_mode
 
+from msprobe.collect import filters
 from msprobe.collect.debugger import Patches
 from msprobe.collect.guard import one_line
 from msprobe.pytorch.module_hooks import ModuleHooks, compiled_paths, guard_compiled
@@ -258,22 +259,13 @@ class Collector:
 
     # ------------------------------------------------------------------ filters
     def selected(self, name: str) -> bool:
-        cfg = self.config
-        if cfg.scope and not any(s in name for s in cfg.scope):
-            return False
-        if cfg.api_list and not name.startswith("Module.") and not any(s in name for s in cfg.api_list):
-            return False
-        return True
+        return filters.selected(self.config, name, self.thread_stack())
 
     def direction_ok(self, direction: str) -> bool:
-        modes = set(self.config.data_mode)
-        wanted = modes & {"forward", "backward"}
-        return "all" in modes or not wanted or direction in wanted
+        return filters.direction_ok(self.config, direction)
 
     def section_ok(self, section: str) -> bool:
-        modes = set(self.config.data_mode)
-        wanted = modes & {"input", "output"}
-        return "all" in modes or not wanted or section in wanted
+        return filters.section_ok(self.config, section)
 
     # ------------------------------------------------------------------ recording
     def record(self, value, prefix: str, depth: int = 0):
@@ -376,8 +368,8 @@ class Collector:
         parent = self.parent()
         if self.config.level == "mix":
             self.writer.add_construct(forward, parent)
-        dump = name not in LOW_RISK and self.selected(f"{key}.{index}")
-        forward_ok = dump and self.direction_ok("forward")
+        forward_ok = name not in LOW_RISK and self.selected(forward) and self.direction_ok("forward")
+        dump_backward = name not in LOW_RISK and self.selected(f"{key}.{index}.backward")
         with self.working():
             body: dict = {}
             stack = None
@@ -393,7 +385,7 @@ class Collector:
                 raise
             if forward_ok:
                 self.record_outputs(forward, body, (*args, *kwargs.values()) if collective else out)
-            if dump and not collective and self.direction_ok("backward") and torch.is_grad_enabled():
+            if dump_backward and not collective and self.direction_ok("backward") and torch.is_grad_enabled():
                 self.guard(forward, body, "backward hook",
                            lambda: self._hook_api_backward(f"{key}.{index}.backward", parent, out))
             if forward_ok:

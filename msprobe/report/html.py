@@ -422,12 +422,18 @@ def diff_analyze_lines(path: str) -> list:
             lines.append(f"dtype-aware: {name} on rank {nodes.get('rank')} (first introduced error)" if name else
                          "dtype-aware: none (every difference is carried from inputs or within dtype precision)")
             continue
+        if rank == "culprit" and isinstance(nodes, dict):
+            name = nodes.get("op_name")
+            lines.append(f"culprit: {name} on rank {nodes.get('rank')} ({nodes.get('item')}: {nodes.get('result')})"
+                         if name else "culprit: none (no row is an error or a warning made at its own op)")
+            continue
         for node in nodes if isinstance(nodes, list) else []:
             if not isinstance(node, dict) or "op_name" not in node:
                 continue
             role = node.get("role", "first divergence")
             relative = node.get("max_output_relative_error")
-            detail = f", max output relative error {relative:.4%}" if isinstance(relative, (int, float)) and relative else ""
+            detail = (f", max output relative error {relative:.3g}" if isinstance(relative, (int, float)) and relative
+                      else "")
             lines.append(f"{rank}: {node['op_name']} ({role}{detail})")
     return lines
 

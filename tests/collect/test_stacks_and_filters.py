@@ -29,10 +29,20 @@ def test_stack_lines_start_at_the_caller_and_skip_the_collectors_own_frames():
 
 def test_filters(tmp_path):
     config = load_config(dump_path=str(tmp_path), scope=["fc1"], list=["Mint.add"], data_mode=["backward", "input"])
-    assert selected(config, "Mint.add.0.fc1", is_api=True)
-    assert not selected(config, "Mint.mul.0.fc1", is_api=True)            # not in the list
-    assert selected(config, "Cell.fc1.Dense.forward.0", is_api=False)     # the list is for APIs only
-    assert not selected(config, "Cell.fc2.Dense.forward.0", is_api=False)  # out of scope
+    assert selected(config, "Mint.add.0.fc1")
+    assert not selected(config, "Mint.mul.0.fc1")                    # not in the list
+    assert not selected(config, "Cell.fc1.Dense.forward.0")          # cells are listed by name too
+    assert not selected(config, "Mint.add.0.fc2")                    # out of scope
+    # `list` as the reference reads it: full entry names pick one direction; at level mix a listed module (or cell)
+    # brings every API called inside it
+    culprit = load_config(dump_path=str(tmp_path), level="mix",
+                          list=["Functional.conv2d.1.forward", "Module.conv2.Conv2d."])
+    assert selected(culprit, "Functional.conv2d.1.forward") and not selected(culprit, "Functional.conv2d.1.backward")
+    assert selected(culprit, "Module.conv2.Conv2d.forward.0")
+    inside = ["Module.layer.Seq.forward.0", "Module.conv2.Conv2d.forward.0"]
+    assert selected(culprit, "Torch.add.3.forward", inside) and not selected(culprit, "Torch.add.3.forward")
+    l1 = load_config(dump_path=str(tmp_path), level="L1", list=["Module.conv2.Conv2d."])
+    assert not selected(l1, "Torch.add.3.forward", inside)           # only at mix
     assert direction_ok(config, "backward") and not direction_ok(config, "forward")
     assert section_ok(config, "input") and not section_ok(config, "output")
     everything = load_config(dump_path=str(tmp_path))

@@ -24,10 +24,17 @@ def test_single_process_file_pair(case, first, tmp_path):
     target, golden = fixture_pair(case)
     assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path, "-da"]) == 0
     result = analysis(tmp_path)
-    assert list(result) == ["rank_0", "dtype_aware"]
+    assert list(result) == ["rank_0", "dtype_aware", "culprit"]
     assert result["rank_0"][0]["op_name"] == first and result["rank_0"][0]["role"] == "origin"
     # the only perturbation is the intended bfloat16 cast of blocks.0.mlp.fc1: no op introduces error
     assert result["dtype_aware"]["op_name"] is None and result["dtype_aware"]["rank"] is None
+    # the compare's culprit is where the precision drops, the first divergence itself
+    assert result["culprit"]["op_name"] == first and result["culprit"]["result"] in ("error", "warning")
+    config = json.loads(only_file(tmp_path, "next_dump_*.json").read_text())
+    assert result["culprit"]["next_dump_config"] == str(only_file(tmp_path, "next_dump_*.json"))
+    # the fixtures lie in folders not named step<N>: every step
+    assert config["task"] == "tensor" and config["step"] == [] and config["tensor"]["list"][0].startswith(
+        first.rsplit(".", 2)[0] if first.startswith("Module.") else first)
     per_rank = json.loads(only_file(tmp_path, "compare_result_*.json").read_text())
     assert per_rank[first]["is_same"] is False
     origins = {item["Error_Origin"] for entry in per_rank.values() for item in entry["op_items"]
@@ -99,10 +106,13 @@ def test_a_single_process_folder_is_named_alike_in_the_console_the_files_and_the
     assert "Divergence starts on proc7437 at Functional.linear.2.forward" in console
     only_file(tmp_path / "out", "compare_result_proc7437_*.json")
     result = analysis(tmp_path / "out")
-    assert list(result) == ["proc7437", "dtype_aware"]
+    assert list(result) == ["proc7437", "dtype_aware", "culprit"]
     assert result["proc7437"][0]["op_name"] == "Functional.linear.2.forward"
+    # a proc<pid> folder is no rank: the next dump selects every rank
+    assert result["culprit"]["rank"] == 0 and json.loads(only_file(tmp_path / "out", "next_dump_*.json").read_text())[
+        "rank"] == []
     found = msprobe.diff_analyze(target, golden)
-    assert list(found.record) == ["proc7437", "dtype_aware"] and found.ops[0].label == "proc7437"
+    assert list(found.record) == ["proc7437", "dtype_aware", "culprit"] and found.ops[0].label == "proc7437"
     assert found.lines[0].startswith("Divergence starts on proc7437 at ")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from msprobe.dump.locate import locate
 
 from conftest import FIXTURES, read_csv, run_cli
-from test_conformance import differences, reference_columns
+from test_conformance import DOCUMENTED_ROWS, differences, reference_view, split_documented
 
 
 def make_side(root: Path, layout: dict) -> Path:
@@ -25,7 +25,7 @@ def test_step_folder_of_ranks_gives_one_table_per_rank(multirank_step0, tmp_path
     assert names == [f"compare_result_rank{r}" for r in range(4)]
     ours = read_csv(next((tmp_path / "out").glob("compare_result_rank1_*.csv")))
     reference = read_csv(FIXTURES / "multirank_rank1_step0" / "reference.csv.gz")
-    assert reference_columns(ours) == reference
+    assert reference_view(ours, reference, "multirank_rank1_step0") == reference
 
 
 def test_rank_on_one_side_only_is_reported_and_the_rest_compared(tmp_path, capsys):
@@ -43,7 +43,9 @@ def test_proc_folders_pair_when_single(tmp_path):
     assert run_cli(["compare", "-tp", tmp_path / "t", "-gp", tmp_path / "g", "-o", tmp_path / "out", "--csv"]) == 0
     (result,) = (tmp_path / "out").glob("compare_result_proc111_*.csv")
     # numerically equal: the reference's pandas writes 60 as 60.0 in all-numeric columns (spec §10 item 8)
-    assert differences(read_csv(FIXTURES / "stats_L0_step0" / "reference.csv.gz"), read_csv(result)) == []
+    reference = read_csv(FIXTURES / "stats_L0_step0" / "reference.csv.gz")
+    documented, other = split_documented(differences(reference, read_csv(result)), reference, read_csv(result))
+    assert other == [] and documented == DOCUMENTED_ROWS["stats_L0_step0"]
 
 
 def test_dump_root_of_steps_and_graph_pynative_halves(tmp_path):

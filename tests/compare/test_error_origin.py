@@ -143,7 +143,10 @@ def test_advisor_names_the_first_introduced_row():
     names = ["a.output.0", "b.output.0", "c.output.0"]
     advice = advise(names, ["output"] * 3, ["error", "pass", "error"], ["", "", ""], 3,
                     ["dtype", "inherited", "introduced"])
-    assert advice.row == 1 and advice.introduced_row == 3 and advice.introduced_node == "c.output.0"
+    # the culprit (issue 27): an introduced row outranks an error the dtypes explain
+    assert advice.row == 3 and advice.introduced_row == 3 and advice.introduced_node == "c.output.0"
+    first_error = advise(names, ["output"] * 3, ["error", "pass", "error"], ["", "", ""], 3, ["dtype", "", "dtype"])
+    assert first_error.row == 1 and first_error.introduced_row is None
     assert advice.lines()[3].startswith("First introduced error") and "line 3, c.output.0" in advice.lines()[3]
     none = advise(names, ["output"] * 3, ["pass"] * 3, [""] * 3, 3, ["dtype", "", "inherited"])
     assert none.introduced_row is None and none.lines()[3].startswith("Error_Origin: no row is introduced")

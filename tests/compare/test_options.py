@@ -49,7 +49,8 @@ def test_stack_column_and_advisor_file(tmp_path):
     stack = table[0].index("NPU_Stack_Info")
     assert table[1][stack].startswith("['File ") and table[2][stack] == "N/A"
     advisor = only_file(tmp_path, "advisor_*.txt").read_text().splitlines()
-    assert advisor[0] == "Line: 86" and advisor[1] == "Suspect Nodes: Functional.linear.2.forward.input.0"
+    # the culprit: the first output where the precision drops (its input row 86 is the cast's result)
+    assert advisor[0] == "Line: 89" and advisor[1] == "Suspect Nodes: Functional.linear.2.forward.output.0"
     assert advisor[2].startswith("Expert Advice: The two runs use different dtypes")
     # no stack.json beside the target dump: no NPU_Stack_Info column
     shutil.copytree(FIXTURES / "stats_mix_step0" / "target", tmp_path / "nostack")

@@ -9,6 +9,7 @@ import pytest
 
 from msprobe.compare import rules
 from msprobe.compare.pipeline import CompareOptions, compare_dumps
+from msprobe.compare.verdict import MSG_INTRODUCED, NOTE_UNMATCHED
 from msprobe.dump.reader import Dump
 
 
@@ -44,7 +45,8 @@ def test_identical_rows_pass():
 
 def test_rule1_nan_in_npu_max():
     out, _ = judged(entry([stat()], [stat(mx=float("nan"))]), entry([stat()], [stat()]))
-    assert out["Functional.gelu.0.forward.output.0"] == ("error", [rules.MSG_STAT_NAN])
+    # identical inputs: the NaN is made here (Error_Origin introduced, issue 27)
+    assert out["Functional.gelu.0.forward.output.0"] == ("error", [rules.MSG_STAT_NAN, MSG_INTRODUCED])
     # skipped when the bench has NaN/Inf too
     out, _ = judged(entry([stat()], [stat(mx=float("inf"))]), entry([stat()], [stat(mn=float("-inf"))]))
     assert rules.MSG_STAT_NAN not in out["Functional.gelu.0.forward.output.0"][1]
@@ -57,14 +59,16 @@ def test_rule1_one_verdict_for_every_spelling_of_a_non_finite_statistic(spelling
     """Issue 28: "Infinity" and "1e999" passed while "inf" was an error; an integer beyond the float range was
     an internal error. One parser (cells.stat_number), one verdict."""
     out, _ = judged(entry([stat()], [stat(mx=spelling)]), entry([stat()], [stat()]))
-    assert out["Functional.gelu.0.forward.output.0"] == ("error", [rules.MSG_STAT_NAN])
+    # identical inputs: the non-finite value is made here (Error_Origin introduced, as test_rule1_nan_in_npu_max)
+    assert out["Functional.gelu.0.forward.output.0"] == ("error", [rules.MSG_STAT_NAN, MSG_INTRODUCED])
     out, _ = judged(entry([stat()], [stat()]), entry([stat()], [stat(mn=spelling)]))
     assert rules.MSG_STAT_NAN not in out["Functional.gelu.0.forward.output.0"][1]
 
 
 def test_rule3_norm_relative_error_of_output():
     out, _ = judged(entry([stat()], [stat(norm=1.6)]), entry([stat()], [stat(norm=1.0)]))
-    assert out["Functional.gelu.0.forward.output.0"] == ("error", [rules.MSG_NORM_OUTPUT, rules.MSG_NORM_TEN_TIMES])
+    assert out["Functional.gelu.0.forward.output.0"] == ("error", [rules.MSG_NORM_OUTPUT, rules.MSG_NORM_TEN_TIMES,
+                                                                 MSG_INTRODUCED])
     # not when the input already differs by 10% or more
     out, _ = judged(entry([stat(norm=1.1)], [stat(norm=1.6)]), entry([stat(norm=1.0)], [stat(norm=1.0)]))
     assert rules.MSG_NORM_OUTPUT not in out["Functional.gelu.0.forward.output.0"][1]
@@ -72,7 +76,7 @@ def test_rule3_norm_relative_error_of_output():
 
 def test_rule9_output_ten_times_input():
     out, _ = judged(entry([stat(norm=1.001)], [stat(norm=1.02)]), entry([stat()], [stat()]))
-    assert out["Functional.gelu.0.forward.output.0"] == ("warning", [rules.MSG_NORM_TEN_TIMES])
+    assert out["Functional.gelu.0.forward.output.0"] == ("warning", [rules.MSG_NORM_TEN_TIMES, MSG_INTRODUCED])
     out, _ = judged(entry([stat(norm=1.01)], [stat(norm=1.02)]), entry([stat()], [stat()]))
     assert out["Functional.gelu.0.forward.output.0"] == ("pass", [])
 
@@ -118,7 +122,7 @@ def test_ignored_apis():
 
 def test_unmatched_rows_pass_in_statistics_and_warn_in_md5():
     out, summary = judged(entry([stat()], [stat()], name="Functional.new.0.forward"), entry([stat()], [stat()]))
-    assert all(v == ("pass", []) for v in out.values()) and summary.matched == 0
+    assert all(v == ("pass", [NOTE_UNMATCHED]) for v in out.values()) and summary.matched == 0
     md5 = entry([stat(md5="aaaa0000")], [stat(md5="bbbb1111")])
     out, _ = judged(md5, entry([stat(md5="aaaa0000")], [stat(md5="cccc2222")]))
     assert out["Functional.gelu.0.forward.input.0"] == ("pass", [])
@@ -152,7 +156,7 @@ def test_rule2_thousandth_and_rule8_cosine_on_real_tensors(tmp_path):
     golden = tensor_dump(tmp_path, "g", {"input.0": x, "output.0": y_golden})
     table, _ = compare_dumps(target, golden, CompareOptions(write_output=False))
     assert table.cells["Result"] == ["pass", "error"]
-    assert json.loads(table.cells["Err_message"][1]) == [rules.MSG_THOUSANDTH, rules.MSG_COSINE]
+    assert json.loads(table.cells["Err_message"][1]) == [rules.MSG_THOUSANDTH, rules.MSG_COSINE, MSG_INTRODUCED]
     assert table.cells["One Thousandth Err Ratio"] == [1.0, 0.4]
     assert table.cells["Data_name"][0] == "['Functional.mul.0.forward.input.0.npy', 'Functional.mul.0.forward.input.0.npy']"
 
@@ -168,3 +172,19 @@ def test_rule2_threshold_is_the_documented_0_6(tmp_path, ratio_equal, fires):
     golden = tensor_dump(tmp_path, "g", {"input.0": x, "output.0": y_golden})
     table, _ = compare_dumps(target, golden, CompareOptions(write_output=False))
     assert (rules.MSG_THOUSANDTH in table.cells["Err_message"][1]) is fires
+
+
+def test_a_reshape_across_frameworks_is_compared_flat_on_real_tensors(tmp_path):
+    """Issue 27: [2, 2, 4] against [4, 4] with the same values is a framework convention; one framework: shapes
+    unmatched, an error."""
+    from msprobe.compare.verdict import NOTE_RESHAPE
+
+    x = np.linspace(1, 2, 16).astype(np.float32)
+    target = tensor_dump(tmp_path, "t", {"input.0": x, "output.0": x.reshape(2, 2, 4)})
+    for framework, result, cosine in (("pytorch", "pass", 1.0), ("mindspore", "error", "shape unmatched")):
+        golden = tensor_dump(tmp_path, f"g_{framework}", {"input.0": x, "output.0": x.reshape(4, 4)}, framework)
+        table, _ = compare_dumps(target, golden, CompareOptions(write_output=False))
+        assert table.cells["Result"][1] == result and table.cells["Cosine"][1] == cosine
+        if result == "pass":
+            assert json.loads(table.cells["Err_message"][1]) == [NOTE_RESHAPE.format(target="[2, 2, 4]",
+                                                                                   golden="[4, 4]")]

@@ -83,8 +83,13 @@ def test_compare_db_matches_reference(tmp_path):
     rows = [list(r) for r in connection.execute(
         "select data_source,step,rank,node_name,node_order,node_type,up_node,sub_nodes,precision_index,"
         "micro_step_id,matched_node_link from tb_nodes order by data_source,step,rank,node_order")]
-    assert rows == ref["nodes"]
-    assert Counter(r[8] for r in rows if r[0] == "NPU") == {0: 392, None: 74, 0.5: 7, 1: 2}
+    # the index is the verdict of the compare core: the three modules holding the bfloat16 cast have a warning of
+    # their own there (identical inputs, outputs within bfloat16 rounding: docs/compare.md §6.2)
+    expected = [r[:8] + [0.5] + r[9:] if r[0] == "NPU" and r[3] in {
+        "Module.blocks.0.mlp.fc1.CastLinear.forward.0", "Module.blocks.0.mlp.MLP.forward.0",
+        "Module.blocks.0.Block.forward.0"} else r for r in ref["nodes"]]
+    assert rows == expected
+    assert Counter(r[8] for r in rows if r[0] == "NPU") == {0: 389, None: 74, 0.5: 10, 1: 2}
     config = connection.execute("select graph_type,task,micro_steps,overflow_check,rank_list,step_list "
                                 "from tb_config").fetchone()
     assert list(config) == ref["config"]
@@ -111,17 +116,22 @@ def test_compare_json_statistics(tmp_path, capsys):
             "Module.blocks.0.attn.qkv.Linear.forward.0", "Functional.linear.0.forward"]
     assert node["matched_node_link"] == link and bench["Functional.linear.0.forward"]["matched_node_link"] == link
     assert node["data"] == {"precision_index": 0.0}
-    # statistics: the largest output relative error, capped at 1
-    worst = npu["Functional.linear.2.forward"]
-    errors = [float(v[k].rstrip("%")) / 100 for v in worst["output_data"].values()
-              for k in ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr")]
-    assert worst["data"]["precision_index"] == pytest.approx(min(1.0, max(abs(e) for e in errors)), rel=1e-5)
+    # the index reads the verdict (issue 27): the precision drops at the bfloat16 linear (0.85, the top band), the
+    # modules holding it warn of a hidden cast (0.85 as well), the LayerNorms after it only carry the difference
+    # (their output means are ~0: no large relative error)
+    index = {n: v["data"].get("precision_index") for n, v in npu.items()}
+    assert index["Functional.linear.2.forward"] == index["Module.blocks.0.mlp.fc1.CastLinear.forward.0"] == 0.85
+    assert 0.2 <= index["Functional.layer_norm.2.forward"] < 0.4 and 0.2 <= index["Functional.gelu.0.forward"] < 0.4
+    assert max(index[n] for n in index if index[n] is not None and "linear.2" not in n and "blocks.0" not in n) < 0.6
+    assert [c["description"] for c in vis["Colors"].values()][-1] == "node not matched"
     unmatched = sorted(n for n, v in npu.items() if not v["matched_node_link"])
     assert unmatched == ["Tensor.to.0.backward", "Tensor.to.1.backward", "Tensor.to.2.backward"]
     assert "Bench" not in json.dumps(npu["DefaultModel"]["data"])
     text = capsys.readouterr().out
     assert "Nodes built: NPU 475, Bench 473; matched 472, unmatched 3 (NPU), 1 (Bench)." in text
     assert "Top 10 nodes by precision error:" in text
+    top = text[text.index("Top 10 nodes"):].splitlines()[1]
+    assert "1. Functional.linear.2.forward" in top and top.rstrip().endswith("0.85")
 
 
 def test_compare_md5(tmp_path):
@@ -144,12 +154,10 @@ def test_compare_tensor(tmp_path, tensor_mix):
     assert all(0 <= s <= 1 for s in scored.values())
     item = next(iter(npu["Functional.linear.0.forward"]["output_data"].values()))
     assert {"Cosine", "MaxAbsErr", "One Thousandth Err Ratio"} <= set(item)
-    # the index is the drop of the One Thousandth ratio from inputs to outputs
-    node = npu["Functional.linear.2.forward"]
-    low = [min([float(v["One Thousandth Err Ratio"]) for v in side.values() if v.get("shape") not in (None, "[]")
-                and v.get("One Thousandth Err Ratio", "N/A") not in ("N/A", "Nan", "null")] or [1.0])
-           for side in (node["input_data"], node["output_data"])]
-    assert node["data"]["precision_index"] == pytest.approx(max(0.0, min(1.0, low[0] - low[1])), abs=1e-6)
+    # the index reads the verdict: the precision drops at the bfloat16 linear (the tensors' own verdict)
+    assert npu["Functional.linear.2.forward"]["data"]["precision_index"] == 0.85
+    assert npu["Functional.linear.0.forward"]["data"]["precision_index"] == 0
+    assert vis["Colors"]["#FF704D"]["value"] == [0.8, 1]
 
 
 def test_fuzzy_and_layer_mapping(tmp_path):

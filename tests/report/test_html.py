@@ -139,9 +139,15 @@ def test_index_page_links_every_rank_with_counts(tmp_path):
 
 
 def csv_summary(rows: list) -> dict:
+    """Counts and the culprit of a result table, read from its verdict cells by the compare core's rule."""
+    from msprobe.compare.verdict import culprit_row
+    from msprobe.report.html import _state
+
     header, body = rows[0], rows[1:]
     results = [r[header.index("Result")] for r in body]
-    first = results.index("error") if "error" in results else None
+    origins = [r[header.index("Error_Origin")] for r in body] if "Error_Origin" in header else None
+    first = culprit_row([_state(r[0]) for r in body], results, [r[header.index("Err_message")] for r in body],
+                        origins)
     return {"rows": len(body), "counts": Counter(results), "first_row": None if first is None else first + 1,
             "first_name": None if first is None else body[first][0], "header": header, "body": body}
 
@@ -164,6 +170,8 @@ def test_compare_html_beside_the_table_matches_the_csv(tmp_path):
     assert summary["rows"] == expected["rows"] == 1350
     assert summary["results"] == {k: expected["counts"][k] for k in ("pass", "warning", "error")}
     assert (summary["first_error_row"], summary["first_error"]) == (expected["first_row"], expected["first_name"])
+    # the culprit, as the advisor names it: where the precision drops (the bfloat16 linear's output)
+    assert (summary["first_error_row"], summary["first_error"]) == (89, "Functional.linear.2.forward.output.0")
     assert summary["mode"] == "statistics" and summary["source"] == table.name
     assert data["metrics"][0] == "NormRelativeErr"
     rows = decode_rows(data)
@@ -290,7 +298,8 @@ def test_report_shows_the_diff_analyze_answer(multirank_step0, tmp_path):
     lines = diff_analyze_lines(str(analysis))
     assert lines[0].startswith("rank_1: Functional.linear.2.forward (origin")
     assert any(line.startswith("rank_0: Distributed.all_reduce.0.forward (received through communication") for line in lines)
-    assert lines[-1].startswith("dtype-aware: none")
+    assert lines[-2].startswith("dtype-aware: none")
+    assert lines[-1] == "culprit: Functional.linear.2.forward on rank 1 (Functional.linear.2.forward.output.0: error)"
     assert run_cli(["compare", "-tp", target / "rank1", "-gp", golden / "rank1", "-o", tmp_path / "t", "--csv",
                     "-c"]) == 0
     table = only_file(tmp_path / "t", "compare_result_*.csv")
@@ -313,6 +322,38 @@ def test_page_carries_error_origin_and_the_chart_marks_introduced_rows(tmp_path)
     assert [row[3] for row in decode_rows(data)] == cells["Error_Origin"]
     script = (Path(__file__).parents[2] / "msprobe" / "data" / "report" / "report.js").read_text()
     assert "colIndex('Error_Origin')" in script and "'introduced'" in script and "first introduced" in script
+
+
+@pytest.mark.slow
+def test_noise_rows_are_marked_on_the_page(tmp_path):
+    """A CNN whose conv biases feed BatchNorm (tests/culprits.py): their gradients lie at the rounding floor of their
+    inputs. The table notes them, the page's chart marks them, and the summary names the culprit (issue 27)."""
+    pytest.importorskip("torch")
+    import culprits
+
+    target, golden = culprits.dump_pair("cnn", tmp_path / "dumps", "tensor")
+    out = tmp_path / "out"
+    assert run_cli(["compare", "-tp", target / "dump.json", "-gp", golden / "dump.json", "-o", out, "--csv",
+                    "--html"]) == 0
+    rows = read_csv(only_file(out, "compare_result_*.csv"))
+    header, body = rows[0], rows[1:]
+    message = header.index("Err_message")
+    noise = [i for i, r in enumerate(body) if "note: below the noise floor" in r[message]]
+    names = [body[i][0] for i in noise]
+    assert "Functional.conv2d.0.backward.output.2" in names and "Module.conv1.Conv2d.parameters_grad.0.bias" in names
+    assert all(body[i][header.index("Error_Origin")] == "" for i in noise)
+    page = only_file(out, "compare_result_*.html")
+    summary = embedded(page.read_text(encoding="utf-8"))["summary"]
+    assert summary["first_error"] == "Functional.conv2d.1.forward.output.0"
+    browser = open_browser()
+    try:
+        browser.open(str(page))
+        browser.wait_for("document.documentElement.getAttribute('data-ready') === '1'", timeout=15)
+        assert browser.evaluate("window.msprobeReport.noiseRows()") == noise
+        legend = browser.evaluate("document.querySelector('.legend').textContent")
+        assert "below the noise floor" in legend
+    finally:
+        browser.close()
 
 
 # What a person sees on the page, measured in the browser: the labels of the marked rows lie above the plot and cover
@@ -355,9 +396,14 @@ def _look_at(browser, page, shot: str, widths=(1400, 900)) -> dict:
 
 def test_report_pages_read_as_a_person_reads_them(tmp_path):
     """The cross-framework page (two marked rows, percent metric on a log scale, long names in the summary cards)
-    and the index of a single pair."""
+    and the index of a single pair. The MindSpore run is made wrong at its first GELU (the twins agree otherwise:
+    no culprit, nothing marked), so the page marks the culprit and the first introduced row."""
     out = tmp_path / "cross"
-    assert run_cli(["compare", "-tp", FIXTURES / "cross" / "ms_mix" / "dump.json", "-gp",
+    ms = json.loads((FIXTURES / "cross" / "ms_mix" / "dump.json").read_text())
+    ms["data"]["Functional.gelu.0.forward"]["output"][0]["Max"] *= 1.5
+    (tmp_path / "ms_mix").mkdir()
+    (tmp_path / "ms_mix" / "dump.json").write_text(json.dumps(ms))
+    assert run_cli(["compare", "-tp", tmp_path / "ms_mix" / "dump.json", "-gp",
                     FIXTURES / "cross" / "pt_mix" / "dump.json", "-o", out, "--csv", "--html", "-c"]) == 0
     target, golden = fixture_pair("stats_mix_step0")
     for side, dump in (("t", target), ("g", golden)):
@@ -370,7 +416,7 @@ def test_report_pages_read_as_a_person_reads_them(tmp_path):
     try:
         seen = _look_at(browser, only_file(out, "compare_result_*.html"), "report_cross_mix")
         layout = seen["layout"]
-        assert [label["text"].split(":")[0] for label in layout["labels"]] == ["first divergence", "first introduced"]
+        assert [label["text"].split(":")[0] for label in layout["labels"]] == ["culprit", "first introduced"]
         assert layout["yTitle"].startswith("NormRelativeErr (%)")
         assert all(tick.endswith("%") for tick in layout["ticks"])
         browser.open(str(only_file(tmp_path / "one", "index_*.html")))
@@ -383,12 +429,12 @@ def test_report_pages_read_as_a_person_reads_them(tmp_path):
 
 
 def test_the_cosine_chart_keeps_its_label_off_the_points(tensor_mix, tmp_path):
-    """Tensor mode: cosines near 1 lie at the top of the plot, where the first-divergence label used to be."""
+    """Tensor mode: cosines near 1 lie at the top of the plot, where the culprit's label used to be."""
     target, golden = tensor_mix
     assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path, "--csv", "--html", "-c"]) == 0
     browser = open_browser()
     try:
         seen = _look_at(browser, only_file(tmp_path, "compare_result_*.html"), "report_tensor_cosine")
-        assert seen["layout"]["yTitle"] == "Cosine" and seen["layout"]["labels"][0]["text"].startswith("first div")
+        assert seen["layout"]["yTitle"] == "Cosine" and seen["layout"]["labels"][0]["text"].startswith("culprit")
     finally:
         browser.close()

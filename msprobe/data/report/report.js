@@ -63,6 +63,9 @@
     for (var ro = 0; ro < N; ro++) if (text(ro, ORIGIN) === 'introduced') introduced.push(ro);
     firstIntroduced = introduced.length ? introduced[0] : -1;
   }
+  // rows below the noise floor of their inputs (the compare's note): their differences are rounding
+  var noise = [];
+  if (MESSAGE >= 0) for (var rn = 0; rn < N; rn++) if (text(rn, MESSAGE).indexOf('note: below the noise floor') >= 0) noise.push(rn);
 
   // ---------------------------------------------------------------- dom helpers
   function el(tag, cls, txt) {
@@ -102,7 +105,7 @@
     link.appendChild(el('span', 'rowref', '(row ' + row + ')'));
     return link;
   }
-  var firstBox = card('sum-first', 'first divergent op (first error row)', '', 'wide');
+  var firstBox = card('sum-first', 'culprit (the advisor\'s: first row of the highest verdict level)', '', 'wide');
   var firstV = firstBox.querySelector('.v');
   if (S.first_error) {
     var link = rowLink(S.first_error, S.first_error_row);
@@ -149,6 +152,7 @@
   var legend = el('span', 'legend');
   var legendItems = [['forward', 'var(--fwd)'], ['backward', 'var(--bwd)'], ['other', 'var(--other)'], ['error row', 'var(--error)']];
   if (ORIGIN >= 0) legendItems.push(['introduced (Error_Origin)', 'var(--introduced)']);
+  if (noise.length) legendItems.push(['below the noise floor (rounding, not judged)', 'var(--noise)']);
   legendItems.forEach(function (x) { var i = el('i'); i.style.background = x[1]; legend.appendChild(add(el('span'), i, document.createTextNode(x[0]))); });
   add(bar, el('h2', null, 'Metric along execution order'), metricSel, logLabel, legend);
   var canvas = el('canvas'); canvas.id = 'chart';
@@ -245,8 +249,14 @@
       seenI[yi * W + xi] = 1;
       g.beginPath(); g.moveTo(xi, yi - 9); g.lineTo(xi - 4, yi - 3); g.lineTo(xi + 4, yi - 3); g.closePath(); g.fill();
     }
+    g.strokeStyle = '#5f6368'; g.lineWidth = 1.2;
+    for (var k3 = 0; k3 < noise.length; k3++) {          // below the noise floor: hollow rings around the point
+      var rz = noise[k3];
+      if (!isFinite(chartVals[rz])) continue;
+      g.beginPath(); g.arc(Math.round(xOf(rz)), Math.round(yOf(chartVals[rz])), 5, 0, 2 * Math.PI); g.stroke();
+    }
     var line = 0;
-    if (firstError >= 0) markRow(g, firstError, '#d93025', [4, 3], 'first divergence: ' + (S.first_error || ''), line++);
+    if (firstError >= 0) markRow(g, firstError, '#d93025', [4, 3], 'culprit: ' + (S.first_error || ''), line++);
     if (firstIntroduced >= 0) {
       markRow(g, firstIntroduced, '#8e24aa', [2, 2],
         'first introduced: ' + (NAME >= 0 ? text(firstIntroduced, NAME) : ''), line++);
@@ -554,6 +564,7 @@
   window.msprobeReport = {
     rows: N, columns: C, text: text, goToRow: goToRow, pointAt: pointAt,
     introducedRows: function () { return introduced.slice(); },
+    noiseRows: function () { return noise.slice(); },
     chartLayout: function () { return chartInfo; },
     firstPoint: function () { for (var r = 0; r < N; r++) if (isFinite(chartVals[r])) return r; return -1; },
     view: function () { return Array.prototype.slice.call(view); },

@@ -1,0 +1,102 @@
+"""The next dump, written for the user (issue 27): once -da knows the culprit, the next step is always the same, dump
+the real tensors of that op and of the module that holds it, and nothing else. -da writes the collector
+configuration for it beside its analysis file.
+
+The configuration uses only the keys the collectors document (docs/dump.md): `task` tensor, the dump's own `level`,
+its `step` and `rank`, `dump_path`, `async_dump`, and the task section's `scope`, `list` and `data_mode`. The
+selection is a `list` of entry-name substrings that the reference's collector reads the same way: the culprit API's
+forward and backward entries (`Functional.conv2d.1.forward`, `Functional.conv2d.1.backward`) and its innermost
+module as a prefix (`Module.conv2.Conv2d.`, which matches its forward, backward and parameter-gradient entries; at
+level mix every API called inside it as well). The names are the target dump's and, when they differ (a MindSpore
+target against a PyTorch golden), the golden's too, so one file serves both runs: a MindSpore collector matches the
+`Mint.*`/`Cell.*` names, a PyTorch one the `Torch.*`/`Module.*` names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from msprobe.io import write_text
+
+LEVELS = ("L0", "L1", "mix")
+DUMP_PATH = "./next_dump"
+
+
+def culprit_names(entry: str, target, golden_entry: str | None, golden, job) -> dict | None:
+    """What the next dump needs to know of the culprit (computed where the dumps are read): its API and module on
+    both sides, the dump's level, step and rank. None when the dump's level is not a collector level."""
+    if target.level not in LEVELS:
+        return None
+    sides = [_names(entry, target.construct)]
+    if golden_entry is not None and golden_entry != entry:
+        sides.append(_names(golden_entry, golden.construct))
+    rank = re.fullmatch(r"_rank(\d+)", job.suffix or "")
+    return {"sides": sides, "level": target.level, "step": _step(job), "rank": [int(rank.group(1))] if rank else []}
+
+
+def _names(entry: str, construct: dict | None) -> dict:
+    """{"api": the API entry or None, "module": the entry of the innermost module holding it (or the module entry
+    itself) or None}."""
+    if entry.startswith(("Module.", "Cell.")):
+        return {"api": None, "module": entry}
+    parent = (construct or {}).get(entry)
+    if isinstance(parent, list):
+        parent = parent[0] if parent else None
+    return {"api": entry, "module": parent if isinstance(parent, str) and parent else None}
+
+
+def _step(job) -> list:
+    """The step of the dump: from the output sub-folder of its job (step0, graph/step1) or the folders of its path."""
+    for text in (job.out_subdir or "", os.path.dirname(os.path.abspath(job.target))):
+        for part in reversed(re.split(r"[\\/]", text)):
+            found = re.fullmatch(r"step(\d+)", part)
+            if found:
+                return [int(found.group(1))]
+    return []
+
+
+def selection(info: dict) -> list:
+    """The `list` of the configuration: the culprit API's forward and backward entries and its module's prefix, for
+    each side's names, without repeats."""
+    out: list = []
+    for names in info["sides"]:
+        api, module = names["api"], names["module"]
+        if api:
+            head = api.rpartition(".")[0] if api.endswith((".forward", ".backward")) else api
+            out += [head + ".forward", head + ".backward"]
+        if module:
+            out.append(module_prefix(module))
+    return list(dict.fromkeys(out))
+
+
+def module_prefix(module: str) -> str:
+    """`Module.conv2.Conv2d.forward.0` -> `Module.conv2.Conv2d.` (its forward, backward and parameter gradients)."""
+    if ".parameters_grad" in module:
+        return module.split(".parameters_grad")[0] + "."
+    head, _, index = module.rpartition(".")
+    if index.isdigit() and head.endswith((".forward", ".backward")):
+        return head.rpartition(".")[0] + "."
+    return module + "."
+
+
+def what(info: dict) -> str:
+    """The culprit as the console names it: `Functional.conv2d.1 and its module Module.conv2.Conv2d.forward.0`."""
+    names = info["sides"][0]
+    if names["api"] is None:
+        return names["module"]
+    api = names["api"].rpartition(".")[0] if names["api"].endswith((".forward", ".backward")) else names["api"]
+    return f"{api} and its module {names['module']}" if names["module"] else api
+
+
+def config(info: dict) -> dict:
+    """The collector configuration of the next dump."""
+    return {"task": "tensor", "dump_path": DUMP_PATH, "rank": info["rank"], "step": info["step"],
+            "level": info["level"], "async_dump": False,
+            "tensor": {"scope": [], "list": selection(info), "data_mode": ["all"]}}
+
+
+def write_config(info: dict, path: str) -> str:
+    write_text(path, json.dumps(config(info), indent=2, ensure_ascii=False) + "\n")
+    return path

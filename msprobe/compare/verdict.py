@@ -1,0 +1,454 @@
+"""One verdict per row, computed once (issue 27): Result, Err_message and Error_Origin, and the culprit that the
+advisor, the console summary, -da, the HTML report and msprobe graph all name.
+
+The reference's rules (rules.py) and Error_Origin (error_origin.py) are the judgement; this module decides which
+rows they may read and finishes their output:
+
+* **No data**: a row with no golden partner, or whose tensor one run records as null (the gradient of an input
+  that does not require it), has nothing to compare: no group rule flags it, it gets no Error_Origin, and a note
+  in Err_message says why.
+* **Noise**: an output whose norm, in both runs, lies within NOISE_UNITS units of rounding of its inputs' norm (a
+  bias gradient summed to ~0 before a BatchNorm: ~1e-9 against inputs of ~1e-2) is the rounding floor of its
+  inputs: its differences are rounding; no metric rule reads it, no Error_Origin; a note names the input. Only
+  where a small result can only come from cancellation: gradients (backward entries, parameter gradients, whose
+  inputs are the incoming gradients) and forward sums and differences (add, sub, sum, mean, ...); a softmax or a
+  normalisation maps large inputs to small outputs by design.
+* **Framework conventions** (a MindSpore target against a PyTorch golden, or any mapping option): integer tensors
+  of different width with equal values (int32 against int64 labels) and shapes that differ only by a reshape
+  (equal element counts; statistics do not depend on the layout, real tensors are compared flat) are judged by
+  their values, with a note instead of rule 6/7's error; and a backward output that one framework's gradient
+  passes on unchanged to a later backward op and the other's does not is a recording convention (PyTorch records
+  the gradient at an API's last autograd node: for a 4-D matmul the view's gradient, for cross_entropy that of
+  log_softmax's output), noted and not judged.
+* **Ignored APIs** (rules.ALL_IGNORE: empty, to, __setitem__, ...), which no rule judges, get no Error_Origin
+  either.
+* **Made here**: an output that Error_Origin calls `introduced` is at least a warning; a module output whose inputs
+  are identical and whose error only the rounding of a lower precision explains (a cast inside the module) is a
+  warning too: the two kinds of row a culprit can be besides an error.
+
+`row_levels` reads a judged row back as one level, from its cells alone (a table read back from a file gives the
+same levels); only outputs, parameter gradients, parameters and debug.json saves can be made here, an input
+row carries:
+
+* MADE_HERE: Error_Origin `introduced`, or an error its inputs do not explain (shape, NaN/Inf, an argument,
+  requires_grad, a large norm error with quiet inputs);
+* PRECISION_HERE: the precision drops here: a dtype error (bfloat16 against float32) not inherited, or a module's
+  hidden cast (the warning above);
+* WARNING_HERE: a warning its inputs do not explain;
+* CARRIED_ISSUE: a warning or error carried from the inputs (Error_Origin inherited/dtype), or on an input row;
+* CARRIED: pass, but Error_Origin names a difference (inherited or dtype);
+* NOTHING: pass with no difference worth a word, or not judged.
+
+The culprit is the first row of the highest level, when that is at least WARNING_HERE.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from msprobe.compare import rules
+from msprobe.compare.error_origin import (
+    ADDITIVE,
+    DTYPE,
+    EPS,
+    INHERITED,
+    INTRODUCED,
+    OUT_STATES,
+    REDUCTION,
+    cell_floats,
+    judge_origin,
+    op_kind,
+    stat_floats,
+)
+from msprobe.frameworks.dtypes import canonical, family
+from msprobe.table import columns as col
+
+NOISE_UNITS = 16.0        # an output within this many units of rounding of its inputs' norm is their rounding floor
+STAT_FLOOR_UNITS = 8.0    # a statistic within this many units of rounding of its tensor's magnitude is ~0
+
+MSG_INTRODUCED = ("warning: The output error exceeds what its inputs and the dtypes' rounding explain "
+                  "(Error_Origin introduced).")
+MSG_HIDDEN_CAST = ("warning: The inputs are identical but the output differs, within the rounding of a lower "
+                   "precision: the module computes in a lower precision inside (a cast, autocast).")
+NOTE_UNMATCHED = "note: not compared: no golden item matches this one."
+NOTE_NULL = "note: not compared: {who} here (null)."
+NOTE_NOISE = ("note: below the noise floor of {neighbour}: norm {norm:.2g} within {units:g} units of rounding of "
+              "{reference:.2g} in both runs; its differences are rounding and are not judged.")
+NOTE_INT_WIDTH = "note: {target} vs {golden}, values equal (a framework convention)."
+NOTE_RESHAPE = ("note: shape {target} vs {golden}: a reshape (equal element counts), compared element-wise as flat "
+                "tensors.")
+NOTE_RECORDING = ("note: the two frameworks record different tensors here: the {passes} gradient reaches {consumer} "
+                  "unchanged, the {other} reaches no later backward op (a recording convention); not judged.")
+
+# levels of a judged row (row_levels), lowest first
+NOTHING, CARRIED, CARRIED_ISSUE, WARNING_HERE, PRECISION_HERE, MADE_HERE = range(6)
+_OWN_STATES = frozenset({"output", "parameters_grad", "parameters", "debug"})   # a debug.json save has no op around it
+_OWN_ERRORS = (rules.MSG_STAT_NAN, rules.MSG_THOUSANDTH, rules.MSG_NORM_OUTPUT, rules.MSG_REQUIRES_GRAD,
+               rules.MSG_SCALAR, rules.MSG_SHAPE, rules.MSG_MD5_DIFF, rules.MSG_NAN_POSITION)
+
+
+@dataclass
+class Verdict:
+    results: list                 # Result per row
+    messages: list                # Err_message per row (JSON array texts)
+    origins: list | None          # Error_Origin per row (None in md5 mode)
+    culprit: int | None           # the culprit row (0-based), None when no row is made here
+    levels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
+    unjudged: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))   # RowFacts.unjudged
+
+
+@dataclass
+class RowFacts:
+    """What the rules may read, per row (see the module docstring)."""
+
+    unjudged: np.ndarray          # no data, noise or a recording convention
+    same_dtype: np.ndarray        # cross-framework integer widths, values equal
+    same_shape: np.ndarray        # cross-framework reshape
+    identical_inputs: np.ndarray  # every tensor input of the row's entry matched with equal statistics (>= 1 input)
+    notes: dict                   # row -> [note texts]
+
+
+def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list, cross: bool,
+               sides: tuple | None = None, entry_ops: list | None = None) -> Verdict:
+    """The verdict of every row of a measured table. sides = (target Items, golden Items, Pairs) for the
+    cross-framework recording check (None: not checked)."""
+    stats = stat_floats(cells) if data.mode != col.MD5 else None
+    facts = row_facts(data, cells, states, is_tensor, cross, sides, stats, entry_ops)
+    data.unjudged, data.same_dtype, data.same_shape = facts.unjudged, facts.same_dtype, facts.same_shape
+    level, messages = rules.judge_levels(data)
+    origins = None
+    if data.mode != col.MD5:
+        origins = judge_origin(data.mode, cells, data.entry, data.entry_names, states, is_tensor, data.matched,
+                               data.dtypes, data.shapes, entry_ops=entry_ops, skip=facts.unjudged, stats=stats)
+        t_dtype, g_dtype = data.dtypes
+        for row, origin in enumerate(origins):
+            if origin == INTRODUCED:
+                messages[row].append(MSG_INTRODUCED)
+                level[row] = max(level[row], rules.WARNING)
+            elif (origin == DTYPE and facts.identical_inputs[row]
+                  and canonical(t_dtype[row]) == canonical(g_dtype[row])):
+                messages[row].append(MSG_HIDDEN_CAST)
+                level[row] = max(level[row], rules.WARNING)
+    for row, notes in facts.notes.items():
+        messages[row].extend(notes)
+    results = [rules.RESULT_TEXT[x] for x in level]
+    texts = rules.message_texts(messages)
+    levels = row_levels(states, results, texts, origins)
+    return Verdict(results, texts, origins, culprit_of(levels), levels, facts.unjudged)
+
+
+# ----------------------------------------------------------------------------------------------- row facts
+def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list, cross: bool,
+              sides: tuple | None = None, stats: tuple | None = None, entry_ops: list | None = None) -> RowFacts:
+    rows = len(data.entry)
+    notes: dict = {}
+    none = np.zeros(rows, dtype=bool)
+    if data.mode == col.MD5 or not rows:
+        return RowFacts(none, none, none.copy(), none.copy(), notes)
+    matched = np.asarray(data.matched, dtype=bool)
+    tensor = np.asarray(is_tensor, dtype=bool)
+    t_dtype, g_dtype = data.dtypes
+    t_null = np.fromiter((d is None for d in t_dtype), dtype=bool, count=rows)
+    g_null = np.fromiter((d is None for d in g_dtype), dtype=bool, count=rows)
+    out = np.fromiter((s in OUT_STATES for s in states), dtype=bool, count=rows)
+    for row in np.flatnonzero(~matched).tolist():
+        notes[row] = [NOTE_UNMATCHED]
+    # a null on one side, or an output (a gradient) neither run records; a None argument on both sides is a value
+    for row in np.flatnonzero(matched & ((t_null ^ g_null) | (t_null & g_null & out))).tolist():
+        who = "neither run records a tensor" if t_null[row] and g_null[row] else \
+            "the NPU records no tensor" if t_null[row] else "the Bench records no tensor"
+        notes[row] = [NOTE_NULL.format(who=who)]
+    no_data = ~matched | t_null | g_null
+    stats_t, stats_g = stats if stats is not None else stat_floats(cells)
+    equal = matched.copy()
+    for t, g in zip(stats_t, stats_g):
+        equal &= (t == g) | (np.isnan(t) & np.isnan(g))
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(data.entry)) + 1))
+    lengths = np.diff(np.append(starts, rows))
+    inputs = tensor & ~out
+    noise, neighbour, floors = _noise(stats_t[3], stats_g[3], data, cells[col.NPU_NAME], tensor, matched, out,
+                                      inputs, equal, starts, lengths, entry_ops)
+    for row in np.flatnonzero(noise).tolist():
+        notes.setdefault(row, []).append(NOTE_NOISE.format(
+            neighbour=neighbour(row), norm=stats_g[3][row], units=NOISE_UNITS, reference=floors[row]))
+    in_entry_ok = np.logical_and.reduceat(~inputs | equal, starts)
+    has_input = np.add.reduceat(inputs.astype(np.int64), starts) > 0
+    identical_inputs = np.repeat(in_entry_ok & has_input, lengths)
+    same_dtype, same_shape, recorded = none, none.copy(), none.copy()
+    if cross:
+        same_dtype, same_shape = _conventions(data, stats_t, stats_g, matched & tensor & ~no_data, notes)
+        if sides is not None:
+            recorded = _recording_differences(data, sides, out & tensor & ~no_data & ~noise & ~equal, notes)
+    return RowFacts(no_data | noise | recorded | _ignored(data, starts, lengths, entry_ops), same_dtype, same_shape,
+                    identical_inputs, notes)
+
+
+def _ignored(data, starts, lengths, entry_ops) -> np.ndarray:
+    """The rows of the APIs no rule applies to (empty, to, __setitem__, ...: rules.ALL_IGNORE): no Error_Origin
+    either."""
+    names = entry_ops if entry_ops is not None else data.entry_names
+    return np.repeat(np.fromiter((_all_ignored(names[e]) for e in data.entry[starts].tolist()), dtype=bool,
+                                 count=len(starts)), lengths)
+
+
+@lru_cache(maxsize=8192)
+def _all_ignored(name: str) -> bool:
+    return rules.ignore_class(name) == "all"
+
+
+def _noise(t_norm, g_norm, data, names, tensor, matched, out, inputs, equal, starts, lengths, entry_ops):
+    """(mask of outputs at the rounding floor of their entry's inputs in both runs, name of that input per row,
+    the golden reference magnitude per row)."""
+    entries = data.entry[starts].tolist()
+    if entry_ops is not None:
+        kinds = [_cancels(data.entry_names[e], entry_ops[e]) for e in entries]
+    else:
+        kinds = [_cancels(data.entry_names[e], None) for e in entries]
+    cancelling = np.repeat(np.asarray(kinds, dtype=bool), lengths)
+    t_eps = _eps_of(data.dtypes[0])
+    g_eps = _eps_of(data.dtypes[1])
+    has_input = np.add.reduceat(inputs.astype(np.int64), starts) > 0
+    finite_t = np.where(np.isfinite(t_norm), np.abs(t_norm), 0.0)
+    finite_g = np.where(np.isfinite(g_norm), np.abs(g_norm), 0.0)
+
+    def per_entry(values, mask):
+        return np.repeat(np.maximum.reduceat(np.where(mask, values, 0.0), starts), lengths)
+
+    # an entry without inputs (parameter gradients): its other tensors are the neighbours
+    scope = np.repeat(has_input, lengths)
+    reference_t = np.where(scope, per_entry(finite_t, inputs), per_entry(finite_t, tensor))
+    reference_g = np.where(scope, per_entry(finite_g, inputs & matched), per_entry(finite_g, tensor & matched))
+    eps_t = per_entry(t_eps, tensor)
+    eps_g = per_entry(g_eps, tensor & matched)
+    with np.errstate(invalid="ignore"):
+        noise = (cancelling & out & tensor & matched & ~equal & (t_eps > 0) & np.isfinite(t_norm) & np.isfinite(g_norm)
+                 & (reference_t > 0) & (reference_g > 0)
+                 & (np.abs(g_norm) <= NOISE_UNITS * eps_g * reference_g)
+                 & (np.abs(t_norm) <= NOISE_UNITS * eps_t * reference_t))
+
+    def neighbour(row: int) -> str:
+        k = int(np.searchsorted(starts, row, "right")) - 1
+        start, stop = int(starts[k]), int(starts[k] + lengths[k])
+        pool = [r for r in range(start, stop) if inputs[r] and matched[r]] if scope[row] else \
+            [r for r in range(start, stop) if r != row and tensor[r] and matched[r]]
+        best = max(pool, key=lambda r: finite_g[r], default=row)
+        return str(names[best])
+    return noise, neighbour, reference_g
+
+
+def _cancels(entry_name: str, op: str | None) -> bool:
+    """Whether a small output of this entry can only come from cancellation (see the module docstring); op: the
+    entry's name without call count and direction, when known (read faster)."""
+    if ".backward" in entry_name or ".parameters_grad" in entry_name:
+        return True
+    return _summing(op) if op is not None else op_kind(entry_name) in (ADDITIVE, REDUCTION)
+
+
+@lru_cache(maxsize=4096)
+def _summing(op: str) -> bool:
+    return op_kind(op + ".0.forward") in (ADDITIVE, REDUCTION)
+
+
+def _conventions(data, stats_t, stats_g, candidates, notes) -> tuple:
+    """(same_dtype, same_shape) masks of the cross-framework conventions, with their notes."""
+    rows = len(data.entry)
+    t_dtype, g_dtype = data.dtypes
+    t_shape, g_shape = data.shapes
+    same_dtype = np.zeros(rows, dtype=bool)
+    same_shape = np.zeros(rows, dtype=bool)
+    for row in np.flatnonzero(candidates).tolist():
+        a, b = canonical(t_dtype[row]), canonical(g_dtype[row])
+        if a != b and family(a) == "int" and family(b) == "int" and _values_equal(stats_t, stats_g, row):
+            same_dtype[row] = True
+            notes.setdefault(row, []).append(NOTE_INT_WIDTH.format(target=a, golden=b))
+        if t_shape[row] != g_shape[row]:
+            n_t, n_g = _numel(t_shape[row]), _numel(g_shape[row])
+            if n_t is not None and n_t == n_g:
+                same_shape[row] = True
+                notes.setdefault(row, []).append(NOTE_RESHAPE.format(target=t_shape[row], golden=g_shape[row]))
+    return same_dtype, same_shape
+
+
+def _values_equal(stats_t, stats_g, row: int) -> bool:
+    """Max and Min recorded on both sides and equal; Mean and Norm equal where both sides record them."""
+    for index, (t, g) in enumerate(zip(stats_t, stats_g)):
+        a, b = t[row], g[row]
+        if a != a or b != b:
+            if index < 2:
+                return False
+            continue
+        if abs(a - b) > 1e-6 * max(1.0, abs(a), abs(b)):
+            return False
+    return True
+
+
+def _recording_differences(data, sides: tuple, candidates: np.ndarray, notes: dict) -> np.ndarray:
+    """Backward outputs whose gradient one framework passes on unchanged to a later backward op (as that op's
+    input) and the other does not: the two record different tensors (see the module docstring)."""
+    rows = len(data.entry)
+    found = np.zeros(rows, dtype=bool)
+    t_items, g_items, pairs = sides
+    backward = [".backward" in name for name in data.entry_names]
+    rows_to_check = [r for r in np.flatnonzero(candidates).tolist() if backward[data.entry[r]]]
+    if not rows_to_check:
+        return found
+    t_index, g_index = _gradient_index(t_items), _gradient_index(g_items)
+    for row in rows_to_check:
+        t_item, g_item = int(pairs.target[row]), int(pairs.golden[row])
+        t_consumer = _consumer(t_items, t_index, t_item)
+        g_consumer = _consumer(g_items, g_index, g_item)
+        if (t_consumer is None) != (g_consumer is None):
+            found[row] = True
+            passes, consumer, other = (("NPU", t_consumer, "Bench's") if t_consumer is not None
+                                       else ("Bench", g_consumer, "NPU's"))
+            notes.setdefault(row, []).append(NOTE_RECORDING.format(passes=passes, consumer=consumer, other=other))
+    return found
+
+
+def _gradient_index(items) -> dict:
+    """(numel, Max, Min) -> [(entry, item)] of the tensor inputs of every backward entry of a dump."""
+    index: dict = {}
+    names = items.entry_names
+    for item, (entry, state, tensor) in enumerate(zip(items.entry, items.state, items.is_tensor)):
+        if tensor and state == "input" and ".backward" in names[entry]:
+            key = (_numel(items.shape[item]), items.stat_max[item], items.stat_min[item])
+            index.setdefault(key, []).append((entry, item))
+    return index
+
+
+def _consumer(items, index: dict, item: int) -> str | None:
+    """The first later backward entry whose input holds the same values as this item (equal element count and
+    statistics), or None."""
+    key = (_numel(items.shape[item]), items.stat_max[item], items.stat_min[item])
+    mean, norm = items.stat_mean[item], items.stat_norm[item]
+    own = items.entry[item]
+    for entry, other in index.get(key, ()):
+        if entry > own and _close(mean, items.stat_mean[other]) and _close(norm, items.stat_norm[other]):
+            return items.entry_names[entry]
+    return None
+
+
+def _close(a, b) -> bool:
+    if a is None or b is None or isinstance(a, str) or isinstance(b, str):
+        return a == b
+    return abs(a - b) <= 1e-5 * max(abs(a), abs(b)) or a == b
+
+
+@lru_cache(maxsize=4096)
+def _numel(shape) -> int | None:
+    if not isinstance(shape, str) or not shape.startswith("["):
+        return None
+    count = 1
+    for part in shape.strip("[]").split(","):
+        part = part.strip()
+        if part:
+            if not part.isdigit():
+                return None
+            count *= int(part)
+    return count
+
+
+def _eps_of(dtypes: list) -> np.ndarray:
+    eps = {d: EPS.get(canonical(d), 0.0) if isinstance(d, str) else 0.0 for d in set(dtypes)}
+    return np.array([eps[d] for d in dtypes], dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------------------------- levels, culprit
+def row_levels(states: list, results: list, messages: list, origins: list | None) -> np.ndarray:
+    """The level of every judged row (NOTHING ... MADE_HERE, see the module docstring), from its state, Result,
+    Err_message and Error_Origin cells."""
+    cache: dict = {}
+    out = np.zeros(len(results), dtype=np.int8)
+    for row, (state, result, message) in enumerate(zip(states, results, messages)):
+        origin = origins[row] if origins is not None else ""
+        key = (state in _OWN_STATES, result, message, origin)
+        level = cache.get(key)
+        if level is None:
+            level = cache[key] = _level(*key)
+        out[row] = level
+    return out
+
+
+def _level(own: bool, result: str, message: str, origin: str) -> int:
+    if result not in ("warning", "error"):
+        return CARRIED if origin in (INHERITED, DTYPE) else NOTHING
+    if not own:
+        return CARRIED_ISSUE
+    if origin == INTRODUCED:
+        return MADE_HERE
+    if result == "error":
+        if origin == INHERITED:
+            return CARRIED_ISSUE
+        if origin != DTYPE and any(text in message for text in _OWN_ERRORS):
+            return MADE_HERE
+        return PRECISION_HERE
+    if MSG_HIDDEN_CAST in message:
+        return PRECISION_HERE
+    return CARRIED_ISSUE if origin in (INHERITED, DTYPE) else WARNING_HERE
+
+
+def culprit_of(levels: np.ndarray) -> int | None:
+    """The first row of the highest level, when that level is at least a warning made here."""
+    if not len(levels):
+        return None
+    top = int(levels.max())
+    return int(np.argmax(levels == top)) if top >= WARNING_HERE else None
+
+
+def culprit_row(states: list, results: list, messages: list, origins: list | None) -> int | None:
+    return culprit_of(row_levels(states, results, messages, origins))
+
+
+# ----------------------------------------------------------------------------------------------- scale-aware errors
+def scale_errors(mode: str, cells: dict) -> np.ndarray:
+    """Per row the scale-aware relative error (NaN where there is nothing to compare).
+
+    statistics: the largest over Max, Min, Mean and Norm of |NPU - Bench| / max(|Bench|, floor), the floor of a
+    statistic being STAT_FLOOR_UNITS units of rounding of its tensor's magnitude (max(|Max|, |Min|); the Norm for
+    the Norm): a statistic that is ~0 by cancellation (the Mean of a gradient after BatchNorm, ~1e-13) cannot give a
+    large relative error, a statistic above its floor keeps its own relative error. The unit of rounding is that of
+    the lower precision of the row's two dtypes. real data: EucDist / Bench l2norm, the norm-wise relative error,
+    which no element near zero can inflate."""
+    stats_t, stats_g = stat_floats(cells)
+    eps = np.fmax(_eps_of(list(cells["NPU Dtype"])), _eps_of(list(cells["Bench Dtype"])))
+    eps = np.where(eps > 0, eps, EPS["float32"])
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if mode == col.TENSOR and "EucDist" in cells:
+            dist = cell_floats(cells["EucDist"])
+            norm = np.abs(stats_g[3])
+            return np.where(dist == 0, 0.0, dist / norm)
+        magnitude = np.fmax(np.abs(stats_g[0]), np.abs(stats_g[1]))
+        worst = np.full(len(eps), np.nan)
+        for index, (t, g) in enumerate(zip(stats_t, stats_g)):
+            scale = np.abs(g) if index == 3 else magnitude
+            floor = STAT_FLOOR_UNITS * eps * scale
+            same = (t == g) | (np.isnan(t) & np.isnan(g))
+            rel = np.where(same, 0.0, np.abs(t - g) / np.fmax(np.abs(g), floor))
+            rel = np.where(~same & (np.fmax(np.abs(g), floor) == 0), np.inf, rel)
+            worst = np.fmax(worst, rel)
+        return worst
+
+
+def describe_magnitude(value: float) -> str:
+    """A relative error as its real magnitude: 4.2e-07, 0.0031, 0.75, inf."""
+    if value != value:
+        return "nan"
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.2g}" if value < 1e-3 or value >= 1e3 else f"{value:.3g}"
+
+
+def messages_of(text) -> list:
+    """An Err_message cell (a JSON array text) as its list of messages (a plain text as a one-item list)."""
+    if not isinstance(text, str) or not text.startswith("["):
+        return [text] if text else []
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return [text]
+    return value if isinstance(value, list) else [text]
