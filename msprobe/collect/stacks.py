@@ -1,6 +1,6 @@
 """The call stacks of stack.json, framework-free: the caller's frames innermost first, without the collector's own,
-formatted as the reference writes them ("File <path>, line <n>, in <function>, \\n <source line>"). Added for the
-MindSpore collector (msprobe/mindspore); msprobe/pytorch/hooks.py has the same function of its own."""
+formatted as the reference writes them ("File <path>, line <n>, in <function>, \\n <source line>"). One function for
+both collectors (msprobe/pytorch, msprobe/mindspore)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import os
 import sys
 import traceback
 
+_COLLECT = os.path.dirname(os.path.abspath(__file__))
+
 
 def stack_lines(cache: dict, own_directory: str, skip: int = 1) -> tuple:
     """The stack of the caller's caller (`skip` frames up from here), innermost first, without the frames of files
-    in `own_directory`. Formatting (source lines included) is cached in `cache` per chain of (code, line)
+    in `own_directory` (the collector's package) or in this package. Formatting (source lines included) is cached in `cache` per chain of (code, line)
     positions, since a training step calls the same sites again and again (at most 100,000 chains)."""
     key = []
     frame = sys._getframe(skip)
@@ -22,7 +24,7 @@ def stack_lines(cache: dict, own_directory: str, skip: int = 1) -> tuple:
     lines = cache.get(key)
     if lines is None:
         frames = [f for f in traceback.extract_stack(sys._getframe(skip))
-                  if os.path.dirname(os.path.abspath(f.filename)) != own_directory]
+                  if os.path.dirname(os.path.abspath(f.filename)) not in (own_directory, _COLLECT)]
         lines = tuple(f"File {f.filename}, line {f.lineno}, in {f.name}, \n {f.line or ''}" for f in reversed(frames))
         if len(cache) < 100_000:
             cache[key] = lines

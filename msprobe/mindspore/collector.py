@@ -27,8 +27,8 @@ from mindspore._c_expression import HookType
 from mindspore.common.api import _pynative_executor
 from mindspore.ops.operations import _inner_ops as inner
 
-from msprobe.collect import filters
 from msprobe.collect.guard import one_line
+from msprobe.collect.recording import Recording
 from msprobe.collect.stacks import stack_lines
 from msprobe.mindspore.apis import COLLECTIVE_PREFIXES, api_targets, is_float_dtype
 from msprobe.mindspore.records import Recorder
@@ -143,8 +143,10 @@ class Waiting:
         self.slot = None
 
 
-class Collector:
+class Collector(Recording):
     """Records one process's entries of the current step into the debugger's StepWriter."""
+
+    output_sequences = (tuple, list)     # a cell or API returning a list gives outputs 0, 1, ... as the reference
 
     def __init__(self, config, writer, errors):
         self.config = config
@@ -190,53 +192,15 @@ class Collector:
         counts[key] = index + 1
         return index
 
-    # ------------------------------------------------------------------ filters
-    def selected(self, name: str) -> bool:
-        return filters.selected(self.config, name, self.cells.stack if self.cells is not None else ())
+    # ------------------------------------------------------------------ recording (collect.recording)
+    def enclosing(self):
+        return self.cells.stack if self.cells is not None else ()
 
-    def direction_ok(self, direction: str) -> bool:
-        return filters.direction_ok(self.config, direction)
-
-    def section_ok(self, section: str) -> bool:
-        return filters.section_ok(self.config, section)
+    def record(self, value, prefix: str):
+        return self.recorder.record(value, prefix)
 
     def grads_wanted(self) -> bool:
         return self.direction_ok("backward") and _pynative_executor.requires_grad()
-
-    # ------------------------------------------------------------------ recording
-    def guard(self, name: str, body: dict, what: str, func):
-        """One recording step; an error is logged once per kind and marks the entry instead of propagating."""
-        try:
-            return func()
-        except Exception as exc:  # noqa: BLE001 - the user's training must go on
-            body["dump_error"] = self.errors.failed(what, name, exc)
-            return None
-
-    def record_inputs(self, name: str, body: dict, args, kwargs) -> None:
-        if not self.section_ok("input"):
-            return
-
-        def work():
-            body["input_args"] = self.recorder.record(list(args), f"{name}.input")
-            body["input_kwargs"] = {k: self.recorder.record(v, f"{name}.kwargs.{k}") for k, v in kwargs.items()}
-        self.guard(name, body, "input", work)
-
-    def record_outputs(self, name: str, body: dict, out) -> None:
-        if not self.section_ok("output"):
-            return
-        values = list(out) if isinstance(out, (tuple, list)) else [out]
-        self.guard(name, body, "output",
-                   lambda: body.__setitem__("output", self.recorder.record(values, f"{name}.output")))
-
-    def record_backward(self, name: str, body: dict, grad_outputs, grad_inputs) -> None:
-        """`input` = gradients of the call's outputs, `output` = gradients of its arguments (None: not known)."""
-        if self.section_ok("input"):
-            self.guard(name, body, "input",
-                       lambda: body.__setitem__("input", self.recorder.record(list(grad_outputs), f"{name}.input")))
-        if self.section_ok("output"):
-            values = [] if grad_inputs is None else list(grad_inputs)
-            self.guard(name, body, "output",
-                       lambda: body.__setitem__("output", self.recorder.record(values, f"{name}.output")))
 
     def stack(self, name: str, body: dict):
         return self.guard(name, body, "stack", lambda: stack_lines(self.stack_cache, _HERE, 2))

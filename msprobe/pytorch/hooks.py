@@ -13,18 +13,17 @@ import contextlib
 import functools
 import inspect
 import os
-import sys
 import threading
-import traceback
 
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch._guards import CompileContext
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode, _push_mode
 
-from msprobe.collect import filters
 from msprobe.collect.debugger import Patches
 from msprobe.collect.guard import one_line
+from msprobe.collect.recording import Recording
+from msprobe.collect.stacks import stack_lines
 from msprobe.pytorch.module_hooks import ModuleHooks, compiled_paths, guard_compiled
 from msprobe.pytorch.stats import tensor_record, value_record
 
@@ -112,28 +111,6 @@ def functional_apis() -> dict:
     return result
 
 
-def _own_frame(filename: str) -> bool:
-    return os.path.dirname(os.path.abspath(filename)) == _HERE
-
-
-def _stack_lines(cache: dict) -> tuple:
-    """The caller's stack, innermost first, without our own frames. Formatting (source lines included) is
-    cached per chain of (code, line) positions: a training step calls the same sites again and again."""
-    key = []
-    frame = sys._getframe(1)
-    while frame is not None:
-        key.append((frame.f_code, frame.f_lineno))
-        frame = frame.f_back
-    key = tuple(key)
-    lines = cache.get(key)
-    if lines is None:
-        frames = [f for f in traceback.extract_stack(sys._getframe(1)) if not _own_frame(f.filename)]
-        lines = tuple(f"File {f.filename}, line {f.lineno}, in {f.name}, \n {f.line or ''}" for f in reversed(frames))
-        if len(cache) < 100_000:
-            cache[key] = lines
-    return lines
-
-
 def _first_grad_fn(value, depth=0):
     if isinstance(value, torch.Tensor):
         return value.grad_fn
@@ -184,7 +161,7 @@ def _remove_mode(mode) -> bool:
     return True
 
 
-class Collector:
+class Collector(Recording):
     """Records the entries of one process into the debugger's StepWriter according to a DumpConfig."""
 
     def __init__(self, config, writer, errors):
@@ -257,17 +234,10 @@ class Collector:
             counts[key] = index + 1
         return index
 
-    # ------------------------------------------------------------------ filters
-    def selected(self, name: str) -> bool:
-        return filters.selected(self.config, name, self.thread_stack())
+    # ------------------------------------------------------------------ recording (collect.recording)
+    def enclosing(self):
+        return self.thread_stack()
 
-    def direction_ok(self, direction: str) -> bool:
-        return filters.direction_ok(self.config, direction)
-
-    def section_ok(self, section: str) -> bool:
-        return filters.section_ok(self.config, section)
-
-    # ------------------------------------------------------------------ recording
     def record(self, value, prefix: str, depth: int = 0):
         if isinstance(value, torch.Tensor):
             return self.tensor_leaf(value, prefix)
@@ -317,14 +287,6 @@ class Collector:
     def log_once(self, key, message: str, *args) -> None:
         self.errors.once(key, message, *args)
 
-    def guard(self, name: str, body: dict, what: str, func):
-        """Run one recording step; an error is logged once and marks the entry instead of propagating."""
-        try:
-            return func()
-        except Exception as exc:  # noqa: BLE001 - the user's training must go on
-            body["dump_error"] = self.errors.failed(what, name, exc)
-            return None
-
     @contextlib.contextmanager
     def shielded(self, what: str):
         """Our own work inside a hook: never recorded (busy), and an error is logged once and swallowed, so that
@@ -337,23 +299,7 @@ class Collector:
                                  "skipped and training continues", what, one_line(exc))
 
     def stack_lines(self) -> tuple:
-        return _stack_lines(self.stack_cache)
-
-    def record_inputs(self, name: str, body: dict, args, kwargs) -> None:
-        """Record the inputs before the call (in-place APIs change them)."""
-        if not self.section_ok("input"):
-            return
-
-        def work():
-            body["input_args"] = self.record(list(args), f"{name}.input")
-            body["input_kwargs"] = {k: self.record(v, f"{name}.kwargs.{k}") for k, v in kwargs.items()}
-        self.guard(name, body, "input", work)
-
-    def record_outputs(self, name: str, body: dict, out) -> None:
-        if not self.section_ok("output"):
-            return
-        values = list(out) if isinstance(out, tuple) else [out]
-        self.guard(name, body, "output", lambda: body.__setitem__("output", self.record(values, f"{name}.output")))
+        return stack_lines(self.stack_cache, _HERE)
 
     def add_entry(self, name: str, body: dict, stack=None) -> None:
         self.writer.add(name, body, stack)
@@ -407,12 +353,7 @@ class Collector:
                 body: dict = {}
                 if self.config.level == "mix":
                     self.writer.add_construct(name, parent_bw)
-                if self.section_ok("input"):
-                    self.guard(name, body, "input",
-                               lambda: body.__setitem__("input", self.record(list(grad_outputs), f"{name}.input")))
-                if self.section_ok("output"):
-                    self.guard(name, body, "output",
-                               lambda: body.__setitem__("output", self.record(list(grad_inputs), f"{name}.output")))
+                self.record_backward(name, body, grad_outputs, grad_inputs)
                 self.add_entry(name, body)
             return None
         grad_fn.register_hook(hook)

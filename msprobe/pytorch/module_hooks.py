@@ -408,10 +408,7 @@ class ModuleHooks:
         name = call.name
         col.writer.add_construct(name, call.parent)
         body = call.body
-        if col.section_ok("input"):
-            col.guard(name, body, "input", lambda: body.__setitem__("input", col.record(call.grad_out, f"{name}.input")))
-        if col.section_ok("output"):
-            col.guard(name, body, "output", lambda: body.__setitem__("output", col.record(grad_in, f"{name}.output")))
+        col.record_backward(name, body, call.grad_out, grad_in)
         if call.slot is not None:
             col.writer.complete(call.slot)
         else:

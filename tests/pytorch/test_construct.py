@@ -26,15 +26,16 @@ def test_construct_parents_match_the_reference(tmp_path):
 
 
 def test_stack_lines_are_cached_per_call_site_and_never_conflated():
-    from msprobe.pytorch.hooks import _stack_lines
+    from msprobe.collect.stacks import stack_lines
+    from msprobe.pytorch.hooks import _HERE
 
     cache: dict = {}
 
     def site_a():
-        return _stack_lines(cache)
+        return stack_lines(cache, _HERE)
 
     def site_b():
-        return _stack_lines(cache)
+        return stack_lines(cache, _HERE)
 
     first, again, other = site_a(), site_a(), site_b()
     assert first is again                       # same chain of positions: the cached tuple
