@@ -172,8 +172,11 @@ def test_compare_graph_in_tensorboard(tensorboard, tmp_path):
     npu, bench, colors = vis["NPU"]["node"], vis["Bench"]["node"], vis["Colors"]
     root = vis["NPU"]["root"]
     top = npu[root]["subnodes"]
-    worst = "Module.blocks.1.Block.backward.0"
-    assert worst in top and npu[worst]["data"]["precision_index"] == 1.0  # the red module we open below
+    # the red module we open below: the block holding the culprit (blocks.0.mlp.fc1 runs in bfloat16: the precision
+    # drops there, 0.85), the top node of the highest index
+    worst = "Module.blocks.0.Block.forward.0"
+    assert worst in top and npu[worst]["data"]["precision_index"] == 0.85
+    assert max(top, key=lambda name: npu[name]["data"].get("precision_index") or 0) == worst
 
     def remaining() -> float:
         left = deadline - time.monotonic()
@@ -204,7 +207,7 @@ def test_compare_graph_in_tensorboard(tensorboard, tmp_path):
         for name in top:
             assert drawn[f"N___{name}"]["fill"] == _expected_fill(npu[name], colors), (name, npu[name]["data"])
         fills = {drawn[f"N___{name}"]["fill"] for name in top}
-        assert {"#FFFCF3", "#FFEDBE", "#FFC62E", "#FF704D"} <= fills  # light, yellow, orange and red on screen
+        assert {"#FFFCF3", "#FFEDBE", "#FFDC7F", "#FF704D"} <= fills  # light, pale yellow, yellow and red on screen
         assert drawn[f"N___{worst}"]["fill"] == "#FF704D"
         assert {drawn[f"B___{name}"]["fill"] for name in bench[root]["subnodes"]} <= {"rgba(255, 255, 255, 1)",
                                                                                        "white"}
@@ -229,7 +232,7 @@ def test_compare_graph_in_tensorboard(tensorboard, tmp_path):
         drawn = browser.evaluate(NODES)
         for child in children:
             assert drawn[f"N___{child}"]["fill"] == _expected_fill(npu[child], colors), (child, npu[child]["data"])
-        assert drawn["N___Module.blocks.1.ln1.LayerNorm.backward.0"]["label"] == "ln1.LayerNorm.backward.0"
+        assert drawn["N___Module.blocks.0.ln1.LayerNorm.forward.0"]["label"] == "ln1.LayerNorm.forward.0"
         # the golden side opens in step ("corresponding side node expanded synchronously")
         assert all(f"B___{c}" in drawn for c in bench[worst]["subnodes"])
         # the double click also selects the node: its comparison details name both sides
