@@ -315,6 +315,24 @@ def test_a_cell_with_a_custom_bprop(tmp_path):
     assert backward["output"][0]["Max"] == pytest.approx(3 * backward["input"][0]["Max"])      # dout * 3
 
 
+def test_an_api_function_held_by_a_cell_is_recorded_under_its_own_name(tmp_path):
+    """nn.TransformerEncoderLayer keeps ops.relu as its `activation`, taken when the model was built (before the
+    collector wrapped the APIs): its calls are Functional.relu entries, as the reference records them, and the
+    attribute is the original function again after stop()."""
+    data, root = run(tmp_path, "encoder", "mix")
+    model_layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
+    assert model_layer.activation is ops.relu
+    assert {"Functional.relu.0.forward", "Functional.relu.0.backward"} <= set(data)
+    construct = load(root, "construct.json")
+    assert construct["Functional.relu.0.forward"] == "Cell.enc.TransformerEncoderLayer.forward.0"
+    model, relu = ms_zoo.build("encoder"), ops.relu
+    debugger = PrecisionDebugger(dump_path=str(tmp_path / "again"), level="L1")
+    debugger.start(model)
+    assert model.enc.activation is ops.relu and ops.relu is not relu        # the wrapper, in both places
+    debugger.stop()
+    assert model.enc.activation is relu and ops.relu is relu
+
+
 # ---------------------------------------------------------------------------------------------- restoring
 def test_everything_is_put_back_at_stop(tmp_path):
     tensor_dict = dict(vars(ms.Tensor))
