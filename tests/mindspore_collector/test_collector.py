@@ -334,6 +334,36 @@ def test_an_api_function_held_by_a_cell_is_recorded_under_its_own_name(tmp_path)
     assert model.enc.activation is relu and ops.relu is relu
 
 
+class _Tied(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 6)
+        self.head = nn.Dense(6, 10)
+        self.head.weight = self.emb.embedding_table
+
+    def construct(self, ids, labels):
+        return ops.cross_entropy(self.head(self.emb(ids)).reshape(-1, 10), labels.reshape(-1))
+
+
+def test_a_tied_parameter_keeps_its_own_name_in_both_cells(tmp_path):
+    """An output projection sharing the embedding's table: both cells record it, under its own name
+    (`embedding_table`, as the reference), and its gradient (the sum of both uses) in both parameters_grad."""
+    ms.set_seed(1)
+    model = _Tied()
+    opt = nn.SGD(model.trainable_params(), 0.1)
+    grad_fn = ms.value_and_grad(model, None, opt.parameters)
+    ids, labels = Tensor(np.array([[1, 2, 3]], np.int32)), Tensor(np.array([[2, 3, 4]], np.int32))
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
+    debugger.start(model)
+    opt(grad_fn(ids, labels)[1])
+    debugger.stop()
+    data = load(tmp_path)["data"]
+    assert set(data["Cell.head.Dense.forward.0"]["parameters"]) == {"embedding_table", "bias"}
+    assert set(data["Cell.head.Dense.parameters_grad.0"]) == {"embedding_table", "bias"}
+    assert data["Cell.head.Dense.parameters_grad.0"]["embedding_table"] == \
+        data["Cell.emb.Embedding.parameters_grad.0"]["embedding_table"]
+
+
 # ---------------------------------------------------------------------------------------------- restoring
 def test_everything_is_put_back_at_stop(tmp_path):
     tensor_dict = dict(vars(ms.Tensor))
