@@ -364,6 +364,22 @@ def test_a_tied_parameter_keeps_its_own_name_in_both_cells(tmp_path):
         data["Cell.emb.Embedding.parameters_grad.0"]["embedding_table"]
 
 
+def test_start_stop_and_step_called_on_the_class(tmp_path):
+    """The reference's start/stop/step are class methods: `PrecisionDebugger.start(model)` records with the newest
+    debugger."""
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="mix")
+    model = ms_zoo.build("mlp")
+    opt = nn.SGD(model.trainable_params(), 0.1)
+    grad_fn = ms.value_and_grad(model, None, opt.parameters)
+    for step in range(2):
+        PrecisionDebugger.start(model)
+        opt(grad_fn(*ms_zoo._batches("mlp", step))[1])
+        PrecisionDebugger.stop()
+        PrecisionDebugger.step()
+    assert debugger.current_step == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["step0", "step1"]
+    assert "Cell.fc1.Dense.forward.0" in load(tmp_path, step=1)["data"]
+
+
 # ---------------------------------------------------------------------------------------------- restoring
 def test_everything_is_put_back_at_stop(tmp_path):
     tensor_dict = dict(vars(ms.Tensor))
