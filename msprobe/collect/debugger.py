@@ -4,6 +4,8 @@ fills in its hooks (_models, _rank, _install, _uninstall, _flush_pending, _new_s
 
 Semantics (docs/dump.md, "What happens when your step crashes"):
 
+* start(), stop() and step() may also be called on the class (`PrecisionDebugger.start(model)`, as the
+  reference's class methods): they act on the newest debugger of that class.
 * start() while this debugger records is ignored (nested start); stop() or step() without start() do nothing
   but step() counts the step.
 * A second debugger's start() while another records stops that one first (its step is written, marked
@@ -20,9 +22,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import signal
 import threading
+import types
 
 from msprobe.collect.config import DumpConfig
 from msprobe.collect.guard import ErrorLog, one_line
@@ -68,6 +72,21 @@ class Patches:
                                  "it is left as it is now", getattr(owner, "__name__", type(owner).__name__), name)
 
 
+class _InstanceOrClass:
+    """A debugger method that may also be called on the class, as the reference's class methods are:
+    `PrecisionDebugger.start(model)` acts on the newest debugger of that class (nothing, when none was made)."""
+
+    def __init__(self, method):
+        self.method = method
+        functools.update_wrapper(self, method)
+
+    def __get__(self, debugger, cls):
+        debugger = debugger if debugger is not None else cls.__dict__.get("_newest")
+        if debugger is None:
+            return lambda *args, **kwargs: None
+        return types.MethodType(self.method, debugger)
+
+
 class DebuggerBase:
     """start(model)/stop()/step() around each training step, or `with debugger.step_scope(model):`."""
 
@@ -75,6 +94,7 @@ class DebuggerBase:
     suffix = ".pt"
 
     def __init__(self, config: DumpConfig, model=None):
+        type(self)._newest = self
         self.config = config
         self.model = model
         self.current_step = 0
@@ -121,6 +141,7 @@ class DebuggerBase:
     def running(self) -> bool:
         return self._running
 
+    @_InstanceOrClass
     def start(self, model=None) -> None:
         self._quietly("start", self._tidy)
         if self._running or not self.config.wants_step(self.current_step) or \
@@ -129,10 +150,12 @@ class DebuggerBase:
         models = self._models(model if model is not None else self.model)     # usage errors raise
         self._quietly("start", lambda: self._start(models))
 
+    @_InstanceOrClass
     def stop(self) -> None:
         self._quietly("stop", self._tidy)
         self._end(None)
 
+    @_InstanceOrClass
     def step(self) -> None:
         self.stop()
         self.current_step += 1

@@ -48,9 +48,10 @@ constexpr jit_forbidden_register jit_view_unsupported cdist_ equal_ext_op flatte
 
 # Names in mindspore.ops.function that are not operations on tensors: function transforms (they take and return
 # functions), graph-compiler helpers, printing and tensor dumps, gradient stops (autograd bookkeeping), sparse
-# tensor helpers and the collectives (recorded under Distributed/MintDistributed from their own modules).
+# tensor helpers, the collectives (recorded under Distributed/MintDistributed from their own modules) and
+# `is_floating_point`, a dtype query (as Tensor.is_floating_point; nn.MultiheadAttention asks it of its masks).
 _OPS_NOT_RECORDED = frozenset("""
-grad value_and_grad jvp vjp jacfwd jacrev linearize vmap partial get_grad depend print_ tensordump reshard
+is_floating_point grad value_and_grad jvp vjp jacfwd jacrev linearize vmap partial get_grad depend print_ tensordump reshard
 move_to stop_gradient stop_gradient_ make_coo_tensor make_csr_tensor make_map_parameter make_row_tensor
 make_row_tensor_inner make_sparse_tensor dense_to_sparse_coo dense_to_sparse_csr row_tensor_add
 row_tensor_get_dense_shape row_tensor_get_indices row_tensor_get_values coo2csr csr2coo csr_to_coo csr_to_dense

@@ -63,8 +63,10 @@ def _add_forward_hook(cell, hook):
 
 
 def own_parameters(cell) -> dict:
-    """The cell's own parameters by short name (`weight`, `gamma`, `embedding_table`)."""
-    return {name.split(".")[-1]: p for name, p in cell.parameters_and_names(expand=False)}
+    """The cell's own parameters by the last part of their names (`weight`, `gamma`, `embedding_table`): a
+    parameter tied to another cell's (`head.weight = emb.embedding_table`) keeps its own name, as the reference
+    names it."""
+    return {name.split(".")[-1]: p for name, p in cell.parameters_dict(recurse=False).items()}
 
 
 class _GradEntry:

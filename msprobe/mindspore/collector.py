@@ -162,6 +162,7 @@ class Collector(Recording):
         self.generation = 0
         self._patched: list = []         # (owner, attribute, own value or _MISSING, wrapper)
         self._wrappers: dict = {}
+        self._by_original: dict = {}     # id(original API function) -> its wrapper
         self.bindings: list = []
         self.waiting: list = []          # Waiting entries of this step
         self.reset_counters()
@@ -336,10 +337,16 @@ class Collector(Recording):
         wrapper = self._wrappers.get((id(owner), attr))
         if wrapper is None or wrapper.__wrapped__ is not original:
             wrapper = self._wrappers[(id(owner), attr)] = self._wrapper(prefix, attr, original)
+            self._by_original[id(original)] = wrapper
         if isinstance(inspect.getattr_static(owner, attr, None), staticmethod):
             wrapper = staticmethod(wrapper)
         self._patched.append((owner, attr, own, wrapper))
         setattr(owner, attr, wrapper)
+
+    def wrapper_of(self, value):
+        """The wrapper of an API function (`ops.relu` kept by a cell as its activation), or None."""
+        wrapper = self._by_original.get(id(value))
+        return wrapper if wrapper is not None and wrapper.__wrapped__ is value else None
 
     def _wrapper(self, prefix: str, attr: str, original):
         collector = self

@@ -93,8 +93,8 @@ class PrecisionDebugger(DebuggerBase):
                                  ", ".join(self.cells.jit_cells[:5]),
                                  "" if level == "L0" else "; each call is one Jit.<Class> entry")
         if level in ("L1", "mix"):
+            col.install_api_hooks()             # first: the primitives' hooks find the wrappers of held APIs
             self.primitives.install(models)
-            col.install_api_hooks()
         self.jit.install()          # at every level: a graph must compile without our hooks
 
     def _uninstall(self) -> None:

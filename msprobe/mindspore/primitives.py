@@ -1,6 +1,8 @@
 """Primitive instances held as attributes of the model's cells (levels L1 and mix, when a model is given):
 `Primitive.<attribute>.<Class>.<n>.forward/backward`, `n` counting the calls of that attribute name and class
-in the step.
+in the step. An API function held as an attribute (`self.activation = ops.relu`, taken when the model was built,
+before the collector wrapped the APIs) is replaced by its wrapper while recording: its calls are recorded under
+the API's own name (`Functional.relu`), as any other call of it.
 
 While the collector runs, each such primitive's class is swapped for a subclass whose `__call__` records the
 call; stop() (and every graph compilation) puts the original class back. The backward entry is filled by one
@@ -24,6 +26,7 @@ class PrimitiveHooks:
     def __init__(self, collector):
         self.col = collector
         self.swapped: list = []      # (primitive, original class, recording subclass)
+        self.held: list = []         # (cell, attribute, API function, its wrapper)
         self.counts: dict = {}
 
     def reset(self) -> None:
@@ -39,18 +42,26 @@ class PrimitiveHooks:
                     if isinstance(value, Primitive) and id(value) not in seen:
                         seen.add(id(value))
                         self._swap(value, f"{attribute}.{type(value).__name__}")
+                    elif callable(value) and (wrapper := self.col.wrapper_of(value)) is not None:
+                        self.held.append((cell, attribute, value, wrapper))
+        self.resume()
 
     def suspend(self) -> None:
         for primitive, original, _ in reversed(self.swapped):
             primitive.__class__ = original
+        for cell, attribute, function, _ in reversed(self.held):
+            vars(cell)[attribute] = function
 
     def resume(self) -> None:
         for primitive, _, subclass in self.swapped:
             primitive.__class__ = subclass
+        for cell, attribute, _, wrapper in self.held:
+            vars(cell)[attribute] = wrapper
 
     def uninstall(self) -> None:
         self.suspend()
         self.swapped = []
+        self.held = []
 
     def _swap(self, primitive, combined: str) -> None:
         original = type(primitive)

@@ -1,7 +1,10 @@
 """A zoo of small MindSpore (PyNative, CPU) models exercising what real training scripts do: a CNN with BatchNorm and
 ReLU, an MLP with LayerNorm, a recurrent loop of Dense cells, in-place ops, a cell called twice, tuple and dict
-outputs, integer inputs, an @ms.jit function and an @ms.jit Cell, a float16 cast. Only ops with CPU kernels in
-MindSpore 2.10 are used.
+outputs, integer inputs, an @ms.jit function and an @ms.jit Cell, a float16 cast; a bidirectional two-layer LSTM
+with initial states, a Transformer encoder layer with an attention mask and a padding mask, Conv1d/Conv2dTranspose
+and pooling, dropout with an Embedding (padding_idx), a frozen Dense and stop_gradient, nested SequentialCell /
+CellList / CellDict with keyword and None arguments, ops returning tuples, boolean masks and slice assignment.
+Only ops with CPU kernels in MindSpore 2.10 are used.
 
 Only mindspore and numpy are imported, so the same file drives the reference collector in a black-box
 comparison (benchmarks, docs)."""
@@ -187,6 +190,125 @@ class Half(nn.Cell):
         return mint.mean(mint.square(mint.sub(self.head(y), target)))
 
 
+class Lstm(nn.Cell):
+    """A bidirectional two-layer LSTM given its initial states (a cell returning nested tuples)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(4, 5, num_layers=2, batch_first=True, bidirectional=True)
+        self.fc = nn.Dense(10, 1)
+
+    def construct(self, xs, target):
+        h0 = ops.zeros((4, xs.shape[0], 5), ms.float32)
+        c0 = ops.ones((4, xs.shape[0], 5), ms.float32) * 0.1
+        out, (_, _) = self.rnn(xs, (h0, c0))
+        return mint.mean(mint.square(mint.sub(self.fc(out[:, -1]), target)))
+
+
+class Encoder(nn.Cell):
+    """A Transformer encoder layer (its activation, ops.relu, is an attribute taken when it was built) with a
+    causal attention mask and a key padding mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
+        self.fc = nn.Dense(8, 1)
+        self.causal = Tensor(np.triu(np.full((5, 5), -1e9, np.float32), 1))
+        self.padding = Tensor(np.arange(5)[None, :] >= np.array([[5], [3], [4]]))
+
+    def construct(self, x, target):
+        out = self.enc(x, src_mask=self.causal, src_key_padding_mask=self.padding)
+        return mint.mean(mint.square(mint.sub(self.fc(out.mean(1)), target)))
+
+
+class Convs(nn.Cell):
+    """Conv1d; Conv2d, Conv2dTranspose, max and average pooling."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv1d(3, 4, 3, pad_mode="same")
+        self.c2 = nn.Conv2d(1, 2, 3, pad_mode="same")
+        self.up = nn.Conv2dTranspose(2, 2, 2, stride=2)
+        self.max = nn.MaxPool2d(2, 2)
+        self.avg = nn.AvgPool2d(2, 2)
+        self.fc = nn.Dense(6, 1)
+
+    def construct(self, x, target):
+        a = self.c1(x).mean(-1)
+        b = self.avg(self.max(self.up(self.c2(x[:, :1].reshape(-1, 1, 4, 4))))).mean((2, 3))
+        return mint.mean(mint.square(mint.sub(self.fc(ops.concat((a, b), -1)), target)))
+
+
+class Frozen(nn.Cell):
+    """An Embedding with padding_idx, dropout (random draws), a frozen Dense (requires_grad=False) and
+    stop_gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 6, padding_idx=0)
+        self.frozen = nn.Dense(6, 6)
+        self.frozen.weight.requires_grad = False
+        self.drop = nn.Dropout(p=0.3)
+        self.fc = nn.Dense(6, 1)
+
+    def construct(self, ids, target):
+        x = self.emb(ids)
+        x = ops.stop_gradient(self.frozen(x)) + self.drop(x)
+        return mint.mean(mint.square(mint.sub(self.fc(x.mean(1)), target)))
+
+
+class KeywordHead(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(6, 1)
+
+    def construct(self, y, target=None, bias=None, scale=1.0):
+        out = self.fc(y) * scale
+        if bias is not None:
+            out = out + bias
+        return mint.mean(mint.square(mint.sub(out, target)))
+
+
+class Nested(nn.Cell):
+    """A SequentialCell inside a SequentialCell, a CellList, a CellDict and a cell called with keyword arguments
+    (a tensor, None and a float)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seq = nn.SequentialCell([nn.SequentialCell([nn.Dense(6, 6), nn.ReLU()]), nn.Dense(6, 6)])
+        self.lst = nn.CellList([nn.Dense(6, 6), nn.Tanh()])
+        self.dct = nn.CellDict({"a": nn.Dense(6, 6), "b": nn.Sigmoid()})
+        self.head = KeywordHead()
+
+    def construct(self, x, target):
+        y = self.seq(x)
+        for cell in self.lst:
+            y = cell(y)
+        y = self.dct["b"](self.dct["a"](y))
+        return self.head(y, target=target, bias=None, scale=2.0)
+
+
+class Indexing(nn.Cell):
+    """ops returning tuples (split, topk, unique), a boolean mask with masked_fill, slicing and slice assignment."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(6, 6)
+        self.head = nn.Dense(3, 1)
+
+    def construct(self, x, target):
+        y = self.fc(x)
+        a, b = ops.split(y, 3, axis=1)
+        values, indices = ops.topk(a, 2)
+        unique, _ = ops.unique(ops.stop_gradient(indices.reshape(-1)))    # UniqueGrad has no CPU kernel
+        y = ops.masked_fill(y, y > 0, 0.5)
+        z = y[:, 1:4].copy()
+        z[:, 0] = 1.0
+        z[0] = z[0] * 2
+        extra = mint.sum(values) * 0.01 + unique.astype(ms.float32).sum() * 0.0
+        return mint.mean(mint.square(mint.sub(self.head(z + b), target))) + extra
+
+
 def _float(rng, *shape):
     return Tensor(rng.standard_normal(shape).astype(np.float32))
 
@@ -199,6 +321,14 @@ def _batches(name: str, step: int):
         return _float(rng, 4, 8), _float(rng, 4, 1)
     if name == "recurrent":
         return _float(rng, 3, 5, 4), _float(rng, 3, 2)
+    if name == "lstm":
+        return _float(rng, 3, 5, 4), _float(rng, 3, 1)
+    if name == "encoder":
+        return _float(rng, 3, 5, 8), _float(rng, 3, 1)
+    if name == "convs":
+        return _float(rng, 3, 3, 16), _float(rng, 3, 1)
+    if name == "frozen":
+        return Tensor(rng.integers(0, 10, (3, 5)).astype(np.int32)), _float(rng, 3, 1)
     if name == "outputs":
         return _float(rng, 3, 6), _float(rng, 3, 2)
     if name == "integers":
@@ -208,7 +338,8 @@ def _batches(name: str, step: int):
 
 
 MODELS = {"cnn": Cnn, "mlp": Mlp, "recurrent": RecurrentLoop, "inplace": InPlace, "shared": Shared,
-          "outputs": Outputs, "integers": Integers, "jit": Jitted, "half": Half}
+          "outputs": Outputs, "integers": Integers, "jit": Jitted, "half": Half, "lstm": Lstm, "encoder": Encoder,
+          "convs": Convs, "frozen": Frozen, "nested": Nested, "indexing": Indexing}
 
 
 def build(name: str) -> nn.Cell:

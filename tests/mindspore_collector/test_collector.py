@@ -315,6 +315,71 @@ def test_a_cell_with_a_custom_bprop(tmp_path):
     assert backward["output"][0]["Max"] == pytest.approx(3 * backward["input"][0]["Max"])      # dout * 3
 
 
+def test_an_api_function_held_by_a_cell_is_recorded_under_its_own_name(tmp_path):
+    """nn.TransformerEncoderLayer keeps ops.relu as its `activation`, taken when the model was built (before the
+    collector wrapped the APIs): its calls are Functional.relu entries, as the reference records them, and the
+    attribute is the original function again after stop()."""
+    data, root = run(tmp_path, "encoder", "mix")
+    model_layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
+    assert model_layer.activation is ops.relu
+    assert {"Functional.relu.0.forward", "Functional.relu.0.backward"} <= set(data)
+    assert not [n for n in data if "is_floating_point" in n]      # a dtype query, as the reference
+    construct = load(root, "construct.json")
+    assert construct["Functional.relu.0.forward"] == "Cell.enc.TransformerEncoderLayer.forward.0"
+    model, relu = ms_zoo.build("encoder"), ops.relu
+    debugger = PrecisionDebugger(dump_path=str(tmp_path / "again"), level="L1")
+    debugger.start(model)
+    assert model.enc.activation is ops.relu and ops.relu is not relu        # the wrapper, in both places
+    debugger.stop()
+    assert model.enc.activation is relu and ops.relu is relu
+
+
+class _Tied(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 6)
+        self.head = nn.Dense(6, 10)
+        self.head.weight = self.emb.embedding_table
+
+    def construct(self, ids, labels):
+        return ops.cross_entropy(self.head(self.emb(ids)).reshape(-1, 10), labels.reshape(-1))
+
+
+def test_a_tied_parameter_keeps_its_own_name_in_both_cells(tmp_path):
+    """An output projection sharing the embedding's table: both cells record it, under its own name
+    (`embedding_table`, as the reference), and its gradient (the sum of both uses) in both parameters_grad."""
+    ms.set_seed(1)
+    model = _Tied()
+    opt = nn.SGD(model.trainable_params(), 0.1)
+    grad_fn = ms.value_and_grad(model, None, opt.parameters)
+    ids, labels = Tensor(np.array([[1, 2, 3]], np.int32)), Tensor(np.array([[2, 3, 4]], np.int32))
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
+    debugger.start(model)
+    opt(grad_fn(ids, labels)[1])
+    debugger.stop()
+    data = load(tmp_path)["data"]
+    assert set(data["Cell.head.Dense.forward.0"]["parameters"]) == {"embedding_table", "bias"}
+    assert set(data["Cell.head.Dense.parameters_grad.0"]) == {"embedding_table", "bias"}
+    assert data["Cell.head.Dense.parameters_grad.0"]["embedding_table"] == \
+        data["Cell.emb.Embedding.parameters_grad.0"]["embedding_table"]
+
+
+def test_start_stop_and_step_called_on_the_class(tmp_path):
+    """The reference's start/stop/step are class methods: `PrecisionDebugger.start(model)` records with the newest
+    debugger."""
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="mix")
+    model = ms_zoo.build("mlp")
+    opt = nn.SGD(model.trainable_params(), 0.1)
+    grad_fn = ms.value_and_grad(model, None, opt.parameters)
+    for step in range(2):
+        PrecisionDebugger.start(model)
+        opt(grad_fn(*ms_zoo._batches("mlp", step))[1])
+        PrecisionDebugger.stop()
+        PrecisionDebugger.step()
+    assert debugger.current_step == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["step0", "step1"]
+    assert "Cell.fc1.Dense.forward.0" in load(tmp_path, step=1)["data"]
+
+
 # ---------------------------------------------------------------------------------------------- restoring
 def test_everything_is_put_back_at_stop(tmp_path):
     tensor_dict = dict(vars(ms.Tensor))

@@ -682,3 +682,19 @@ def test_a_forked_child_records_nothing_and_leaves_the_parents_files_alone(tmp_p
     names = list(dump_of(tmp_path)["data"])
     assert names.count("Tensor.__add__.0.forward") == 0 and "Torch.exp.0.forward" in names
     assert "incomplete" not in dump_of(tmp_path)
+
+
+def test_start_stop_and_step_called_on_the_class_act_on_the_newest_debugger(tmp_path):
+    """The reference's start/stop/step are class methods: `PrecisionDebugger.start(model)` after the debugger was
+    made (e.g. in another module) records with it."""
+    model = Net()
+    PrecisionDebugger(dump_path=str(tmp_path / "old"), level="L1")
+    debugger = PrecisionDebugger(dump_path=str(tmp_path / "new"), level="L1")
+    for seed in range(2):
+        PrecisionDebugger.start(model)
+        model(batch(seed)).sum().backward()
+        PrecisionDebugger.stop()
+        PrecisionDebugger.step()
+    assert debugger.current_step == 2 and not list((tmp_path / "old").glob("step*"))
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["step0", "step1"]
+    assert "Functional.linear.0.forward" in dump_of(tmp_path / "new", 1)["data"]
