@@ -95,6 +95,12 @@ def _check_ends(path: str) -> None:
                               "while it was written or copied?).")
 
 
+def _json_int(text: str):
+    """A JSON integer; one too long for Python's int() (4300 digits, far beyond the float range) is the infinity
+    of its sign, as every integer beyond the float range is for the statistics (cells.stat_number)."""
+    return int(text) if len(text) < 4300 else float(text)
+
+
 def load_json(path: str, what: str = "json file"):
     """Parse a JSON file (orjson; the stdlib parser for NaN/Infinity tokens that orjson refuses). Its two ends
     are checked first, so that a file which cannot be JSON is refused without being read."""
@@ -121,7 +127,7 @@ def load_json(path: str, what: str = "json file"):
         with open(path, "rb") as handle:
             raw = handle.read()
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_int=_json_int)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DumpFormatError(f"{path} is not valid JSON ({exc}).") from None
     except RecursionError:

@@ -1,0 +1,56 @@
+"""Hostile input, third round: inputs the earlier rounds did not try (integers too long for Python's int(),
+tensor files of unusual kinds, interrupted and concurrent runs, names of every kind).
+
+Every case keeps the contract of tests/test_bad_input.py: one error line and a non-zero exit, or a row that says
+why; never a traceback, a hang, a half-written output or a changed input.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from helpers_bad_input import (
+    ENTRY,
+    assert_outputs,
+    assert_success,
+    read_csv_rows,
+    run_inproc,
+    stats_dump,
+    write_json,
+)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_logger():
+    """main() installs its log handler once, on the sys.stdout of that moment: drop it around every test."""
+    logger = logging.getLogger("msprobe")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    yield
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+
+
+# ------------------------------------------------------------------ integers longer than Python's int() reads
+@pytest.mark.parametrize("key, raw", [("Max", "1" + "0" * 5000), ("Max", "-1" + "0" * 5000),
+                                      ("shape", "[1" + "0" * 5000 + "]")], ids=["max", "negative-max", "shape"])
+def test_an_integer_of_thousands_of_digits_is_an_infinity(tmp_path, capsys, key, raw):
+    """Python refuses to convert an integer of more than 4300 digits ("Exceeds the limit"): that was an internal
+    error (exit 3). Such an integer is far beyond the float range, and is read as the infinity of its sign, as
+    every integer beyond the float range is (docs/security.md, Numbers)."""
+    target = stats_dump()
+    target["data"][ENTRY]["input_args"][0][key] = "@@"
+    tp = tmp_path / "t" / "dump.json"
+    tp.parent.mkdir()
+    tp.write_text(json.dumps(target).replace('"@@"', raw))
+    gp = write_json(tmp_path / "g" / "dump.json", stats_dump())
+    run = run_inproc(["compare", "-tp", tp, "-gp", gp, "-o", tmp_path / "out", "--csv"], capsys)
+    assert_success(run)
+    row = read_csv_rows(assert_outputs(tmp_path / "out", "csv"))[0]
+    if key == "Max":
+        assert row["NPU max"].strip() == ("inf" if raw[0] == "1" else "-inf")
+        assert "nan/inf" in row["Err_message"]
+    else:
+        assert row["NPU Tensor Shape"] == "[inf]" and "shape" in row["Err_message"]
