@@ -110,3 +110,30 @@ def test_a_pt_file_that_would_run_code_is_refused_quietly(tmp_path, capsys, form
     for row in rows:
         assert "refused (unpickling them could run code)" in row["Err_message"]
         assert "weights_only" not in row["Err_message"]
+
+
+# ------------------------------------------------------------------ a line end inside a name forges no log line
+def test_a_line_end_in_an_output_path_forges_no_log_line(tmp_path, capsys, monkeypatch):
+    """An output folder named 'x\\n2026-… [ERROR] …' printed a log line the run never wrote: the log kept the line
+    ends of its arguments (the paths and names it shows). A line end inside a name is now '\\n' as every other
+    control character; the line ends msprobe's own messages hold stay."""
+    from helpers_bad_input import STATS_MIX
+
+    monkeypatch.chdir(tmp_path)
+    forged = "2026-01-01 00:00:00 (1) [ERROR] forged"
+    out = tmp_path / f"out\n{forged}"
+    run = run_inproc(["compare", "-tp", STATS_MIX / "target" / "dump.json", "-gp", STATS_MIX / "golden" / "dump.json",
+                      "-o", out, "--csv"], capsys)
+    assert_success(run)
+    assert not [line for line in run.out.splitlines() if line.startswith(forged)]
+    assert "out\\n2026-01-01" in run.out
+    assert_outputs(out, "csv")
+
+
+def test_the_log_keeps_line_ends_of_its_own_messages(capsys):
+    from msprobe.log import get_logger, setup_logging
+
+    setup_logging(take_over=True)
+    get_logger().warning("first line\nsecond line: %s", "a\nb")
+    out = capsys.readouterr().out
+    assert "first line\nsecond line: a\\nb" in out
