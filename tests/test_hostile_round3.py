@@ -137,3 +137,27 @@ def test_the_log_keeps_line_ends_of_its_own_messages(capsys):
     get_logger().warning("first line\nsecond line: %s", "a\nb")
     out = capsys.readouterr().out
     assert "first line\nsecond line: a\\nb" in out
+
+
+# ------------------------------------------------------------------ invisible characters and very long names
+def test_invisible_characters_of_a_name_are_shown():
+    """Two names that differ by a zero-width space, a word joiner or a BOM looked identical on the console."""
+    from msprobe.names import printable
+
+    assert printable("Functional.re\u200blu.0") == "Functional.re\\u200blu.0"
+    assert printable("a\u2060b\ufeffc\u200cd\u200de") == "a\\u2060b\\ufeffc\\u200cd\\u200de"
+
+
+def test_an_error_line_about_a_name_of_ten_thousand_characters_stays_short(tmp_path, capsys):
+    """The error line quoted a 10,000-character entry name whole: one error line, but not a readable one. Error
+    lines longer than names.LONGEST_LINE keep their start and end and say how much was left out."""
+    from msprobe.names import LONGEST_LINE
+
+    name = "=" + "x" * 10_000 + ".0.forward"
+    target = stats_dump({name: {"input_args": [], "input_kwargs": {}, "output": []}})
+    tp = write_json(tmp_path / "t" / "dump.json", target)
+    run = run_inproc(["compare", "-tp", tp, "-gp", tp, "-o", tmp_path / "out", "--csv"], capsys)
+    lines = [line for line in run.err.splitlines() if line.strip()]
+    assert run.code == 1 and len(lines) == 1
+    assert len(lines[0]) <= LONGEST_LINE + 40
+    assert lines[0].startswith("msprobe compare: error: ") and "characters left out" in lines[0]
