@@ -161,3 +161,33 @@ def test_an_error_line_about_a_name_of_ten_thousand_characters_stays_short(tmp_p
     assert run.code == 1 and len(lines) == 1
     assert len(lines[0]) <= LONGEST_LINE + 40
     assert lines[0].startswith("msprobe compare: error: ") and "characters left out" in lines[0]
+
+
+# ------------------------------------------------------------------ JSON configuration files
+def _deep_config(path):
+    path.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    return path
+
+
+@pytest.mark.parametrize("command", ["acc_check", "op_generate"])
+def test_a_configuration_nested_too_deeply_is_one_error_line(tmp_path, capsys, command):
+    """A -config (acc_check, multi_acc_check) or config_op.json (op_generate) of 100,000 nested objects was an
+    internal error (RecursionError, exit 3); configurations are now read by the dump reader's JSON rule."""
+    from helpers_bad_input import STATS_MIX, assert_one_error_line
+
+    config = _deep_config(tmp_path / "config.json")
+    argv = (["acc_check", "-api_info", STATS_MIX / "target" / "dump.json", "-o", tmp_path / "out", "-config", config]
+            if command == "acc_check" else ["op_generate", "-i", config, "-o", tmp_path])
+    run = run_inproc(argv, capsys)
+    assert_one_error_line(run, "config.json", "nested too deeply", command=command)
+
+
+def test_a_configuration_with_a_byte_order_mark_is_read_as_a_dump_is(tmp_path, capsys):
+    """dump.json with a UTF-8 byte order mark was read, a -config with one refused ('Unexpected UTF-8 BOM')."""
+    from helpers_bad_input import STATS_MIX
+
+    config = tmp_path / "config.json"
+    config.write_bytes(b'\xef\xbb\xbf{"acc_check": {"white_list": ["__nothing_matches__"]}}')
+    run = run_inproc(["acc_check", "-api_info", STATS_MIX / "target" / "dump.json", "-o", tmp_path / "out",
+                      "-config", config], capsys)
+    assert "BOM" not in run.err and "__nothing_matches__" in run.err      # the config was read: its list judged

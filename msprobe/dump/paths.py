@@ -114,22 +114,6 @@ def safe_tensor_path(tensor_dir: str, data_name: str) -> tuple[str | None, str]:
     return path, ""
 
 
-def load_json_object(path: str, what: str, error: type = PathError) -> tuple[str, dict]:
-    """(checked absolute path, content) of a small JSON file that must hold an object (a configuration); bad
-    content raises `error` with one line naming the file as `what`."""
-    import json
-
-    path = check_input_file(path, what)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            content = json.load(handle)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise error(f"{what} {path} is not valid JSON ({exc}).") from None
-    if not isinstance(content, dict):
-        raise error(f"{what} {path} must be a JSON object.")
-    return path, content
-
-
 def load_yaml(path: str, what: str):
     """Read a mapping yaml (any number of documents) with a clear error for every problem."""
     import yaml

@@ -134,6 +134,20 @@ def load_json(path: str, what: str = "json file"):
         raise DumpFormatError(f"{path} is nested too deeply (at most 400 levels are supported).") from None
 
 
+def load_json_object(path: str, what: str, error: type = DumpFormatError) -> tuple[str, dict]:
+    """(checked absolute path, content) of a JSON file that must hold an object (a configuration), read by the
+    rule of dump files (load_json: a byte order mark, NaN, nesting); bad content raises `error` with one line
+    naming the file as `what`."""
+    path = check_input_file(path, what)
+    try:
+        content = load_json(path, what)
+    except DumpFormatError as exc:
+        raise error(f"{what} {exc}") from None
+    if not isinstance(content, dict):
+        raise error(f"{what} {path} must be a JSON object.")
+    return path, content
+
+
 @dataclass(frozen=True)
 class Dump:
     """One side of a compare: the parsed dump file and what lies beside it."""

@@ -28,7 +28,7 @@ def load_config(path: str) -> dict:
     """The checked fields of config_op.json. Without dump_json_path, an existing `extract_api_path` holds the API
     (extracted before; api_name, when given, must name it); else the API `api_name` is extracted from
     `dump_json_path` (default ./dump.json). Relative paths are relative to the config file."""
-    from msprobe.dump.paths import load_json_object
+    from msprobe.dump.reader import load_json_object
 
     path, raw = load_json_object(path, "config_op.json", OpGenerateError)
     unknown = sorted(set(raw) - set(DEFAULTS))
