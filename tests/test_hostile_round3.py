@@ -191,3 +191,43 @@ def test_a_configuration_with_a_byte_order_mark_is_read_as_a_dump_is(tmp_path, c
     run = run_inproc(["acc_check", "-api_info", STATS_MIX / "target" / "dump.json", "-o", tmp_path / "out",
                       "-config", config], capsys)
     assert "BOM" not in run.err and "__nothing_matches__" in run.err      # the config was read: its list judged
+
+
+# ------------------------------------------------------------------ code_mapping: an IR that unpacks without end
+def _one_line_gzip(path, megabytes: int):
+    import gzip
+
+    with gzip.open(path, "wb", compresslevel=1) as handle:
+        chunk = b"a" * (1 << 20)
+        for _ in range(megabytes):
+            handle.write(chunk)
+    return path
+
+
+@pytest.mark.parametrize("limit", ["line", "total"])
+def test_an_ir_that_unpacks_beyond_its_limits_is_refused(tmp_path, capsys, monkeypatch, limit):
+    """A 13 MB .ir.gz of one 3 GB line took 34 s and 5.9 GB of memory before code_mapping said it was no IR:
+    the parser read the line whole. An IR line longer than ir_parser.LONGEST_LINE and an IR that unpacks
+    beyond the size limit of .ir files are now refused as soon as they are seen (limits made small here)."""
+    from helpers_bad_input import assert_one_error_line
+
+    from msprobe.code_mapping import ir_parser
+
+    if limit == "line":
+        monkeypatch.setattr(ir_parser, "LONGEST_LINE", 1 << 20)
+        ir = _one_line_gzip(tmp_path / "bomb.ir.gz", 8)
+    else:
+        monkeypatch.setattr(ir_parser, "UNPACKED_LIMIT", 1 << 20)
+        ir = tmp_path / "big.ir.gz"
+        import gzip
+
+        with gzip.open(ir, "wt") as handle:
+            handle.write("# IR entry: @main\n" + "%1 = x\n" * 400_000)
+    npy = tmp_path / "MatMul.Default_net-Net_MatMul-op0.0.0.1.output.0.DefaultFormat.npy"
+    import numpy as np
+
+    np.save(npy, np.zeros(4, np.float32))
+    run = run_inproc(["code_mapping", "--ir", ir, "--dump_data", npy, "-o", tmp_path / "out"], capsys)
+    words = ("line 1", "longer than") if limit == "line" else ("unpacks to more than",)
+    assert_one_error_line(run, *words, command="code_mapping")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
