@@ -231,3 +231,51 @@ def test_an_ir_that_unpacks_beyond_its_limits_is_refused(tmp_path, capsys, monke
     words = ("line 1", "longer than") if limit == "line" else ("unpacks to more than",)
     assert_one_error_line(run, *words, command="code_mapping")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+# ------------------------------------------------------------------ csv files: byte order mark, other encodings
+_STAT_HEADER = ("Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,Max Value,Min Value,"
+                "Avg Value,L2Norm Value\n")
+_STAT_ROW = 'Add,Default/Add-op1,1,0,1,output,0,16,float32,"(4,)",{max},0.0,0.5,1.0\n'
+
+
+def _kernel_side(root, content: bytes):
+    folder = root / "rank_0" / "Net" / "0" / "0"
+    folder.mkdir(parents=True)
+    (folder / "statistic.csv").write_bytes(content)
+    return root
+
+
+def test_a_kernel_statistic_csv_that_is_not_utf8_is_said_so(tmp_path, capsys):
+    """A statistic.csv with a byte that is not UTF-8 was an internal error (UnicodeDecodeError)."""
+    good = (_STAT_HEADER + _STAT_ROW.format(max=1.0)).encode()
+    tp = _kernel_side(tmp_path / "t", good + b"Add,Default/Add\xff-op2,1,0,1,output,0,16,float32,\"(4,)\",1,0,0,1\n")
+    gp = _kernel_side(tmp_path / "g", good)
+    run = run_inproc(["compare", "-tp", tp, "-gp", gp, "-o", tmp_path / "out", "--csv"], capsys)
+    assert run.code == 1 and "internal error" not in run.out + run.err
+    assert "statistic.csv is not a UTF-8 csv file" in run.out
+
+
+def test_csv_files_saved_with_a_byte_order_mark_are_read(tmp_path, capsys):
+    """A spreadsheet saves 'CSV UTF-8' with a byte order mark: report refused such a compare result ('no NPU Name
+    column') and the kernel compare read its statistic.csv's first column as '\\ufeffOp Type'. Every csv reader
+    reads UTF-8 with or without the mark (table/readers.py, open_csv)."""
+    from helpers_bad_input import STATS_MIX
+
+    run = run_inproc(["compare", "-tp", STATS_MIX / "target" / "dump.json", "-gp", STATS_MIX / "golden" / "dump.json",
+                      "-o", tmp_path / "out", "--csv"], capsys)
+    table = assert_outputs(tmp_path / "out", "csv")
+    saved = tmp_path / "saved" / "compare_result_rank0_20250101000000.csv"
+    saved.parent.mkdir()
+    saved.write_bytes(b"\xef\xbb\xbf" + open(table, "rb").read())
+    run = run_inproc(["report", saved, "-o", tmp_path / "page"], capsys)
+    assert_success(run)
+    assert len(list((tmp_path / "page").glob("*.html"))) == 1
+    # a kernel statistic.csv with the mark: the row is compared as without it
+    tp = _kernel_side(tmp_path / "kt", ("\ufeff" + _STAT_HEADER + _STAT_ROW.format(max=2.0)).encode())
+    gp = _kernel_side(tmp_path / "kg", (_STAT_HEADER + _STAT_ROW.format(max=1.0)).encode())
+    run = run_inproc(["compare", "-tp", tp, "-gp", gp, "-o", tmp_path / "kout", "--csv"], capsys)
+    assert_success(run)
+    rows = read_csv_rows(next((tmp_path / "kout").glob("compare_result_*.csv")))
+    assert [(row["NPU Name"], row["NPU max"], row["Bench max"]) for row in rows] == [
+        ("Default/Add-op1.1.output.0", "2.0", "1.0")]
