@@ -108,7 +108,8 @@ def test_a_pt_file_that_would_run_code_is_refused_quietly(tmp_path, capsys, form
     rows = read_csv_rows(assert_outputs(tmp_path / "out", "csv"))
     assert len(rows) == 3
     for row in rows:
-        assert "refused (unpickling them could run code)" in row["Err_message"]
+        assert "objects other than tensors, which are never unpickled: that could run code); refused" in \
+            row["Err_message"]
         assert "weights_only" not in row["Err_message"]
 
 
@@ -279,3 +280,29 @@ def test_csv_files_saved_with_a_byte_order_mark_are_read(tmp_path, capsys):
     rows = read_csv_rows(next((tmp_path / "kout").glob("compare_result_*.csv")))
     assert [(row["NPU Name"], row["NPU max"], row["Bench max"]) for row in rows] == [
         ("Default/Add-op1.1.output.0", "2.0", "1.0")]
+
+
+# ------------------------------------------------------------------ a rank folder that is a symbolic link
+@pytest.mark.parametrize("where", ["rank1", "step1"])
+def test_a_rank_or_step_folder_that_is_a_link_is_named_as_one(tmp_path, capsys, where):
+    """A target rank1 linked to rank0 was skipped with 'rank1 exists only in the golden dump', which it does not:
+    the warning now says the folder is a symbolic link and is not compared."""
+    import shutil
+
+    from helpers_bad_input import STATS_MIX
+
+    for side, source in (("t", "target"), ("g", "golden")):
+        for step in ("step0", "step1"):
+            for rank in ("rank0", "rank1"):
+                linked = f"{step}/{rank}" == "step0/rank1" if where == "rank1" else step == "step1"
+                if side == "t" and linked:
+                    continue
+                shutil.copytree(STATS_MIX / source, tmp_path / side / step / rank)
+    link = tmp_path / "t" / ("step0" if where == "rank1" else "") / where
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to("rank0" if where == "rank1" else "step0")
+    run = run_inproc(["compare", "-tp", tmp_path / "t", "-gp", tmp_path / "g", "-o", tmp_path / "out", "--csv"],
+                     capsys)
+    assert run.code == 0, run.err
+    assert "exists only in the golden dump" not in run.out
+    assert f"{where} of the target dump is a symbolic link; not compared" in run.out

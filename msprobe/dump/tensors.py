@@ -59,8 +59,9 @@ def _load_pt(path: str, data_name: str) -> np.ndarray:
             tensor = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         # torch's own text advises weights_only=False, which would run the code such a file may carry
-        raise TensorReadError(f"tensor file {data_name} holds objects other than tensors; refused (unpickling "
-                              "them could run code).") from None
+        raise TensorReadError(f"tensor file {data_name} could not be read by torch as plain tensors (a damaged "
+                              "file, or objects other than tensors, which are never unpickled: that could run "
+                              "code); refused.") from None
     except Exception as exc:  # torch raises many types for corrupt files
         raise TensorReadError(f"tensor file {data_name} could not be read by torch "
                               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}).") from None
