@@ -306,3 +306,14 @@ def test_a_rank_or_step_folder_that_is_a_link_is_named_as_one(tmp_path, capsys, 
     assert run.code == 0, run.err
     assert "exists only in the golden dump" not in run.out
     assert f"{where} of the target dump is a symbolic link; not compared" in run.out
+
+
+# ------------------------------------------------------------------ the Python API
+def test_api_write_into_a_path_with_a_nul_is_a_path_error(tmp_path):
+    """result.write('a\\x00b') raised ValueError ('embedded null byte'), not msprobe's PathError."""
+    import msprobe
+    from helpers_bad_input import STATS_MIX
+
+    result = msprobe.compare(STATS_MIX / "target" / "dump.json", STATS_MIX / "golden" / "dump.json")
+    with pytest.raises(msprobe.PathError, match="NUL"):
+        result.write(str(tmp_path / "a\x00b"))

@@ -14,10 +14,17 @@ SIZE_LIMITS = {".yaml": GIB, ".yml": GIB, ".csv": GIB, ".xlsx": GIB, ".ir": GIB,
 DEFAULT_SIZE_LIMIT = 10 * GIB
 
 
-def _check_exists(path: str, what: str) -> None:
-    """The path is given, exists and is not a symbolic link."""
+def _check_text(path: str, what: str) -> None:
+    """A path no system call can take: empty, or holding NUL (Python raises ValueError for it)."""
     if not path:
         raise PathError(f"{what}: no path given.")
+    if "\x00" in str(path):
+        raise PathError(f"{what} {path} holds a NUL character, which no path can hold.")
+
+
+def _check_exists(path: str, what: str) -> None:
+    """The path is given, exists and is not a symbolic link."""
+    _check_text(path, what)
     if not os.path.lexists(path):
         raise PathError(f"{what} {path} does not exist.")
     if os.path.islink(path):
@@ -53,6 +60,7 @@ def check_input_dir(path: str, what: str = "input directory") -> str:
 def prepare_output_dir(path: str) -> str:
     """Create the output directory if needed and check that it is a writable directory; remove the temporary
     files that runs of msprobe killed with SIGKILL left there (msprobe/io.py)."""
+    _check_text(path, "output path")
     if os.path.lexists(path) and not os.path.isdir(path):
         raise PathError(f"output path {path} exists and is not a directory.")
     if os.path.islink(path):
