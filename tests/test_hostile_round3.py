@@ -311,9 +311,39 @@ def test_a_rank_or_step_folder_that_is_a_link_is_named_as_one(tmp_path, capsys, 
 # ------------------------------------------------------------------ the Python API
 def test_api_write_into_a_path_with_a_nul_is_a_path_error(tmp_path):
     """result.write('a\\x00b') raised ValueError ('embedded null byte'), not msprobe's PathError."""
-    import msprobe
     from helpers_bad_input import STATS_MIX
+
+    import msprobe
 
     result = msprobe.compare(STATS_MIX / "target" / "dump.json", STATS_MIX / "golden" / "dump.json")
     with pytest.raises(msprobe.PathError, match="NUL"):
         result.write(str(tmp_path / "a\x00b"))
+
+
+# ------------------------------------------------------------------ op_generate: inputs it cannot rebuild
+@pytest.mark.parametrize("field, value, words", [
+    ("shape", [-3, 2], "not a list of non-negative integers"),
+    ("shape", [10 ** 30], "not a list of non-negative integers"),
+    ("shape", ["a"], "not a list of non-negative integers"),
+    ("dtype", "torch.evil", "unknown torch dtype"),
+    ("dtype", "torch.__class__", "unknown torch dtype"),
+], ids=["negative", "huge", "text", "unknown-dtype", "attribute-dtype"])
+def test_op_generate_writes_no_script_for_inputs_it_cannot_rebuild(tmp_path, capsys, field, value, words):
+    """acc_check skips such an API; op_generate wrote a script for it that failed with a traceback when run
+    (RuntimeError 'negative dimension', ValueError, AttributeError: module 'torch' has no attribute 'evil')."""
+    from helpers_bad_input import assert_one_error_line
+
+    pytest.importorskip("torch")
+    record = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2, 3], "Max": 1.0, "Min": 0.0,
+              "Mean": 0.5, "Norm": 1.0, "requires_grad": False}
+    bad = dict(record, **{field: value})
+    dump = write_json(tmp_path / "dump.json", {
+        "task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None,
+        "data": {"Functional.relu.0.forward": {"input_args": [bad], "input_kwargs": {}, "output": [record]}}})
+    config = write_json(tmp_path / "config_op.json", {
+        "dump_json_path": str(dump), "api_name": "Functional.relu.0", "extract_api_path": str(tmp_path / "x.json"),
+        "propagation": "forward", "data_mode": "random_data", "random_seed": 1, "iter_times": 1})
+    (tmp_path / "out").mkdir()
+    run = run_inproc(["op_generate", "-i", config, "-o", tmp_path / "out"], capsys)
+    assert_one_error_line(run, "Functional.relu.0.forward", words, "no script", command="op_generate")
+    assert list((tmp_path / "out").iterdir()) == []
