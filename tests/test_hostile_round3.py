@@ -347,3 +347,18 @@ def test_op_generate_writes_no_script_for_inputs_it_cannot_rebuild(tmp_path, cap
     run = run_inproc(["op_generate", "-i", config, "-o", tmp_path / "out"], capsys)
     assert_one_error_line(run, "Functional.relu.0.forward", words, "no script", command="op_generate")
     assert list((tmp_path / "out").iterdir()) == []
+
+
+# ------------------------------------------------------------------ a dump saved as UTF-16
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+def test_a_utf16_dump_is_named_as_such(tmp_path, capsys, encoding):
+    """A dump.json re-saved as UTF-16 (an editor's 'Unicode') was 'it holds NUL bytes (a sparse or damaged file)'."""
+    from helpers_bad_input import STATS_MIX, assert_one_error_line
+
+    text = (STATS_MIX / "golden" / "dump.json").read_text(encoding="utf-8")
+    tp = tmp_path / "t" / "dump.json"
+    tp.parent.mkdir()
+    tp.write_bytes(("\ufeff" if encoding != "utf-16" else "").encode(encoding) + text.encode(encoding))
+    run = run_inproc(["compare", "-tp", tp, "-gp", STATS_MIX / "golden" / "dump.json", "-o", tmp_path / "out"],
+                     capsys)
+    assert_one_error_line(run, "is not UTF-8 text", encoding[:6].upper())

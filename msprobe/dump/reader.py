@@ -70,6 +70,8 @@ def _without_non_finite_tokens(raw: bytes) -> bytes | None:
     return b"".join(pieces)
 
 
+_WIDE_MARKS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+               (b"\xfe\xff", "UTF-16"))   # byte order marks of the encodings JSON files may not use
 PROBE_BYTES = 4096       # the ends of a JSON file looked at before the file is read
 
 
@@ -82,6 +84,10 @@ def _check_ends(path: str) -> None:
         size = handle.seek(0, os.SEEK_END)
         handle.seek(max(size - PROBE_BYTES, len(head)))
         tail = handle.read()
+    for mark, encoding in _WIDE_MARKS:
+        if head.startswith(mark):
+            raise DumpFormatError(f"{path} is not UTF-8 text: it starts with the byte order mark of {encoding} (save "
+                                  "it as UTF-8).")
     if b"\x00" in head or b"\x00" in tail:
         raise DumpFormatError(f"{path} is not valid JSON: it holds NUL bytes (a sparse or damaged file).")
     if size <= 2 * PROBE_BYTES:
