@@ -361,4 +361,4 @@ def test_a_utf16_dump_is_named_as_such(tmp_path, capsys, encoding):
     tp.write_bytes(("\ufeff" if encoding != "utf-16" else "").encode(encoding) + text.encode(encoding))
     run = run_inproc(["compare", "-tp", tp, "-gp", STATS_MIX / "golden" / "dump.json", "-o", tmp_path / "out"],
                      capsys)
-    assert_one_error_line(run, "is not UTF-8 text", encoding[:6].upper())
+    assert_one_error_line(run, "not valid JSON", f"byte order mark of {encoding[:6].upper()}", "save it as UTF-8")

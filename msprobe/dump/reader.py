@@ -86,8 +86,8 @@ def _check_ends(path: str) -> None:
         tail = handle.read()
     for mark, encoding in _WIDE_MARKS:
         if head.startswith(mark):
-            raise DumpFormatError(f"{path} is not UTF-8 text: it starts with the byte order mark of {encoding} (save "
-                                  "it as UTF-8).")
+            raise DumpFormatError(f"{path} is not valid JSON: it starts with the byte order mark of {encoding} text "
+                                  "(JSON files are UTF-8: save it as UTF-8).")
     if b"\x00" in head or b"\x00" in tail:
         raise DumpFormatError(f"{path} is not valid JSON: it holds NUL bytes (a sparse or damaged file).")
     if size <= 2 * PROBE_BYTES:
