@@ -14,9 +14,16 @@ _LEVELS = {"0": logging.DEBUG, "1": logging.INFO, "2": logging.WARNING, "3": log
 
 class _PrintableFilter(logging.Filter):
     """Every record of the msprobe logger carries its message with control characters escaped (names.printable),
-    for msprobe's console handler and for any handler an API user attaches alike."""
+    for msprobe's console handler and for any handler an API user attaches alike. The arguments of a message (the
+    names and paths it shows) have their line ends escaped too, so that a name cannot forge a log line; the line
+    ends of the message itself stay."""
 
     def filter(self, record) -> bool:
+        if record.args:
+            args = record.args if isinstance(record.args, tuple) else (record.args,)
+            texts = [isinstance(arg, (str, os.PathLike)) and any(end in str(arg) for end in "\n\r") for arg in args]
+            if any(texts):
+                record.args = tuple(printable(arg) if text else arg for arg, text in zip(args, texts))
         message = record.getMessage()
         escaped = printable(message, keep_newlines=True)
         if escaped is not message:

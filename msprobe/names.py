@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 
 # C0 and C1 control characters and DEL, the bidirectional overrides and isolates (which reorder what a terminal
-# shows), the line and paragraph separators, and lone surrogates (which UTF-8 cannot hold).
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-_CONTROL_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
-                                  "\u2066-\u2069\ud800-\udfff]")
+# shows), the zero-width characters (which make two different names look alike), the line and paragraph
+# separators, and lone surrogates (which UTF-8 cannot hold).
+_OTHERS = "\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ud800-\udfff"
+_CONTROL = re.compile(f"[\x00-\x1f{_OTHERS}]")
+_CONTROL_BUT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f{_OTHERS}]")
+LONGEST_LINE = 2000     # characters of an error line; a longer one (a name of thousands) keeps its two ends
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
@@ -33,6 +35,16 @@ def printable(text, keep_newlines: bool = False) -> str:
     text = text if isinstance(text, str) else str(text)
     pattern = _CONTROL_BUT_NEWLINE if keep_newlines else _CONTROL
     return pattern.sub(_escape, text) if pattern.search(text) else text
+
+
+def error_line(text: str) -> str:
+    """`text` as one error line: printable, and, when longer than LONGEST_LINE, its start and its end with the
+    number of characters left out between them."""
+    text = printable(text)
+    if len(text) <= LONGEST_LINE:
+        return text
+    keep = LONGEST_LINE // 2
+    return f"{text[:keep]} …({len(text) - 2 * keep} characters left out)… {text[-keep:]}"
 
 
 def counter(text: str) -> int | None:

@@ -70,10 +70,9 @@ def itemsize(dtype) -> int:
     return 8
 
 
-def tensor_bytes(node) -> tuple:
-    """(bytes, elements) of every tensor leaf below a dump record node; ValueError for a shape that is not a list
-    of non-negative integers."""
-    total_bytes = total_elements = 0
+def tensor_leaves(node):
+    """The tensor records below a dump record node; ValueError for one whose shape is not a list of non-negative
+    integers (it cannot be rebuilt)."""
     stack = [node]
     while stack:
         item = stack.pop()
@@ -85,11 +84,19 @@ def tensor_bytes(node) -> tuple:
                 if not isinstance(shape, list) or any(isinstance(s, bool) or not isinstance(s, int) or s < 0
                                                        for s in shape):
                     raise ValueError(f"a tensor of shape {str(shape)[:80]} (not a list of non-negative integers)")
-                elements = math.prod(shape)
-                total_elements += elements
-                total_bytes += elements * itemsize(item.get("dtype"))
+                yield item
             elif "type" not in item:
                 stack.extend(item.values())
+
+
+def tensor_bytes(node) -> tuple:
+    """(bytes, elements) of every tensor leaf below a dump record node; ValueError for a shape that is not a list
+    of non-negative integers."""
+    total_bytes = total_elements = 0
+    for item in tensor_leaves(node):
+        elements = math.prod(item.get("shape") or [])
+        total_elements += elements
+        total_bytes += elements * itemsize(item.get("dtype"))
     return total_bytes, total_elements
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from msprobe.dump.paths import load_json_object
+from msprobe.dump.reader import load_json_object
 from msprobe.errors import MsprobeError
 
 CONFIG_SECTIONS = ("acc_check", "run_ut")   # 26.x name first, then the 1.x one

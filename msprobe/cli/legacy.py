@@ -70,7 +70,7 @@ def _graph_from_compare_json(path: str) -> list:
 
 
 def _load_compare_json(path: str):
-    from msprobe.dump.paths import load_json_object
+    from msprobe.dump.reader import load_json_object
 
     return load_json_object(path, "compare.json", UsageError)[1]
 

@@ -8,7 +8,7 @@ import importlib
 import os
 import sys
 
-from msprobe.names import printable
+from msprobe.names import error_line
 from msprobe.version import __version__
 
 # Parallelism is explicit (rank processes, tensor threads); BLAS thread pools inside each worker thread would
@@ -46,7 +46,7 @@ class Parser(argparse.ArgumentParser):
     """argparse with one-line errors: `msprobe compare: error: ... (see -h)`, exit code 2."""
 
     def error(self, message):
-        sys.stderr.write(printable(f"{self.prog}: error: {message} (see {self.prog} -h)") + "\n")
+        sys.stderr.write(error_line(f"{self.prog}: error: {message} (see {self.prog} -h)") + "\n")
         raise SystemExit(2)
 
 
@@ -76,7 +76,7 @@ def main(argv: list | None = None) -> int:
     try:
         argv = translate(argv)
     except MsprobeError as exc:     # the 1.x form's compare.json: missing, a directory, not JSON...
-        sys.stderr.write(printable(f"msprobe{command_of(argv)}: error: {exc}") + "\n")
+        sys.stderr.write(error_line(f"msprobe{command_of(argv)}: error: {exc}") + "\n")
         return exc.exit_code
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
@@ -96,7 +96,7 @@ def main(argv: list | None = None) -> int:
     try:
         return module.run(args) or 0
     except MsprobeError as exc:
-        sys.stderr.write(printable(f"msprobe {args.command}: error: {exc}") + "\n")
+        sys.stderr.write(error_line(f"msprobe {args.command}: error: {exc}") + "\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write(f"msprobe {args.command}: interrupted.\n")
@@ -107,13 +107,13 @@ def main(argv: list | None = None) -> int:
     except OSError as exc:   # the machine, not msprobe: disk full, read-only or vanished storage, name too long
         if os.environ.get("MSPROBE_DEBUG"):
             raise
-        sys.stderr.write(printable(f"msprobe {args.command}: error: {os_error_text(exc)}") + "\n")
+        sys.stderr.write(error_line(f"msprobe {args.command}: error: {os_error_text(exc)}") + "\n")
         return 1
     except Exception as exc:  # last line of defence: one line, no traceback unless asked for
         if os.environ.get("MSPROBE_DEBUG"):
             raise
         get_logger().debug("internal error", exc_info=True)
-        sys.stderr.write(printable(f"msprobe {args.command}: internal error: {type(exc).__name__}: {exc} "
+        sys.stderr.write(error_line(f"msprobe {args.command}: internal error: {type(exc).__name__}: {exc} "
                                    "(set MSPROBE_DEBUG=1 to see the traceback, and please report it)") + "\n")
         return 3
     finally:

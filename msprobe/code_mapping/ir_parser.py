@@ -13,6 +13,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 
+from msprobe.dump.paths import SIZE_LIMITS
 from msprobe.errors import MsprobeError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -35,6 +36,8 @@ PAREN_RE = re.compile(r"[()]")
 # Lines that only an IR has; a file without one of them in its first lines is not an IR.
 IR_MARKERS = ("# IR entry", "subgraph @", "subgraph attr", "%para", "# Total subgraphs", "# Params:")
 SNIFF_LINES = 2000
+LONGEST_LINE = 64 * 1024 * 1024         # characters of one IR line; a longer one is refused when reached
+UNPACKED_LIMIT = SIZE_LIMITS[".ir"]     # bytes a gzip-compressed IR may unpack to: the limit of a plain .ir file
 # An argument list that is still open after this many lines is not an IR argument list.
 MAX_ARG_LINES = 100_000
 
@@ -106,10 +109,43 @@ def _is_gzip(path: str) -> bool:
         return handle.read(2) == GZIP_MAGIC
 
 
+class _Unpacked(io.RawIOBase):
+    """The bytes a gzip file unpacks to, refused once they exceed UNPACKED_LIMIT (a small file can unpack to
+    terabytes)."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path, self.stream, self.total = path, gzip.open(path, "rb"), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        count = self.stream.readinto(buffer)
+        self.total += count
+        if self.total > UNPACKED_LIMIT:
+            raise IRFormatError(f"{self.path} unpacks to more than {UNPACKED_LIMIT} bytes, the limit of an IR "
+                                "file; refused.")
+        return count
+
+    def close(self) -> None:
+        self.stream.close()
+        super().close()
+
+
 def open_ir_text(path: str):
     """A text stream of the IR; gzip is recognised by its magic bytes, whatever the file is called."""
-    raw = gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb")
+    raw = io.BufferedReader(_Unpacked(path)) if _is_gzip(path) else open(path, "rb")
     return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=None)
+
+
+def _lines(text):
+    """The lines of an IR text stream, none of them read beyond LONGEST_LINE characters."""
+    while line := text.readline(LONGEST_LINE):
+        if len(line) >= LONGEST_LINE and not line.endswith("\n"):
+            yield None
+            return
+        yield line
 
 
 class _Parser:
@@ -321,7 +357,10 @@ def parse_ir(path: str) -> IRGraph:
     number = 0
     try:
         with open_ir_text(path) as text:
-            for number, line in enumerate(text, 1):
+            for number, line in enumerate(_lines(text), 1):
+                if line is None:
+                    raise IRFormatError(f"{path}: line {number} is longer than {LONGEST_LINE} characters, longer "
+                                        "than any IR line; refused.")
                 if "\x00" in line:
                     archive = " (an archive? extract the .ir file from it)" if _is_gzip(path) else ""
                     raise IRFormatError(f"{path} holds binary data, not a MindSpore text IR{archive}.")

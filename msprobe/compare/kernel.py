@@ -7,6 +7,7 @@ import csv
 import math
 import os
 from dataclasses import dataclass, field
+from io import StringIO
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from msprobe.scale.stamp import timestamp
 from msprobe.scale.task import JobFailure
 from msprobe.table.cells import NA
 from msprobe.table.model import ResultTable
+from msprobe.table.readers import read_csv_text
 from msprobe.table.xlsx_writer import ACCURACY_FILLS
 
 NPY_COLUMNS = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
@@ -128,10 +130,9 @@ def read_data_dir(directory: str) -> DataDir | None:
     names = os.listdir(directory)
     mapping = {}
     if "mapping.csv" in names:
-        with open(os.path.join(directory, "mapping.csv"), newline="", encoding="utf-8") as handle:
-            for row in csv.reader(handle):
-                if len(row) >= 2:
-                    mapping[row[0]] = row[1]
+        for row in csv.reader(StringIO(read_csv_text(os.path.join(directory, "mapping.csv")))):
+            if len(row) >= 2:
+                mapping[row[0]] = row[1]
     npys = [n for n in names if n.endswith(".npy")]
     if npys:
         items = []
@@ -162,8 +163,7 @@ def _stat_value(text: str) -> float:
 
 def read_statistic_csv(path: str) -> list:
     logger = get_logger()
-    with open(path, newline="", encoding="utf-8") as handle:
-        rows = list(csv.reader(handle))
+    rows = list(csv.reader(StringIO(read_csv_text(path))))
     if not rows:
         return []
     header = rows[0]

@@ -32,6 +32,7 @@ class Job:
 class Located:
     jobs: list = field(default_factory=list)
     problems: list = field(default_factory=list)   # human-readable reasons why some parts are not compared
+    linked: set = field(default_factory=set)       # folders (as <step>/<rank>) that are symbolic links
 
 
 def _rank_key(name: str):
@@ -39,13 +40,23 @@ def _rank_key(name: str):
     return -1 if not digits else int(digits)
 
 
-def _subdirs(path: str, pattern: re.Pattern) -> list:
+def _subdirs(path: str, pattern: re.Pattern, side: str, prefix: str, located: Located) -> list:
+    """The folders of `path` whose names match; one that is a symbolic link is not compared, and is named as one
+    (not as a folder the other side lacks): only folders inside the dump are read."""
     try:
         names = os.listdir(path)
     except OSError as exc:
         raise PathError(f"cannot list {path}: {exc.strerror}.") from None
-    return [n for n in names if pattern.match(n) and os.path.isdir(os.path.join(path, n))
-            and not os.path.islink(os.path.join(path, n))]
+    found = []
+    for name in names:
+        if pattern.match(name) and os.path.isdir(os.path.join(path, name)):
+            if os.path.islink(os.path.join(path, name)):
+                located.problems.append(f"{_join(prefix, name)} of the {side} dump is a symbolic link; not "
+                                        "compared (only folders inside the dump are read).")
+                located.linked.add(_join(prefix, name))
+            else:
+                found.append(name)
+    return found
 
 
 def dump_file_in(directory: str) -> str | None:
@@ -88,10 +99,13 @@ def locate(target: str, golden: str) -> Located:
 
 def _locate_root(target: str, golden: str, prefix: str, located: Located) -> None:
     """A dump root of step folders, a step folder of rank folders, or a rank folder."""
-    steps_t, steps_g = set(_subdirs(target, STEP_DIR)), set(_subdirs(golden, STEP_DIR))
+    steps_t = set(_subdirs(target, STEP_DIR, "target", prefix, located))
+    steps_g = set(_subdirs(golden, STEP_DIR, "golden", prefix, located))
     if steps_t or steps_g:
         for step in sorted(steps_t | steps_g, key=lambda s: int(s[4:])):
             if step not in steps_t or step not in steps_g:
+                if _join(prefix, step) in located.linked:
+                    continue
                 side = "target" if step in steps_t else "golden"
                 located.problems.append(f"{_join(prefix, step)} exists only in the {side} dump; not compared.")
                 continue
@@ -101,16 +115,20 @@ def _locate_root(target: str, golden: str, prefix: str, located: Located) -> Non
 
 
 def _locate_step(target: str, golden: str, out_subdir: str, located: Located) -> None:
-    ranks_t, ranks_g = _subdirs(target, RANK_DIR), _subdirs(golden, RANK_DIR)
+    ranks_t = _subdirs(target, RANK_DIR, "target", out_subdir, located)
+    ranks_g = _subdirs(golden, RANK_DIR, "golden", out_subdir, located)
     if ranks_t or ranks_g:
         for rank in sorted(set(ranks_t) | set(ranks_g), key=_rank_key):
             if rank not in ranks_t or rank not in ranks_g:
+                if _join(out_subdir, rank) in located.linked:
+                    continue
                 side = "target" if rank in ranks_t else "golden"
                 located.problems.append(f"{_join(out_subdir, rank)} exists only in the {side} dump; not compared.")
                 continue
             _add_job(os.path.join(target, rank), os.path.join(golden, rank), out_subdir, rank, located)
         return
-    procs_t, procs_g = _subdirs(target, PROC_DIR), _subdirs(golden, PROC_DIR)
+    procs_t = _subdirs(target, PROC_DIR, "target", out_subdir, located)
+    procs_g = _subdirs(golden, PROC_DIR, "golden", out_subdir, located)
     if procs_t or procs_g:
         if len(procs_t) == 1 and len(procs_g) == 1:
             _add_job(os.path.join(target, procs_t[0]), os.path.join(golden, procs_g[0]), out_subdir, procs_t[0],

@@ -14,10 +14,17 @@ SIZE_LIMITS = {".yaml": GIB, ".yml": GIB, ".csv": GIB, ".xlsx": GIB, ".ir": GIB,
 DEFAULT_SIZE_LIMIT = 10 * GIB
 
 
-def _check_exists(path: str, what: str) -> None:
-    """The path is given, exists and is not a symbolic link."""
+def _check_text(path: str, what: str) -> None:
+    """A path no system call can take: empty, or holding NUL (Python raises ValueError for it)."""
     if not path:
         raise PathError(f"{what}: no path given.")
+    if "\x00" in str(path):
+        raise PathError(f"{what} {path} holds a NUL character, which no path can hold.")
+
+
+def _check_exists(path: str, what: str) -> None:
+    """The path is given, exists and is not a symbolic link."""
+    _check_text(path, what)
     if not os.path.lexists(path):
         raise PathError(f"{what} {path} does not exist.")
     if os.path.islink(path):
@@ -53,6 +60,7 @@ def check_input_dir(path: str, what: str = "input directory") -> str:
 def prepare_output_dir(path: str) -> str:
     """Create the output directory if needed and check that it is a writable directory; remove the temporary
     files that runs of msprobe killed with SIGKILL left there (msprobe/io.py)."""
+    _check_text(path, "output path")
     if os.path.lexists(path) and not os.path.isdir(path):
         raise PathError(f"output path {path} exists and is not a directory.")
     if os.path.islink(path):
@@ -112,22 +120,6 @@ def safe_tensor_path(tensor_dir: str, data_name: str) -> tuple[str | None, str]:
     if not os.path.isfile(path):
         return None, f"tensor file {data_name} not found in {tensor_dir}."
     return path, ""
-
-
-def load_json_object(path: str, what: str, error: type = PathError) -> tuple[str, dict]:
-    """(checked absolute path, content) of a small JSON file that must hold an object (a configuration); bad
-    content raises `error` with one line naming the file as `what`."""
-    import json
-
-    path = check_input_file(path, what)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            content = json.load(handle)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise error(f"{what} {path} is not valid JSON ({exc}).") from None
-    if not isinstance(content, dict):
-        raise error(f"{what} {path} must be a JSON object.")
-    return path, content
 
 
 def load_yaml(path: str, what: str):

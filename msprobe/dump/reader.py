@@ -70,6 +70,8 @@ def _without_non_finite_tokens(raw: bytes) -> bytes | None:
     return b"".join(pieces)
 
 
+_WIDE_MARKS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+               (b"\xfe\xff", "UTF-16"))   # byte order marks of the encodings JSON files may not use
 PROBE_BYTES = 4096       # the ends of a JSON file looked at before the file is read
 
 
@@ -82,6 +84,10 @@ def _check_ends(path: str) -> None:
         size = handle.seek(0, os.SEEK_END)
         handle.seek(max(size - PROBE_BYTES, len(head)))
         tail = handle.read()
+    for mark, encoding in _WIDE_MARKS:
+        if head.startswith(mark):
+            raise DumpFormatError(f"{path} is not valid JSON: it starts with the byte order mark of {encoding} text "
+                                  "(JSON files are UTF-8: save it as UTF-8).")
     if b"\x00" in head or b"\x00" in tail:
         raise DumpFormatError(f"{path} is not valid JSON: it holds NUL bytes (a sparse or damaged file).")
     if size <= 2 * PROBE_BYTES:
@@ -93,6 +99,12 @@ def _check_ends(path: str) -> None:
     if end[-1:] not in (b"}", b"]"):
         raise DumpFormatError(f"{path} is not valid JSON: it ends with {end[-20:]!r}, not '}}' or ']' (a file cut "
                               "while it was written or copied?).")
+
+
+def _json_int(text: str):
+    """A JSON integer; one too long for Python's int() (4300 digits, far beyond the float range) is the infinity
+    of its sign, as every integer beyond the float range is for the statistics (cells.stat_number)."""
+    return int(text) if len(text) < 4300 else float(text)
 
 
 def load_json(path: str, what: str = "json file"):
@@ -121,11 +133,25 @@ def load_json(path: str, what: str = "json file"):
         with open(path, "rb") as handle:
             raw = handle.read()
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_int=_json_int)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DumpFormatError(f"{path} is not valid JSON ({exc}).") from None
     except RecursionError:
         raise DumpFormatError(f"{path} is nested too deeply (at most 400 levels are supported).") from None
+
+
+def load_json_object(path: str, what: str, error: type = DumpFormatError) -> tuple[str, dict]:
+    """(checked absolute path, content) of a JSON file that must hold an object (a configuration), read by the
+    rule of dump files (load_json: a byte order mark, NaN, nesting); bad content raises `error` with one line
+    naming the file as `what`."""
+    path = check_input_file(path, what)
+    try:
+        content = load_json(path, what)
+    except DumpFormatError as exc:
+        raise error(f"{what} {exc}") from None
+    if not isinstance(content, dict):
+        raise error(f"{what} {path} must be a JSON object.")
+    return path, content
 
 
 @dataclass(frozen=True)

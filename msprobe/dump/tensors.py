@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import pickle
+import warnings
 
 import numpy as np
 
@@ -52,7 +54,14 @@ def _load_npy(path: str, data_name: str) -> np.ndarray:
 def _load_pt(path: str, data_name: str) -> np.ndarray:
     torch = require("torch", f"reading the .pt tensor file {data_name}", TensorReadError)
     try:
-        tensor = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():     # torch warns on stderr about the pickle protocol of hostile files
+            warnings.simplefilter("ignore")
+            tensor = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        # torch's own text advises weights_only=False, which would run the code such a file may carry
+        raise TensorReadError(f"tensor file {data_name} could not be read by torch as plain tensors (a damaged "
+                              "file, or objects other than tensors, which are never unpickled: that could run "
+                              "code); refused.") from None
     except Exception as exc:  # torch raises many types for corrupt files
         raise TensorReadError(f"tensor file {data_name} could not be read by torch "
                               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}).") from None

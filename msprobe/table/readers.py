@@ -343,14 +343,20 @@ def _parsed_sheet_rows(data: bytes, select, shared: list | None, columns: set | 
     return header or [], rows
 
 
+def read_csv_text(path: str) -> str:
+    """The text of a csv file: UTF-8, with or without the byte order mark a spreadsheet's 'CSV UTF-8' writes (the
+    mark is not part of the first column's name); any other encoding is one error naming the file."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            return handle.read()
+    except UnicodeDecodeError:
+        raise MsprobeError(f"{path} is not a UTF-8 csv file.") from None
+
+
 def read_csv_table(path: str, select=None, keys: tuple = ()) -> tuple[list, list]:
     """(header, rows) of a csv result; with `select`, only rows whose name (first field) it accepts. `keys`, when
     given, are texts of which every selected row holds one: lines without any are skipped unparsed."""
-    try:
-        with open(path, encoding="utf-8", newline="") as handle:
-            text = handle.read()
-    except UnicodeDecodeError:
-        raise MsprobeError(f"{path} is not a UTF-8 csv file.") from None
+    text = read_csv_text(path)
     if csv.field_size_limit() < len(text) + 1:
         csv.field_size_limit(len(text) + 1)      # a cell may be as long as the file (call stacks of 3000 frames)
     try:

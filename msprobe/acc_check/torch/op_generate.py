@@ -28,7 +28,7 @@ def load_config(path: str) -> dict:
     """The checked fields of config_op.json. Without dump_json_path, an existing `extract_api_path` holds the API
     (extracted before; api_name, when given, must name it); else the API `api_name` is extracted from
     `dump_json_path` (default ./dump.json). Relative paths are relative to the config file."""
-    from msprobe.dump.paths import load_json_object
+    from msprobe.dump.reader import load_json_object
 
     path, raw = load_json_object(path, "config_op.json", OpGenerateError)
     unknown = sorted(set(raw) - set(DEFAULTS))
@@ -170,6 +170,7 @@ def script_config(config: dict, entries: dict) -> dict:
         raise OpGenerateError(f"{forward_key} {touches}; op_generate writes no script for APIs that touch files, "
                               "processes or the network.")
     forward, backward = entries[forward_key], entries.get(backward_key)
+    _check_rebuildable(forward_key, forward)
     if config["data_mode"] == "real_data":
         wanted = data_names(forward.get("input_args")) + data_names(forward.get("input_kwargs"))
         if config["propagation"] == "backward":
@@ -186,6 +187,20 @@ def script_config(config: dict, entries: dict) -> dict:
             "data_mode": config["data_mode"], "seed": config["random_seed"], "iter_times": config["iter_times"],
             "standard": standard_of(api_name), "forward": forward,
             "backward": backward if config["propagation"] == "backward" else None}
+
+
+def _check_rebuildable(key: str, record: dict) -> None:
+    """Refuse an API whose tensors the script could not rebuild (a shape that is not a list of non-negative
+    integers, a dtype torch does not have), as acc_check skips it: no script that fails when run."""
+    from msprobe.acc_check.guard import tensor_leaves
+    from msprobe.acc_check.torch.inputs import InputError, torch_dtype
+
+    try:
+        for leaf in tensor_leaves([record.get("input_args"), record.get("input_kwargs")]):
+            torch_dtype(leaf.get("dtype"))
+    except (ValueError, InputError) as exc:
+        what = f"{key} has {exc}" if isinstance(exc, ValueError) else f"{key}: {str(exc).rstrip('.')}"
+        raise OpGenerateError(f"{what}; op_generate writes no script for inputs it cannot rebuild.") from None
 
 
 HEADER = ('"""Replay one dumped PyTorch API on the device under test and on the CPU benchmark, and print the '
