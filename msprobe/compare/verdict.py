@@ -22,7 +22,11 @@ rows they may read and finishes their output:
   log_softmax's output), noted and not judged.
 * **Ignored APIs** (rules.ALL_IGNORE: empty, to, __setitem__, ...), which no rule judges, get no Error_Origin
   either.
-* **Made here**: an output that Error_Origin calls `introduced` is at least a warning; a module output whose inputs
+* **Made here**: a module parameter (mix, L0) whose two runs differ beyond PARAMETER_UNITS units of rounding
+  enters the step with its difference (no op of the step makes it: another initialisation, checkpoint or earlier
+  updates): a warning made here (WARNING_HERE: an op where the precision drops outranks it, as at a step after
+  that op changed the updates); an output that Error_Origin calls `introduced` is at least a
+  warning; a module output whose inputs
   are identical and whose error only the rounding of a lower precision explains (a cast inside the module) is a
   warning too: the two kinds of row a culprit can be besides an error.
 
@@ -63,18 +67,22 @@ from msprobe.compare.error_origin import (
     cell_floats,
     judge_origin,
     op_kind,
+    row_errors,
     stat_floats,
 )
 from msprobe.frameworks.dtypes import canonical, family
 from msprobe.table import columns as col
 
 NOISE_UNITS = 16.0        # an output within this many units of rounding of its inputs' norm is their rounding floor
+PARAMETER_UNITS = 16.0    # a parameter differing by more units of rounding than this differs before the step
 STAT_FLOOR_UNITS = 8.0    # a statistic within this many units of rounding of its tensor's magnitude is ~0
 
 MSG_INTRODUCED = ("warning: The output error exceeds what its inputs and the dtypes' rounding explain "
                   "(Error_Origin introduced).")
 MSG_HIDDEN_CAST = ("warning: The inputs are identical but the output differs, within the rounding of a lower "
                    "precision: the module computes in a lower precision inside (a cast, autocast).")
+MSG_PARAMETER = ("warning: The parameter differs between the runs beyond rounding: the difference enters before "
+                 "this step (another initialisation or checkpoint, or earlier updates).")
 NOTE_UNMATCHED = "note: not compared: no golden item matches this one."
 NOTE_NULL = "note: not compared: {who} here (null)."
 NOTE_NOISE = ("note: below the noise floor of {neighbour}: norm {norm:.2g} within {units:g} units of rounding of "
@@ -134,12 +142,33 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
                   and canonical(t_dtype[row]) == canonical(g_dtype[row])):
                 messages[row].append(MSG_HIDDEN_CAST)
                 level[row] = max(level[row], rules.WARNING)
+        for row in _differing_parameters(data, cells, states, is_tensor, facts.unjudged, stats):
+            messages[row].append(MSG_PARAMETER)
+            level[row] = max(level[row], rules.WARNING)
     for row, notes in facts.notes.items():
         messages[row].extend(notes)
     results = [rules.RESULT_TEXT[x] for x in level]
     texts = rules.message_texts(messages)
     levels = row_levels(states, results, texts, origins)
     return Verdict(results, texts, origins, culprit_of(levels), levels, facts.unjudged)
+
+
+def _differing_parameters(data, cells: dict, states: list, is_tensor: list, unjudged: np.ndarray,
+                          stats: tuple) -> list:
+    """The module parameter rows (mix, L0) whose two runs differ beyond PARAMETER_UNITS units of rounding: no op of
+    the step makes a parameter, so its difference enters the step there (made here, see the module docstring)."""
+    rows = [r for r, state in enumerate(states) if state == "parameters" and is_tensor[r] and data.matched[r]
+            and not unjudged[r]]
+    if not rows:
+        return []
+    picked = np.asarray(rows)
+    sub_stats = tuple([values[picked] for values in side] for side in stats)
+    sub_cells = {"EucDist": [cells["EucDist"][r] for r in rows]} if "EucDist" in cells else {}
+    errors = row_errors(data.mode, sub_cells, sub_stats)[0]
+    eps = np.fmax(_eps_of([data.dtypes[0][r] for r in rows]), _eps_of([data.dtypes[1][r] for r in rows]))
+    with np.errstate(invalid="ignore"):
+        beyond = (eps > 0) & (errors > PARAMETER_UNITS * eps)
+    return picked[beyond].tolist()
 
 
 # ----------------------------------------------------------------------------------------------- row facts

@@ -159,3 +159,20 @@ def test_a_debug_save_can_be_the_culprit():
                     data={"x.0.debug": stat(dtype=dtype), "y.0.debug": stat()}, is_debug=True)
     table, summary = compare_dumps(debug("torch.bfloat16"), debug("torch.float32"), CompareOptions(write_output=False))
     assert table.cells["Result"] == ["error", "pass"] and summary.first_error == "x.0.debug"
+
+
+def test_a_perturbed_parameter_is_where_the_difference_enters():
+    """A ResNet whose target has one conv's weight 1 % off (probed): at mix and L0 the module's parameter row is the
+    culprit (no op of the step makes a parameter), the conv's output is inherited from it; a weight within rounding
+    (a later step of twin runs) is not flagged."""
+    name = "Module.layer2.conv2.Conv2d.forward.0"
+
+    def conv(weight):
+        return {name: {"input_args": [stat(mx=3.0, mn=0.0, mean=0.4, norm=33.8)], "input_kwargs": {},
+                       "output": [stat(mx=1.1, mn=-1.4, mean=-0.009, norm=16.5)], "parameters": {"weight": weight}}}
+    golden_weight = stat(mx=0.0833, mn=-0.0833, mean=-0.00024, norm=2.2518)
+    out, summary = judged(conv(stat(mx=0.0841, mn=-0.0842, mean=-0.00024, norm=2.2743)), conv(golden_weight))
+    assert out[f"{name}.parameters.weight"] == ("warning", [verdict.MSG_PARAMETER], "")
+    assert summary.first_error == f"{name}.parameters.weight"
+    out, summary = judged(conv(stat(mx=0.08330001, mn=-0.0833, mean=-0.00024, norm=2.2518)), conv(golden_weight))
+    assert out[f"{name}.parameters.weight"] == ("pass", [], "") and summary.first_error is None
