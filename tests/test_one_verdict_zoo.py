@@ -1,0 +1,86 @@
+"""One verdict in every view (issue 27) on models beyond tests/culprits.py (tests/verdict_zoo.py): a ResNet-style CNN
+with a perturbed weight, a bidirectional GRU with a wrong LayerNorm eps, a Transformer encoder layer (padding and
+causal masks) with an extra scale in its activation or its dropout left on, a checkpointed MLP and an EmbeddingBag
+recommender with one linear in float16. The culprit is named by the summary, the advisor, -da and the graph (its
+first node in its highest colour band and its Top-10 first node: the culprit or the innermost module holding it).
+Twin runs (another thread count, another vector width) raise no alarm."""
+
+from __future__ import annotations
+
+import pytest
+from test_one_verdict import views
+
+from conftest import read_csv
+
+# model, variant, level, task -> (culprit row of the summary, -da's entry, the graph's first node)
+CULPRITS = [
+    ("resnet", "perturbed", "mix", "statistics", "Module.layer2.conv2.Conv2d.forward.0.parameters.weight",
+     "Module.layer2.conv2.Conv2d.forward.0", "Module.layer2.conv2.Conv2d.forward.0"),
+    ("resnet", "perturbed", "L0", "tensor", "Module.layer2.conv2.Conv2d.forward.0.parameters.weight",
+     "Module.layer2.conv2.Conv2d.forward.0", "Module.layer2.conv2.Conv2d.forward.0"),
+    ("gru", "eps", "mix", "statistics", "Functional.layer_norm.0.forward.output.0",
+     "Functional.layer_norm.0.forward", "Functional.layer_norm.0.forward"),
+    ("encoder", "scale", "mix", "statistics", "Functional.gelu.0.forward.output.0", "Functional.gelu.0.forward",
+     "Module.enc.TransformerEncoderLayer.forward.0"),
+    ("encoder", "dropout", "L0", "statistics", "Module.enc.self_attn.MultiheadAttention.forward.0.output.0",
+     "Module.enc.self_attn.MultiheadAttention.forward.0", "Module.enc.self_attn.MultiheadAttention.forward.0"),
+    ("checkpoint", "half", "mix", "statistics", "Functional.linear.3.forward.output.0", "Functional.linear.3.forward",
+     "Functional.linear.3.forward"),
+    ("rec", "half", "mix", "tensor", "Functional.linear.1.forward.output.0", "Functional.linear.1.forward",
+     "Functional.linear.1.forward"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, variant, level, task, row, entry, node", CULPRITS,
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}-{c[3]}" for c in CULPRITS])
+def test_every_view_names_the_culprit(name, variant, level, task, row, entry, node, tmp_path, capsys):
+    pytest.importorskip("torch")
+    import verdict_zoo
+
+    target = verdict_zoo.dump(name, variant, task, level, tmp_path / "target")
+    golden = verdict_zoo.dump(name, "base", task, level, tmp_path / "golden")
+    found = views(capsys, target, golden, tmp_path)
+    assert found["summary"] == found["advisor"] == row, found
+    assert found["da"] == entry and entry in found["da_line"], found
+    assert found["graph_first"] == found["graph_top"] == node, found
+    assert found["index"][node] >= 0.7                      # a warning made here (0.7) or above
+
+
+def assert_no_alarm(found: dict) -> None:
+    rows = read_csv(found["table"])
+    header = rows[0]
+    flagged = [r[0] for r in rows[1:] if r[header.index("Error_Origin")] == "introduced"
+               or r[header.index("Result")] in ("warning", "error")]
+    assert flagged == [] and found["summary"] is None and found["advisor"] == "NA", flagged
+    assert found["da"] is None and found["da_aware"] is None, found
+    assert max((v for v in found.get("index", {}).values() if v is not None), default=0) < 0.6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_a_twin_run_with_another_thread_count_raises_no_alarm(task, tmp_path, capsys):
+    """The ResNet's conv weight gradients sum 576 products per element in another order with 2 threads: a few
+    float32 units, rounding."""
+    pytest.importorskip("torch")
+    import verdict_zoo
+
+    target = verdict_zoo.dump("resnet", "base", task, "mix", tmp_path / "target", threads=2)
+    golden = verdict_zoo.dump("resnet", "base", task, "mix", tmp_path / "golden", threads=1)
+    assert (target / "dump.json").read_text() != (golden / "dump.json").read_text()      # the runs differ
+    assert_no_alarm(views(capsys, target, golden, tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["encoder", "gru"])
+def test_a_twin_run_with_another_vector_width_raises_no_alarm(name, tmp_path, capsys):
+    """ATEN_CPU_CAPABILITY=avx2 against the default (with 2 threads against 1): rounding only."""
+    torch = pytest.importorskip("torch")
+    import verdict_zoo
+
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
+        pytest.skip("no vector unit to vary")
+    target = verdict_zoo.dump_in_process(name, "base", "statistics", "mix", tmp_path / "target", 2,
+                                         {"ATEN_CPU_CAPABILITY": "avx2"})
+    golden = verdict_zoo.dump_in_process(name, "base", "statistics", "mix", tmp_path / "golden", 1)
+    assert_no_alarm(views(capsys, target, golden, tmp_path))
