@@ -7,10 +7,12 @@ Twin runs (another thread count, another vector width) raise no alarm."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from test_one_verdict import views
 
-from conftest import read_csv
+from conftest import FIXTURES, only_file, read_csv, run_cli
 
 # model, variant, level, task -> (culprit row of the summary, -da's entry, the graph's first node)
 CULPRITS = [
@@ -84,3 +86,36 @@ def test_a_twin_run_with_another_vector_width_raises_no_alarm(name, tmp_path, ca
                                          {"ATEN_CPU_CAPABILITY": "avx2"})
     golden = verdict_zoo.dump_in_process(name, "base", "statistics", "mix", tmp_path / "golden", 1)
     assert_no_alarm(views(capsys, target, golden, tmp_path))
+
+
+# ------------------------------------------------------------------------------------------ a MindSpore/PyTorch twin
+MLP = FIXTURES / "cross_mlp"          # made by tests/fixtures/cross_mlp/make.py
+
+
+def test_a_gradient_one_framework_does_not_record_is_not_an_error(tmp_path, capsys):
+    """MindSpore's backward of sub returns a gradient for the (constant) label too, PyTorch's is None: the row has
+    no data, so no dtype or shape error, no Error_Origin, and no culprit."""
+    capsys.readouterr()
+    assert run_cli(["compare", "-tp", MLP / "ms_mix" / "dump.json", "-gp", MLP / "pt_mix" / "dump.json", "-o",
+                    tmp_path, "--csv", "-lm"]) == 0
+    assert "culprit" not in capsys.readouterr().out
+    rows = read_csv(only_file(tmp_path, "compare_result_*.csv"))
+    header = rows[0]
+    row = next(r for r in rows if r[0] == "Mint.sub.0.backward.output.1")
+    assert row[1] == "Torch.sub.0.backward.output.1"
+    assert (row[header.index("Result")], row[header.index("Error_Origin")]) == ("pass", "")
+    assert json.loads(row[header.index("Err_message")]) == ["note: not compared: the Bench records no tensor here "
+                                                            "(null)."]
+
+
+TWINS = [("mix", ["-lm"]), ("mix", ["-am"]), ("mix", ["-am", "-cm"]), ("L0", ["-lm"]), ("L0", ["-cm"])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level, options", TWINS, ids=[f"{lv}{''.join(op)}" for lv, op in TWINS])
+def test_a_mlp_twin_of_two_frameworks_raises_no_alarm(level, options, tmp_path, capsys):
+    """An MLP with LayerNorm in MindSpore and in PyTorch, same weights and data (rounding only: ~1e-6)."""
+    found = views(capsys, MLP / f"ms_{level}", MLP / f"pt_{level}", tmp_path, options, graph="-lm" in options)
+    rows = read_csv(found["table"])
+    assert sum(r[1] != "N/A" for r in rows[1:]) >= 8                  # the mapping pairs rows
+    assert_no_alarm(found)

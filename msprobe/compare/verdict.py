@@ -6,7 +6,8 @@ rows they may read and finishes their output:
 
 * **No data**: a row with no golden partner, or whose tensor one run records as null (the gradient of an input
   that does not require it), has nothing to compare: no group rule flags it, it gets no Error_Origin, and a note
-  in Err_message says why.
+  in Err_message says why; an output (a gradient) null in one run only gets no dtype or shape error either (a
+  MindSpore backward returns a gradient for every input, PyTorch's None for one that needs none).
 * **Noise**: an output whose norm, in both runs, lies within NOISE_UNITS units of rounding of its inputs' norm (a
   bias gradient summed to ~0 before a BatchNorm: ~1e-9 against inputs of ~1e-2) is the rounding floor of its
   inputs: its differences are rounding; no metric rule reads it, no Error_Origin; a note names the input. Only
@@ -213,6 +214,9 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
         same_dtype, same_shape = _conventions(data, stats_t, stats_g, matched & tensor & ~no_data, notes)
         if sides is not None:
             recorded = _recording_differences(data, sides, out & tensor & ~no_data & ~noise & ~equal, notes)
+    # an output (a gradient) that one run records and the other does not has no dtype or shape to disagree on
+    one_sided = matched & out & (t_null ^ g_null)
+    same_dtype, same_shape = same_dtype | one_sided, same_shape | one_sided
     return RowFacts(no_data | noise | recorded | _ignored(data, starts, lengths, entry_ops), same_dtype, same_shape,
                     identical_inputs, notes)
 

@@ -176,3 +176,4 @@ def test_a_perturbed_parameter_is_where_the_difference_enters():
     assert summary.first_error == f"{name}.parameters.weight"
     out, summary = judged(conv(stat(mx=0.08330001, mn=-0.0833, mean=-0.00024, norm=2.2518)), conv(golden_weight))
     assert out[f"{name}.parameters.weight"] == ("pass", [], "") and summary.first_error is None
+
