@@ -23,7 +23,7 @@ CULPRITS = [
     ("gru", "eps", "mix", "statistics", "Functional.layer_norm.0.forward.output.0",
      "Functional.layer_norm.0.forward", "Functional.layer_norm.0.forward"),
     ("encoder", "scale", "mix", "statistics", "Functional.gelu.0.forward.output.0", "Functional.gelu.0.forward",
-     "Module.enc.TransformerEncoderLayer.forward.0"),
+     "Functional.gelu.0.forward"),
     ("encoder", "dropout", "L0", "statistics", "Module.enc.self_attn.MultiheadAttention.forward.0.output.0",
      "Module.enc.self_attn.MultiheadAttention.forward.0", "Module.enc.self_attn.MultiheadAttention.forward.0"),
     ("checkpoint", "half", "mix", "statistics", "Functional.linear.3.forward.output.0", "Functional.linear.3.forward",

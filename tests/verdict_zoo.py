@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F  # noqa: N812
+from culprits import seeded_batch
 from torch import nn
 from torch.overrides import handle_torch_function, has_torch_function
 from torch.utils.checkpoint import checkpoint
@@ -107,8 +108,7 @@ class ResNet(nn.Module):
 
     @staticmethod
     def inputs():
-        g = torch.Generator().manual_seed(21)
-        return (torch.randn(4, 3, 12, 12, generator=g),), torch.randint(0, 5, (4,), generator=g)
+        return seeded_batch(21, (4, 3, 12, 12), 5)
 
 
 class GruNet(nn.Module):
@@ -151,10 +151,7 @@ class EncoderNet(nn.Module):
 
     @staticmethod
     def inputs():
-        g = torch.Generator().manual_seed(23)
-        pad = torch.zeros(3, 6, dtype=torch.bool)
-        pad[1, 4:] = True
-        return (torch.randn(3, 6, 6, generator=g), pad), torch.randint(0, 3, (3,), generator=g)
+        return seeded_batch(23, (3, 6, 6), 3, padded=(1, 4))
 
 
 class CheckpointNet(nn.Module):
@@ -177,8 +174,7 @@ class CheckpointNet(nn.Module):
 
     @staticmethod
     def inputs():
-        g = torch.Generator().manual_seed(24)
-        return (torch.randn(6, 10, generator=g),), torch.randint(0, 4, (6,), generator=g)
+        return seeded_batch(24, (6, 10), 4)
 
 
 class AutocastNet(nn.Module):
@@ -197,8 +193,7 @@ class AutocastNet(nn.Module):
 
     @staticmethod
     def inputs():
-        g = torch.Generator().manual_seed(25)
-        return (torch.randn(5, 4, 10, generator=g),), torch.randint(0, 4, (5,), generator=g)
+        return seeded_batch(25, (5, 4, 10), 4)
 
 
 class RecNet(nn.Module):
@@ -241,8 +236,7 @@ class TinyLossNet(nn.Module):
 
     @staticmethod
     def inputs():
-        g = torch.Generator().manual_seed(27)
-        return (torch.randn(64, 96, generator=g),), torch.randint(0, 3, (64,), generator=g)
+        return seeded_batch(27, (64, 96), 3)
 
 
 MODELS = {"resnet": ResNet, "gru": GruNet, "encoder": EncoderNet, "checkpoint": CheckpointNet,
