@@ -23,6 +23,9 @@ rows they may read and finishes their output:
   log_softmax's output), noted and not judged.
 * **Ignored APIs** (rules.ALL_IGNORE: empty, to, __setitem__, ...), which no rule judges, get no Error_Origin
   either.
+* **Enters here**: at a level that records no parameters (L1), one framework, the first differing row of the
+  table, when it is a tensor input of a forward API and every row before it is matched: no dumped op made its
+  difference (a weight, the data, a constant), a warning made here (MSG_ENTERS).
 * **Made here**: a module parameter (mix, L0) whose two runs differ beyond PARAMETER_UNITS units of rounding
   enters the step with its difference (no op of the step makes it: another initialisation, checkpoint or earlier
   updates): a warning made here (WARNING_HERE: an op where the precision drops outranks it, as at a step after
@@ -84,6 +87,8 @@ MSG_HIDDEN_CAST = ("warning: The inputs are identical but the output differs, wi
                    "precision: the module computes in a lower precision inside (a cast, autocast).")
 MSG_PARAMETER = ("warning: The parameter differs between the runs beyond rounding: the difference enters before "
                  "this step (another initialisation or checkpoint, or earlier updates).")
+MSG_ENTERS = ("warning: This input differs while every item dumped before it is identical: the difference enters "
+              "here, made by no dumped op (a weight or a buffer at level L1, the data, a constant).")
 NOTE_UNMATCHED = "note: not compared: no golden item matches this one."
 NOTE_NULL = "note: not compared: {who} here (null)."
 NOTE_NOISE = ("note: below the noise floor of {neighbour}: norm {norm:.2g} within {units:g} units of rounding of "
@@ -120,6 +125,7 @@ class RowFacts:
     same_shape: np.ndarray        # cross-framework reshape
     identical_inputs: np.ndarray  # every tensor input of the row's entry matched with equal statistics (>= 1 input)
     notes: dict                   # row -> [note texts]
+    enters: int | None = None     # the first differing row, when it is a forward entry's input (see _entering)
 
 
 def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list, cross: bool,
@@ -146,6 +152,9 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
         for row in _differing_parameters(data, cells, states, is_tensor, facts.unjudged, stats):
             messages[row].append(MSG_PARAMETER)
             level[row] = max(level[row], rules.WARNING)
+        if facts.enters is not None and _beyond_rounding(data, cells, [facts.enters], stats):
+            messages[facts.enters].append(MSG_ENTERS)
+            level[facts.enters] = max(level[facts.enters], rules.WARNING)
     for row, notes in facts.notes.items():
         messages[row].extend(notes)
     results = [rules.RESULT_TEXT[x] for x in level]
@@ -160,6 +169,11 @@ def _differing_parameters(data, cells: dict, states: list, is_tensor: list, unju
     the step makes a parameter, so its difference enters the step there (made here, see the module docstring)."""
     rows = [r for r, state in enumerate(states) if state == "parameters" and is_tensor[r] and data.matched[r]
             and not unjudged[r]]
+    return _beyond_rounding(data, cells, rows, stats)
+
+
+def _beyond_rounding(data, cells: dict, rows: list, stats: tuple) -> list:
+    """Those of rows whose two runs differ by more than PARAMETER_UNITS units of rounding of their dtype."""
     if not rows:
         return []
     picked = np.asarray(rows)
@@ -217,8 +231,23 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     # an output (a gradient) that one run records and the other does not has no dtype or shape to disagree on
     one_sided = matched & out & (t_null ^ g_null)
     same_dtype, same_shape = same_dtype | one_sided, same_shape | one_sided
-    return RowFacts(no_data | noise | recorded | _ignored(data, starts, lengths, entry_ops), same_dtype, same_shape,
-                    identical_inputs, notes)
+    unjudged = no_data | noise | recorded | _ignored(data, starts, lengths, entry_ops)
+    enters = None if cross else _entering(data, states, matched, matched & tensor & ~unjudged & ~equal)
+    return RowFacts(unjudged, same_dtype, same_shape, identical_inputs, notes, enters)
+
+
+def _entering(data, states: list, matched: np.ndarray, differing: np.ndarray) -> int | None:
+    """The first differing row of the table, when it is a tensor input of a forward entry and every item before it
+    is matched (and identical): its difference is made by no dumped op (a weight at level L1, the data, a
+    constant). Not where the dump records parameters (mix, L0: the parameter rows name a weight), nor across
+    frameworks (their ops differ in granularity: an input may come from an op the other run does not have)."""
+    rows = np.flatnonzero(differing)
+    if not len(rows) or "parameters" in states:
+        return None
+    first = int(rows[0])
+    if not matched[:first].all() or states[first] != "input":
+        return None
+    return first if ".forward" in data.entry_names[data.entry[first]] else None
 
 
 def _ignored(data, starts, lengths, entry_ops) -> np.ndarray:
@@ -410,6 +439,8 @@ def row_levels(states: list, results: list, messages: list, origins: list | None
 def _level(own: bool, result: str, message: str, origin: str) -> int:
     if result not in ("warning", "error"):
         return CARRIED if origin in (INHERITED, DTYPE) else NOTHING
+    if MSG_ENTERS in message:
+        return WARNING_HERE
     if not own:
         return CARRIED_ISSUE
     if origin == INTRODUCED:
