@@ -47,6 +47,19 @@ def _register():
     api_table()[perturbed_linear] = ("Functional", "linear")
 
 
+def seeded_batch(seed: int, shape: tuple, classes: int, padded: tuple | None = None) -> tuple:
+    """((a random input of this shape[, its key-padding mask],), random labels below classes, one per sample), from
+    seed; padded = (sample, first padded position) adds a boolean mask of shape[:2] padding that sample's tail."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g)
+    labels = torch.randint(0, classes, (shape[0],), generator=g)
+    if padded is None:
+        return (x,), labels
+    pad = torch.zeros(*shape[:2], dtype=torch.bool)
+    pad[padded[0], padded[1]:] = True
+    return (x, pad), labels
+
+
 class BnCnn(nn.Module):
     def __init__(self, low: bool):
         super().__init__()
@@ -70,8 +83,7 @@ class BnCnn(nn.Module):
 
     @staticmethod
     def inputs():
-        g = torch.Generator().manual_seed(11)
-        return (torch.randn(4, 3, 8, 8, generator=g),), torch.randint(0, 4, (4,), generator=g)
+        return seeded_batch(11, (4, 3, 8, 8), 4)
 
 
 class PerturbableLinear(nn.Linear):
@@ -116,10 +128,7 @@ class AttnNet(nn.Module):
 
     @staticmethod
     def inputs():
-        g = torch.Generator().manual_seed(13)
-        pad = torch.zeros(3, 5, dtype=torch.bool)
-        pad[0, 3:] = True
-        return (torch.randn(3, 5, 6, generator=g), pad), torch.randint(0, 3, (3,), generator=g)
+        return seeded_batch(13, (3, 5, 6), 3, padded=(0, 3))
 
 
 MODELS = {"cnn": BnCnn, "lstm": LstmNet, "attention": AttnNet}

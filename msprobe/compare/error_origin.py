@@ -40,6 +40,9 @@ MODULE_FLOOR_DTYPE = "bfloat16"
 # so an input's error is underestimated more than an output's; the amplification is widened by this factor.
 STAT_SLACK = 8.0
 BACKWARD_AMPLIFICATION = 2.0
+# a module's own rounding may grow with sums its dump does not show: up to this many times an op's (its output
+# differing by a few dozen float32 units with identical inputs is another summation order, not a cast)
+MODULE_SUMS = 32.0
 MEAN_FLOOR = 1e-5       # statistics: a mean below this share of the largest magnitude is ~0 (not read relatively)
 
 # kinds of op: (amplification A, rounding units k)
@@ -348,11 +351,12 @@ def _judge_entry(name: str, start: int, stop: int, ctx: _Context, origin: list) 
             a *= math.sqrt(max(1.0, _numel(view.shapes[tensors[0]]) / max(_numel(view.shapes[r]), 1.0)))
         carried = a * e_in if e_in else 0.0
         low = _low_eps(t_dtypes[r], g_dtypes[r])
+        rounding = units * _summed(kind, api, tensors, r, twin is not None, view)
         if ctx.trace is not None:
-            ctx.trace.append((r, e, e_in, a, units, low, max(own, in_low)))
+            ctx.trace.append((r, e, e_in, a, rounding, low, max(own, in_low)))
         if low and e <= math.hypot(carried, units * low):
             origin[r] = DTYPE
-        elif e <= math.hypot(carried, units * max(own, in_low)):
+        elif e <= math.hypot(carried, rounding * max(own, in_low)):
             origin[r] = INHERITED
         elif kind == MODULE and e <= math.hypot(carried, units * EPS[MODULE_FLOOR_DTYPE]):
             origin[r] = DTYPE
@@ -466,6 +470,27 @@ def _amplification(kind: int, api: str, base: float, tensors: list, out: int, ba
                 plain = view.totals[key] = sum(view.finite_norm(r) for r in tensors)
             a = max(a, plain / out_norm)
     return a
+
+
+def _summed(kind: int, api: str, tensors: list, out: int, backward: bool, view: _View) -> float:
+    """How much the rounding an op adds grows with the length K of its sums: sqrt(K) (the rounding of K terms
+    summed in another order - another thread count, vector width or blocking - adds up like a random walk).
+    Matmul-like ops: K from the shapes (forward: the contraction; backward: the incoming gradient's elements per
+    row of the output, a weight gradient summing over the batch); reductions: the input's elements per output
+    element; a module: MODULE_SUMS (its sums are not shown); 1 otherwise."""
+    if kind == MODULE:
+        return MODULE_SUMS
+    if kind not in (LINEAR, REDUCTION) or not tensors:
+        return 1.0
+    first = view.shapes[tensors[0]]
+    if kind == LINEAR and not backward:
+        count = _contraction(api, first, view.shapes[tensors[1]]) if len(tensors) >= 2 else 0
+    elif kind == LINEAR:
+        dims = _dims(view.shapes[out])
+        count = _numel(first) / dims[0] if dims and dims[0] else 0
+    else:
+        count = 0 if backward else _numel(first) / max(_numel(view.shapes[out]), 1.0)
+    return math.sqrt(count) if count > 1 else 1.0
 
 
 @lru_cache(maxsize=4096)

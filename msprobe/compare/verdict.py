@@ -6,7 +6,8 @@ rows they may read and finishes their output:
 
 * **No data**: a row with no golden partner, or whose tensor one run records as null (the gradient of an input
   that does not require it), has nothing to compare: no group rule flags it, it gets no Error_Origin, and a note
-  in Err_message says why.
+  in Err_message says why; an output (a gradient) null in one run only gets no dtype or shape error either (a
+  MindSpore backward returns a gradient for every input, PyTorch's None for one that needs none).
 * **Noise**: an output whose norm, in both runs, lies within NOISE_UNITS units of rounding of its inputs' norm (a
   bias gradient summed to ~0 before a BatchNorm: ~1e-9 against inputs of ~1e-2) is the rounding floor of its
   inputs: its differences are rounding; no metric rule reads it, no Error_Origin; a note names the input. Only
@@ -22,7 +23,14 @@ rows they may read and finishes their output:
   log_softmax's output), noted and not judged.
 * **Ignored APIs** (rules.ALL_IGNORE: empty, to, __setitem__, ...), which no rule judges, get no Error_Origin
   either.
-* **Made here**: an output that Error_Origin calls `introduced` is at least a warning; a module output whose inputs
+* **Enters here**: at a level that records no parameters (L1), one framework, the first differing row of the
+  table, when it is a tensor input of a forward API and every row before it is matched: no dumped op made its
+  difference (a weight, the data, a constant), a warning made here (MSG_ENTERS).
+* **Made here**: a module parameter (mix, L0) whose two runs differ beyond PARAMETER_UNITS units of rounding
+  enters the step with its difference (no op of the step makes it: another initialisation, checkpoint or earlier
+  updates): a warning made here (WARNING_HERE: an op where the precision drops outranks it, as at a step after
+  that op changed the updates); an output that Error_Origin calls `introduced` is at least a
+  warning; a module output whose inputs
   are identical and whose error only the rounding of a lower precision explains (a cast inside the module) is a
   warning too: the two kinds of row a culprit can be besides an error.
 
@@ -63,18 +71,24 @@ from msprobe.compare.error_origin import (
     cell_floats,
     judge_origin,
     op_kind,
+    row_errors,
     stat_floats,
 )
 from msprobe.frameworks.dtypes import canonical, family
 from msprobe.table import columns as col
 
 NOISE_UNITS = 16.0        # an output within this many units of rounding of its inputs' norm is their rounding floor
+PARAMETER_UNITS = 16.0    # a parameter differing by more units of rounding than this differs before the step
 STAT_FLOOR_UNITS = 8.0    # a statistic within this many units of rounding of its tensor's magnitude is ~0
 
 MSG_INTRODUCED = ("warning: The output error exceeds what its inputs and the dtypes' rounding explain "
                   "(Error_Origin introduced).")
 MSG_HIDDEN_CAST = ("warning: The inputs are identical but the output differs, within the rounding of a lower "
                    "precision: the module computes in a lower precision inside (a cast, autocast).")
+MSG_PARAMETER = ("warning: The parameter differs between the runs beyond rounding: the difference enters before "
+                 "this step (another initialisation or checkpoint, or earlier updates).")
+MSG_ENTERS = ("warning: This input differs while every item dumped before it is identical: the difference enters "
+              "here, made by no dumped op (a weight or a buffer at level L1, the data, a constant).")
 NOTE_UNMATCHED = "note: not compared: no golden item matches this one."
 NOTE_NULL = "note: not compared: {who} here (null)."
 NOTE_NOISE = ("note: below the noise floor of {neighbour}: norm {norm:.2g} within {units:g} units of rounding of "
@@ -111,6 +125,7 @@ class RowFacts:
     same_shape: np.ndarray        # cross-framework reshape
     identical_inputs: np.ndarray  # every tensor input of the row's entry matched with equal statistics (>= 1 input)
     notes: dict                   # row -> [note texts]
+    enters: int | None = None     # the first differing row, when it is a forward entry's input (see _entering)
 
 
 def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list, cross: bool,
@@ -134,12 +149,41 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
                   and canonical(t_dtype[row]) == canonical(g_dtype[row])):
                 messages[row].append(MSG_HIDDEN_CAST)
                 level[row] = max(level[row], rules.WARNING)
+        for row in _differing_parameters(data, cells, states, is_tensor, facts.unjudged, stats):
+            messages[row].append(MSG_PARAMETER)
+            level[row] = max(level[row], rules.WARNING)
+        if facts.enters is not None and _beyond_rounding(data, cells, [facts.enters], stats):
+            messages[facts.enters].append(MSG_ENTERS)
+            level[facts.enters] = max(level[facts.enters], rules.WARNING)
     for row, notes in facts.notes.items():
         messages[row].extend(notes)
     results = [rules.RESULT_TEXT[x] for x in level]
     texts = rules.message_texts(messages)
     levels = row_levels(states, results, texts, origins)
     return Verdict(results, texts, origins, culprit_of(levels), levels, facts.unjudged)
+
+
+def _differing_parameters(data, cells: dict, states: list, is_tensor: list, unjudged: np.ndarray,
+                          stats: tuple) -> list:
+    """The module parameter rows (mix, L0) whose two runs differ beyond PARAMETER_UNITS units of rounding: no op of
+    the step makes a parameter, so its difference enters the step there (made here, see the module docstring)."""
+    rows = [r for r, state in enumerate(states) if state == "parameters" and is_tensor[r] and data.matched[r]
+            and not unjudged[r]]
+    return _beyond_rounding(data, cells, rows, stats)
+
+
+def _beyond_rounding(data, cells: dict, rows: list, stats: tuple) -> list:
+    """Those of rows whose two runs differ by more than PARAMETER_UNITS units of rounding of their dtype."""
+    if not rows:
+        return []
+    picked = np.asarray(rows)
+    sub_stats = tuple([values[picked] for values in side] for side in stats)
+    sub_cells = {"EucDist": [cells["EucDist"][r] for r in rows]} if "EucDist" in cells else {}
+    errors = row_errors(data.mode, sub_cells, sub_stats)[0]
+    eps = np.fmax(_eps_of([data.dtypes[0][r] for r in rows]), _eps_of([data.dtypes[1][r] for r in rows]))
+    with np.errstate(invalid="ignore"):
+        beyond = (eps > 0) & (errors > PARAMETER_UNITS * eps)
+    return picked[beyond].tolist()
 
 
 # ----------------------------------------------------------------------------------------------- row facts
@@ -184,8 +228,26 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
         same_dtype, same_shape = _conventions(data, stats_t, stats_g, matched & tensor & ~no_data, notes)
         if sides is not None:
             recorded = _recording_differences(data, sides, out & tensor & ~no_data & ~noise & ~equal, notes)
-    return RowFacts(no_data | noise | recorded | _ignored(data, starts, lengths, entry_ops), same_dtype, same_shape,
-                    identical_inputs, notes)
+    # an output (a gradient) that one run records and the other does not has no dtype or shape to disagree on
+    one_sided = matched & out & (t_null ^ g_null)
+    same_dtype, same_shape = same_dtype | one_sided, same_shape | one_sided
+    unjudged = no_data | noise | recorded | _ignored(data, starts, lengths, entry_ops)
+    enters = None if cross else _entering(data, states, matched, matched & tensor & ~unjudged & ~equal)
+    return RowFacts(unjudged, same_dtype, same_shape, identical_inputs, notes, enters)
+
+
+def _entering(data, states: list, matched: np.ndarray, differing: np.ndarray) -> int | None:
+    """The first differing row of the table, when it is a tensor input of a forward entry and every item before it
+    is matched (and identical): its difference is made by no dumped op (a weight at level L1, the data, a
+    constant). Not where the dump records parameters (mix, L0: the parameter rows name a weight), nor across
+    frameworks (their ops differ in granularity: an input may come from an op the other run does not have)."""
+    rows = np.flatnonzero(differing)
+    if not len(rows) or "parameters" in states:
+        return None
+    first = int(rows[0])
+    if not matched[:first].all() or states[first] != "input":
+        return None
+    return first if ".forward" in data.entry_names[data.entry[first]] else None
 
 
 def _ignored(data, starts, lengths, entry_ops) -> np.ndarray:
@@ -377,6 +439,8 @@ def row_levels(states: list, results: list, messages: list, origins: list | None
 def _level(own: bool, result: str, message: str, origin: str) -> int:
     if result not in ("warning", "error"):
         return CARRIED if origin in (INHERITED, DTYPE) else NOTHING
+    if MSG_ENTERS in message:
+        return WARNING_HERE
     if not own:
         return CARRIED_ISSUE
     if origin == INTRODUCED:

@@ -1,36 +1,16 @@
-"""Pairing the nodes of two graphs (spec §6): exact (name + parent chain + parameter structure), fuzzy (-fm:
-modules by name, their APIs by name and order) and mapped (-lm: an entry map from the layer mapping)."""
+"""Pairing the nodes of two graphs (spec §6): exact (name + parent chain; no test of the parameters, which the compare
+core pairs by name whatever their count: a call that passes an argument in one run only stays matched, as in the
+table), fuzzy (-fm: modules by name, their APIs by name and order) and mapped (-lm: an entry map from the layer
+mapping)."""
 
 from __future__ import annotations
 
 import re
-from itertools import chain
 
 from msprobe.graph.tree import API, ROOT, Graph
 
 _CALL_INDEX = re.compile(r"\.\d+\.")
 _RANK = re.compile(r"_rank\d+")
-PARAMETERS_GRAD = ".parameters_grad"
-
-
-def _same_structure(a, b) -> bool:
-    """The same number of inputs and outputs, of the same types and shapes, in order; the gradients of a
-    `parameters_grad` node by parameter name (autograd may record them in another order on each side, e.g. bias
-    before weight when one side runs the layer in another dtype)."""
-    if len(a.input_data) != len(b.input_data) or len(a.output_data) != len(b.output_data):
-        return False
-    if PARAMETERS_GRAD in a.id:
-        theirs = b.input_data
-        pairs = [(x, theirs.get(key)) for key, x in a.input_data.items()]
-        if any(y is None for _, y in pairs):
-            return False
-    else:
-        pairs = chain(zip(a.input_data.values(), b.input_data.values()),
-                      zip(a.output_data.values(), b.output_data.values()))
-    for x, y in pairs:
-        if x.get("type") != y.get("type") or x.get("shape") != y.get("shape"):
-            return False
-    return True
 
 
 def _link(npu_node, bench_node, npu_anc: list, bench_anc: list, same_chain: bool) -> None:
@@ -52,8 +32,7 @@ def match_graphs_exact(npu: Graph, bench: Graph) -> None:
             chain_ok[name] = bool(other is not None and other.upnode == node.upnode and chain_ok.get(node.upnode))
         if chain_ok[name]:
             other = bench_nodes[name]
-            if name == ROOT or _same_structure(node, other):
-                _link(node, other, npu_anc[name], None, True)
+            _link(node, other, npu_anc[name], None, True)
 
 
 def _api_key_counts(graph: Graph, parent: str) -> dict:

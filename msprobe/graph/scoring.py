@@ -192,7 +192,8 @@ def _json_index(node, mode: str, columns, row_of: dict) -> None:
         return
     levels, errors = columns
     rows = [row_of[k] for k in node.output_data if k in row_of]
-    rows += [row_of[k] for k in node.input_data if k in row_of and ".parameters." in k]
+    rows += [row_of[k] for k in node.input_data if k in row_of and (".parameters." in k
+                                                                     or levels[row_of[k]] >= judged.WARNING_HERE)]
     if not rows:
         node.data["precision_index"] = 0
         return

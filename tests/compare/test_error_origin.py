@@ -156,3 +156,33 @@ def test_advisor_names_the_first_introduced_row():
 def test_debug_saves_are_not_judged():
     rows = [(0, "debug", True, FP32, FP32, "[4]", (1.5, -1.0, 0.25, 4.0), GOLDEN)]
     assert judge(rows, ["x.debug"]) == [""]
+
+
+def test_a_summation_order_is_rounding_not_introduced():
+    """Twin runs with another thread count (a ResNet's conv, probed): the weight gradient sums 4 x 12 x 12 = 576
+    products per element, in another order; with identical inputs its minimum moves by 5 float32 units (4.1e-7
+    of the magnitude): rounding that grows with the length of the sums (sqrt(576) = 24 units allowed), not an
+    error made by the op. A 1e-5 difference stays introduced."""
+    grad_in = (0.0127, -0.0109, -1.6e-12, 0.1304)
+    weight_grad = (0.08438938, -0.09043822, 0.0010004253, 0.59984839)
+
+    def conv_backward(target_min):
+        rows = [(0, "input", True, FP32, FP32, "[4, 8, 12, 12]", grad_in, grad_in),
+                (0, "output", True, FP32, FP32, "[4, 8, 12, 12]", (0.005, -0.0047, -1.9e-6, 0.068),
+                 (0.005, -0.0047, -1.9e-6, 0.068)),
+                (0, "output", True, FP32, FP32, "[8, 8, 3, 3]", (0.08438937, target_min, *weight_grad[2:]),
+                 weight_grad)]
+        return judge(rows, ["Functional.conv2d.2.backward"])[2]
+
+    assert conv_backward(-0.09043818) == "inherited"       # 4.1e-7 <= 24 x 1.19e-7
+    assert conv_backward(-0.0904392) == "introduced"       # 1.1e-5
+
+
+def test_a_module_with_identical_inputs_and_float32_rounding_is_not_a_cast():
+    """A module (a ResNet block, probed) sums in orders its dump does not show: 6.2e-7 (5 float32 units) with
+    identical inputs is rounding; a thousandth is a cast inside (dtype)."""
+    out = (6.78, 0.0, 0.57, 49.3137)
+    for target_norm, expected in ((49.31377, "inherited"), (49.36, "dtype")):
+        rows = [(0, "input", True, FP32, FP32, "[4, 8, 12, 12]", GOLDEN, GOLDEN),
+                (0, "output", True, FP32, FP32, "[4, 16, 6, 6]", (*out[:3], target_norm), out)]
+        assert judge(rows, ["Module.layer2.Block.forward.0"])[1] == expected

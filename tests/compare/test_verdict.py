@@ -118,10 +118,12 @@ def test_a_module_with_identical_inputs_and_a_hidden_cast_warns():
     out, summary = judged(target, forward(name, [stat()], [stat()]))
     assert out[f"{name}.output.0"] == ("warning", [verdict.MSG_HIDDEN_CAST], "dtype")
     assert summary.first_error == f"{name}.output.0"
-    # the same output behind inputs that differ already: carried, no warning of its own
+    # the same output behind inputs that differ already: carried, no warning of its own; the input, the first
+    # item that differs, is where the difference enters
     out, summary = judged(forward(name, [stat(mx=1.001)], [stat(mx=1.001, norm=2.002)]),
                           forward(name, [stat()], [stat()]))
-    assert out[f"{name}.output.0"][0] == "pass" and summary.first_error is None
+    assert out[f"{name}.output.0"][0] == "pass" and summary.first_error == f"{name}.input.0"
+    assert out[f"{name}.input.0"] == ("warning", [verdict.MSG_ENTERS], "")
 
 
 def test_levels_and_the_culprit():
@@ -159,3 +161,44 @@ def test_a_debug_save_can_be_the_culprit():
                     data={"x.0.debug": stat(dtype=dtype), "y.0.debug": stat()}, is_debug=True)
     table, summary = compare_dumps(debug("torch.bfloat16"), debug("torch.float32"), CompareOptions(write_output=False))
     assert table.cells["Result"] == ["error", "pass"] and summary.first_error == "x.0.debug"
+
+
+def test_a_perturbed_parameter_is_where_the_difference_enters():
+    """A ResNet whose target has one conv's weight 1 % off (probed): at mix and L0 the module's parameter row is the
+    culprit (no op of the step makes a parameter), the conv's output is inherited from it; a weight within rounding
+    (a later step of twin runs) is not flagged."""
+    name = "Module.layer2.conv2.Conv2d.forward.0"
+
+    def conv(weight):
+        return {name: {"input_args": [stat(mx=3.0, mn=0.0, mean=0.4, norm=33.8)], "input_kwargs": {},
+                       "output": [stat(mx=1.1, mn=-1.4, mean=-0.009, norm=16.5)], "parameters": {"weight": weight}}}
+    golden_weight = stat(mx=0.0833, mn=-0.0833, mean=-0.00024, norm=2.2518)
+    out, summary = judged(conv(stat(mx=0.0841, mn=-0.0842, mean=-0.00024, norm=2.2743)), conv(golden_weight))
+    assert out[f"{name}.parameters.weight"] == ("warning", [verdict.MSG_PARAMETER], "")
+    assert summary.first_error == f"{name}.parameters.weight"
+    out, summary = judged(conv(stat(mx=0.08330001, mn=-0.0833, mean=-0.00024, norm=2.2518)), conv(golden_weight))
+    assert out[f"{name}.parameters.weight"] == ("pass", [], "") and summary.first_error is None
+
+
+
+def test_an_input_where_the_difference_enters():
+    """Level L1 (a ResNet with one conv weight 1 % off, probed): the conv's weight input is the first item that
+    differs; no dumped op made it, so the difference enters there. Not when a row before it has no partner (it may
+    come from that op), nor when the dump records parameters (their rows name a weight)."""
+    name = "Functional.conv2d.4.forward"
+    weight = stat(mx=0.0841, mn=-0.0842, mean=-0.00024, norm=2.2743)
+    golden_weight = stat(mx=0.0833, mn=-0.0833, mean=-0.00024, norm=2.2518)
+    before = forward("Functional.relu.0.forward", [stat()], [stat()])
+    out, summary = judged({**before, **forward(name, [stat(), weight], [stat(norm=2.02)])},
+                          {**before, **forward(name, [stat(), golden_weight], [stat()])})
+    assert out[f"{name}.input.1"] == ("warning", [verdict.MSG_ENTERS], "")
+    assert summary.first_error == f"{name}.input.1"
+    extra = forward("Functional.relu.9.forward", [stat()], [stat()])
+    out, _ = judged({**extra, **forward(name, [stat(), weight], [stat(norm=2.02)])},
+                    forward(name, [stat(), golden_weight], [stat()]))
+    assert out[f"{name}.input.1"][0] == "pass"
+    module = {"Module.conv.Conv2d.forward.0": {"input_args": [stat()], "input_kwargs": {}, "output": [stat()],
+                                               "parameters": {"weight": stat()}}}
+    out, _ = judged({**module, **forward(name, [stat(), weight], [stat(norm=2.02)])},
+                    {**module, **forward(name, [stat(), golden_weight], [stat()])})
+    assert out[f"{name}.input.1"][0] == "pass"
