@@ -85,17 +85,13 @@ def differences(ref_rows: list, our_rows: list, skip=()) -> list:
 NULL_GRADIENTS = {"Tensor.__mul__.0.backward.output.1", "Tensor.__mul__.1.backward.output.1"}
 HIDDEN_CAST = {"Module.blocks.0.mlp.fc1.CastLinear.forward.0.output.0", "Module.blocks.0.mlp.MLP.forward.0.output.0",
                "Module.blocks.0.Block.forward.0.output.0"}
-# rank 0 of step 1 starts from the weights that step 0's all_reduce of rank 1's faulty gradients updated: the
-# parameters that differ beyond rounding get the parameter warning (the runs part before this step)
-STEP1_PARAMETERS = {f"Module.blocks.{name}.forward.0.parameters.{p}" for name, p in (
-    ("0.attn.qkv.Linear", "bias"), ("0.mlp.fc1.CastLinear", "weight"), ("0.mlp.fc2.Linear", "weight"),
-    ("1.ln1.LayerNorm", "bias"), ("1.attn.qkv.Linear", "weight"), ("1.attn.qkv.Linear", "bias"),
-    ("1.attn.proj.Linear", "weight"))}
-# at level L1 the step-1 weights are inputs: the embedding's, the first item that differs, is where the runs part
+# rank 0 of step 1 starts from the weights that step 0's all_reduce of rank 1's faulty gradients updated, 1e-5 to
+# 4e-4 of their magnitude apart: as far apart as the weights of twin runs after one update, so no parameter warning
+# (the step-1 embedding weight of stats_L1_step1 likewise)
 DOCUMENTED_ROWS = {"stats_L1_step0": NULL_GRADIENTS,
-                   "stats_L1_step1": NULL_GRADIENTS | {"Functional.embedding.0.forward.input.1"}, "stats_L0_step0": HIDDEN_CAST,
+                   "stats_L1_step1": NULL_GRADIENTS, "stats_L0_step0": HIDDEN_CAST,
                    "stats_mix_step0": NULL_GRADIENTS | HIDDEN_CAST, "md5_mix_step0": set(),
-                   "multirank_rank1_step0": NULL_GRADIENTS | HIDDEN_CAST, "multirank_rank0_step1": NULL_GRADIENTS | STEP1_PARAMETERS,
+                   "multirank_rank1_step0": NULL_GRADIENTS | HIDDEN_CAST, "multirank_rank0_step1": NULL_GRADIENTS,
                    # CastLinear's and MLP's outputs break the One Thousandth rule as well (DECISIONS 13 below)
                    "tensor_mix_step0": NULL_GRADIENTS | {"Module.blocks.0.Block.forward.0.output.0"}}
 RAISING = (MSG_INTRODUCED, MSG_HIDDEN_CAST, MSG_PARAMETER, MSG_ENTERS)   # the verdict's own warnings: they raise a pass to a warning

@@ -125,7 +125,7 @@ def test_every_view_names_the_bfloat16_linear_of_the_reference_dumps(case, tmp_p
 
 # ------------------------------------------------------------------------------------------ twin runs
 TWINS = [("mix", ["-lm"]), ("mix", ["-lm", MAPS / "layer_mapping.yaml"]), ("mix", ["-am"]), ("L1", ["-am"]),
-         ("L1", ["-lm"]), ("L0", ["-lm", MAPS / "layer_mapping.yaml"])]
+         ("L1", ["-lm"]), ("L0", ["-lm", MAPS / "layer_mapping.yaml"]), ("step1 mix", ["-lm"]), ("step1 mix", ["-am"])]
 
 
 @pytest.mark.slow
@@ -136,7 +136,10 @@ def test_twin_runs_of_two_frameworks_raise_no_alarm(level, options, tmp_path, ca
     of another width, reshaped gradients and the gradients PyTorch records inside an API are conventions, so no
     row is introduced, the advisor names no pass row (here: none at all), -da names no culprit and no dtype-aware
     op, and the graph (-lm) has no node in its two highest colour bands."""
-    target, golden = FIXTURES / "cross" / f"ms_{level}", FIXTURES / "cross" / f"pt_{level}"
+    cross = "cross"
+    if level.startswith("step1 "):           # after one update: the weights differ by the spread gradients' rounding
+        cross, level = "cross_step1", level.split()[1]
+    target, golden = FIXTURES / cross / f"ms_{level}", FIXTURES / cross / f"pt_{level}"
     graph = "-lm" in options and level != "L1"
     found = views(capsys, target, golden, tmp_path, options, graph=graph)
     from conftest import read_csv
@@ -150,7 +153,7 @@ def test_twin_runs_of_two_frameworks_raise_no_alarm(level, options, tmp_path, ca
     # -da says by how much the runs part, in real magnitudes (4.2e-07 on the mix dumps, not 0.0000%)
     magnitude = re.search(r"max relative error of its outputs (\S+);", found["da_origin"])
     assert magnitude and "%" not in magnitude.group(1) and 0 < float(magnitude.group(1)) < 0.01, found["da_origin"]
-    if level == "mix":
+    if level == "mix" and cross == "cross":
         assert abs(float(magnitude.group(1)) - 4.2e-07) < 1e-08
     if graph:
         assert max(v for v in found["index"].values() if v is not None) < 0.6

@@ -79,6 +79,7 @@ from msprobe.table import columns as col
 
 NOISE_UNITS = 16.0        # an output within this many units of rounding of its inputs' norm is their rounding floor
 PARAMETER_UNITS = 16.0    # a parameter differing by more units of rounding than this differs before the step
+PARAMETER_FLOOR = 1e-3    # ... and by more than this share of its magnitude (updates spread gradients' rounding)
 STAT_FLOOR_UNITS = 8.0    # a statistic within this many units of rounding of its tensor's magnitude is ~0
 
 MSG_INTRODUCED = ("warning: The output error exceeds what its inputs and the dtypes' rounding explain "
@@ -173,7 +174,10 @@ def _differing_parameters(data, cells: dict, states: list, is_tensor: list, unju
 
 
 def _beyond_rounding(data, cells: dict, rows: list, stats: tuple) -> list:
-    """Those of rows whose two runs differ by more than PARAMETER_UNITS units of rounding of their dtype."""
+    """Those of rows whose two runs differ by more than PARAMETER_UNITS units of rounding of their dtype and by
+    more than PARAMETER_FLOOR of their magnitude: an update whose gradients differ by rounding moves a weight by
+    more than the weight's own rounding (one SGD step of two twin runs: 6e-5 of a bias's magnitude), so the
+    dtype's rounding alone would call every weight of a twin run at a later step a difference."""
     if not rows:
         return []
     picked = np.asarray(rows)
@@ -182,7 +186,7 @@ def _beyond_rounding(data, cells: dict, rows: list, stats: tuple) -> list:
     errors = row_errors(data.mode, sub_cells, sub_stats)[0]
     eps = np.fmax(_eps_of([data.dtypes[0][r] for r in rows]), _eps_of([data.dtypes[1][r] for r in rows]))
     with np.errstate(invalid="ignore"):
-        beyond = (eps > 0) & (errors > PARAMETER_UNITS * eps)
+        beyond = (eps > 0) & (errors > np.fmax(PARAMETER_UNITS * eps, PARAMETER_FLOOR))
     return picked[beyond].tolist()
 
 

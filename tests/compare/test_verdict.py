@@ -120,7 +120,7 @@ def test_a_module_with_identical_inputs_and_a_hidden_cast_warns():
     assert summary.first_error == f"{name}.output.0"
     # the same output behind inputs that differ already: carried, no warning of its own; the input, the first
     # item that differs, is where the difference enters
-    out, summary = judged(forward(name, [stat(mx=1.001)], [stat(mx=1.001, norm=2.002)]),
+    out, summary = judged(forward(name, [stat(mx=1.01)], [stat(mx=1.01, norm=2.02)]),
                           forward(name, [stat()], [stat()]))
     assert out[f"{name}.output.0"][0] == "pass" and summary.first_error == f"{name}.input.0"
     assert out[f"{name}.input.0"] == ("warning", [verdict.MSG_ENTERS], "")
