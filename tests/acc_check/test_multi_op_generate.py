@@ -71,10 +71,15 @@ def test_multi_union_equals_single_run(single_and_multi, capsys):
 
 def test_multi_interrupted_run_resumes_to_the_same_files(single_and_multi, tmp_path):
     _, multi = single_and_multi
-    out = tmp_path / "out"
-    markers = out / ".msprobe_done" / "multi_acc_check" / "tasks"
-    code, printed, err = interrupt_after_markers(["multi_acc_check", "-api_info", L1, "-d", "0", "1", "-o", out],
-                                                 markers, 2)
+    for attempt in range(3):
+        # the Ctrl-C follows the second of eight task markers; on a loaded machine this test process may be scheduled
+        # again only once the other six are done too: then the run has finished (exit 0) and is tried afresh
+        out = tmp_path / f"out{attempt}"
+        markers = out / ".msprobe_done" / "multi_acc_check" / "tasks"
+        code, printed, err = interrupt_after_markers(["multi_acc_check", "-api_info", L1, "-d", "0", "1", "-o", out],
+                                                     markers, 2)
+        if code != 0 or len(list(markers.glob("*.json"))) < 8:
+            break
     assert code == 130 and "interrupted" in err, err
     splits = sorted(p.name for p in out.glob("accuracy_checking_result_*_split*.csv"))
     assert len(splits) >= 2 and not list(out.glob("accuracy_checking_result_*_device?.csv"))
