@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from msprobe.compare.verdict import MSG_HIDDEN_CAST, MSG_INTRODUCED, culprit_row
+from msprobe.compare.verdict import MSG_ENTERS, MSG_HIDDEN_CAST, MSG_INTRODUCED, MSG_PARAMETER, culprit_row
 
 _DETERMINISM_OPS = ("conv2d", "conv3d", "matmul", "nll_loss", "layer_norm", "lstm")
 
@@ -40,16 +40,16 @@ ADVICE_HIDDEN_CAST = ("The module's inputs are identical but its output differs 
                       "something inside it runs in bfloat16/float16 (autocast, a .to() or .half()). If intended, "
                       "the difference is expected; otherwise find the cast inside the module (a mix-level dump "
                       "shows its APIs).")
-ADVICE_INTRODUCED = ("The inputs of this op explain only a part of its output error: the op itself computes "
-                     "differently (a kernel, an argument, an implementation). Reproduce it alone with the dumped "
-                     "inputs (msprobe op_generate) or dump its real tensors.")
-
-
+ADVICE_OP_INTRODUCED = ("The inputs of this op explain only a part of its output error: the op itself computes "
+                        "differently (a kernel, an argument, an implementation). Reproduce it alone with the dumped "
+                        "inputs (msprobe op_generate) or dump its real tensors.")
 ADVICE_INTRODUCED = ("First introduced error (Error_Origin, beyond what its inputs and the dtypes' precision "
                      "explain): line {row}, {node}. Start there; rows marked inherited or dtype after it follow "
                      "from it or from the lower precision.")
 ADVICE_NONE_INTRODUCED = ("Error_Origin: no row is introduced - every difference is carried from the inputs or within "
                           "the rounding of the lower-precision dtype.")
+ADVICE_ENTERS = ("Error_Origin: no op introduces error - the difference enters at line {row}, {node}, which no dumped "
+                 "op makes (a parameter or an input: the weights, the data); the rows after it carry it.")
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class Advice:
     judged: bool = False                # Error_Origin was judged (statistics and tensor modes)
     introduced_row: int | None = None   # 1-based row of the first `introduced` output
     introduced_node: str = "NA"
+    enters: bool = False                # the culprit is a parameter or input where the difference enters
 
     def lines(self) -> list:
         lines = [f"Line: {self.row if self.row is not None else 'NA'}", f"Suspect Nodes: {self.node}",
@@ -70,7 +71,7 @@ class Advice:
 
     def origin_text(self) -> str:
         if self.introduced_row is None:
-            return ADVICE_NONE_INTRODUCED
+            return ADVICE_ENTERS.format(row=self.row, node=self.node) if self.enters else ADVICE_NONE_INTRODUCED
         return ADVICE_INTRODUCED.format(row=self.introduced_row, node=self.introduced_node)
 
 
@@ -89,7 +90,8 @@ def advise(names: list, states: list, results: list, messages: list, matched: in
         culprit = culprit_row(states, results, messages, origins)
     if culprit is not None:
         text = _advice_for(names[culprit], states[culprit], messages[culprit])
-        return Advice(culprit + 1, names[culprit], text, **extra)
+        enters = MSG_PARAMETER in messages[culprit] or MSG_ENTERS in messages[culprit]
+        return Advice(culprit + 1, names[culprit], text, enters=enters, **extra)
     flagged = sum(1 for result in results if result in ("warning", "error"))
     return Advice(None, "NA", ADVICE_ONLY_CARRIED.format(count=flagged) if flagged else ADVICE_OK, **extra)
 
@@ -97,6 +99,8 @@ def advise(names: list, states: list, results: list, messages: list, matched: in
 def _advice_for(name: str, state: str, message: str) -> str:
     if MSG_HIDDEN_CAST in message:
         return ADVICE_HIDDEN_CAST
+    if MSG_INTRODUCED in message and "error:" not in message:   # its text names "the dtypes' rounding"
+        return ADVICE_OP_INTRODUCED
     if "dtype" in message:
         return ADVICE_DTYPE
     if "shape" in message:
@@ -107,8 +111,6 @@ def _advice_for(name: str, state: str, message: str) -> str:
     determinism = any(op in lowered for op in _DETERMINISM_OPS)
     if state in ("parameters", "parameters_grad"):
         return ADVICE_PARAMETERS
-    if MSG_INTRODUCED in message and "error:" not in message:
-        return ADVICE_INTRODUCED
     if ".forward" in name:
         if "batch_norm" in lowered and name.endswith(".input.1"):
             return ADVICE_BATCH_NORM

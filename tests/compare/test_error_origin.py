@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -186,3 +187,25 @@ def test_a_module_with_identical_inputs_and_float32_rounding_is_not_a_cast():
         rows = [(0, "input", True, FP32, FP32, "[4, 8, 12, 12]", GOLDEN, GOLDEN),
                 (0, "output", True, FP32, FP32, "[4, 16, 6, 6]", (*out[:3], target_norm), out)]
         assert judge(rows, ["Module.layer2.Block.forward.0"])[1] == expected
+
+
+def test_advice_for_an_introduced_warning_and_for_a_difference_that_enters():
+    """The expert advice of an introduced culprit is the op's own (not the Error_Origin line's unfilled template);
+    a parameter or an input where the difference enters is named as such on the Error_Origin line, not as a
+    difference 'carried from the inputs'."""
+    from msprobe.compare import advisor
+    from msprobe.compare.verdict import MSG_ENTERS, MSG_INTRODUCED, MSG_PARAMETER
+
+    names = ["a.forward.input.0", "a.forward.output.0"]
+    introduced = advise(names, ["input", "output"], ["pass", "warning"], ["", json.dumps([MSG_INTRODUCED])], 2,
+                        ["", "introduced"])
+    assert introduced.text == advisor.ADVICE_OP_INTRODUCED and "{" not in introduced.text
+    names = ["m.forward.0.parameters.weight", "f.forward.output.0"]
+    parameter = advise(names, ["parameters", "output"], ["warning", "pass"], [json.dumps([MSG_PARAMETER]), ""], 2,
+                       ["", "inherited"])
+    assert parameter.row == 1 and parameter.text == advisor.ADVICE_PARAMETERS
+    assert parameter.lines()[3] == advisor.ADVICE_ENTERS.format(row=1, node=names[0])
+    names = ["f.forward.input.1", "f.forward.output.0"]
+    enters = advise(names, ["input", "output"], ["warning", "pass"], [json.dumps([MSG_ENTERS]), ""], 2,
+                    ["", "inherited"])
+    assert enters.row == 1 and enters.lines()[3] == advisor.ADVICE_ENTERS.format(row=1, node=names[0])
