@@ -126,7 +126,8 @@ def _number(value) -> float:
 
 
 @lru_cache(maxsize=4096)
-def _numel(shape) -> float:
+def numel(shape) -> float:
+    """The element count of a shape cell (`[2, 3]` -> 6.0); NaN when the text is no shape of ASCII counts."""
     if not isinstance(shape, str) or not shape.startswith("["):
         return math.nan
     count = 1
@@ -348,7 +349,7 @@ def _judge_entry(name: str, start: int, stop: int, ctx: _Context, origin: list) 
         if twin is not None and ctx.slack > 1 and tensors:
             # statistics: a gradient summed over the batch (a parameter's) sums the per-element errors that
             # the four numbers of its input hardly show
-            a *= math.sqrt(max(1.0, _numel(view.shapes[tensors[0]]) / max(_numel(view.shapes[r]), 1.0)))
+            a *= math.sqrt(max(1.0, numel(view.shapes[tensors[0]]) / max(numel(view.shapes[r]), 1.0)))
         carried = a * e_in if e_in else 0.0
         low = _low_eps(t_dtypes[r], g_dtypes[r])
         rounding = units * _summed(kind, api, tensors, r, twin is not None, view)
@@ -487,9 +488,9 @@ def _summed(kind: int, api: str, tensors: list, out: int, backward: bool, view: 
         count = _contraction(api, first, view.shapes[tensors[1]]) if len(tensors) >= 2 else 0
     elif kind == LINEAR:
         dims = _dims(view.shapes[out])
-        count = _numel(first) / dims[0] if dims and dims[0] else 0
+        count = numel(first) / dims[0] if dims and dims[0] else 0
     else:
-        count = 0 if backward else _numel(first) / max(_numel(view.shapes[out]), 1.0)
+        count = 0 if backward else numel(first) / max(numel(view.shapes[out]), 1.0)
     return math.sqrt(count) if count > 1 else 1.0
 
 
@@ -515,7 +516,7 @@ def _contraction(api: str, first, second) -> int:
 def _rms(norm: float, shape, magnitude: float) -> float:
     """Root mean square of a tensor from its L2 norm and shape (its largest magnitude when the norm is not
     finite, e.g. logits masked with -inf)."""
-    count = _numel(shape)
+    count = numel(shape)
     if math.isfinite(norm) and count > 0:
         return norm / math.sqrt(count)
     return magnitude if math.isfinite(magnitude) else 0.0
@@ -523,7 +524,7 @@ def _rms(norm: float, shape, magnitude: float) -> float:
 
 def _centring(norm: float, shape, mean: float) -> float:
     """rms / std of a tensor: how much subtracting its mean amplifies its relative error (a normalisation)."""
-    count = _numel(shape)
+    count = numel(shape)
     if not (math.isfinite(norm) and count > 0 and math.isfinite(mean)):
         return 1.0
     square = norm * norm / count
@@ -569,7 +570,7 @@ def _low_eps(t_dtype, g_dtype) -> float:
 
 def _broadcast(in_shape, out_shape) -> float:
     """sqrt(numel(out) / numel(in)): how much a broadcast input's norm grows in the output."""
-    n_in, n_out = _numel(in_shape), _numel(out_shape)
+    n_in, n_out = numel(in_shape), numel(out_shape)
     if not (n_in > 0 and n_out > 0) or n_out <= n_in:
         return 1.0
     return math.sqrt(n_out / n_in)

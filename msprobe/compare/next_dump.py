@@ -64,11 +64,16 @@ def selection(info: dict) -> list:
     for names in info["sides"]:
         api, module = names["api"], names["module"]
         if api:
-            head = api.rpartition(".")[0] if api.endswith((".forward", ".backward")) else api
+            head = _call(api)
             out += [head + ".forward", head + ".backward"]
         if module:
             out.append(module_prefix(module))
     return list(dict.fromkeys(out))
+
+
+def _call(api: str) -> str:
+    """`Functional.conv2d.1.forward` -> `Functional.conv2d.1` (the call, either direction)."""
+    return api.rpartition(".")[0] if api.endswith((".forward", ".backward")) else api
 
 
 def module_prefix(module: str) -> str:
@@ -86,7 +91,7 @@ def what(info: dict) -> str:
     names = info["sides"][0]
     if names["api"] is None:
         return names["module"]
-    api = names["api"].rpartition(".")[0] if names["api"].endswith((".forward", ".backward")) else names["api"]
+    api = _call(names["api"])
     return f"{api} and its module {names['module']}" if names["module"] else api
 
 

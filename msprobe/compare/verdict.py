@@ -25,14 +25,14 @@ rows they may read and finishes their output:
   either.
 * **Enters here**: at a level that records no parameters (L1), one framework, the first differing row of the
   table, when it is a tensor input of a forward API and every row before it is matched: no dumped op made its
-  difference (a weight, the data, a constant), a warning made here (MSG_ENTERS).
-* **Made here**: a module parameter (mix, L0) whose two runs differ beyond PARAMETER_UNITS units of rounding
-  enters the step with its difference (no op of the step makes it: another initialisation, checkpoint or earlier
-  updates): a warning made here (WARNING_HERE: an op where the precision drops outranks it, as at a step after
-  that op changed the updates); an output that Error_Origin calls `introduced` is at least a
-  warning; a module output whose inputs
-  are identical and whose error only the rounding of a lower precision explains (a cast inside the module) is a
-  warning too: the two kinds of row a culprit can be besides an error.
+  difference (a weight, the data, a constant), a warning made here (MSG_ENTERS), under the bounds of a parameter
+  below.
+* **Made here**: a module parameter (mix, L0) whose two runs differ beyond PARAMETER_UNITS units of rounding and
+  PARAMETER_FLOOR of its magnitude enters the step with its difference (no op of the step makes it: another
+  initialisation, checkpoint or earlier updates): a warning made here (WARNING_HERE: an op where the precision
+  drops outranks it, as at a step after that op changed the updates); an output that Error_Origin calls
+  `introduced` is at least a warning; a module output whose inputs are identical and whose error only the
+  rounding of a lower precision explains (a cast inside the module) is a warning too.
 
 `row_levels` reads a judged row back as one level, from its cells alone (a table read back from a file gives the
 same levels); only outputs, parameter gradients, parameters and debug.json saves can be made here, an input
@@ -70,6 +70,7 @@ from msprobe.compare.error_origin import (
     REDUCTION,
     cell_floats,
     judge_origin,
+    numel,
     op_kind,
     row_errors,
     stat_floats,
@@ -270,11 +271,8 @@ def _all_ignored(name: str) -> bool:
 def _noise(t_norm, g_norm, data, names, tensor, matched, out, inputs, equal, starts, lengths, entry_ops):
     """(mask of outputs at the rounding floor of their entry's inputs in both runs, name of that input per row,
     the golden reference magnitude per row)."""
-    entries = data.entry[starts].tolist()
-    if entry_ops is not None:
-        kinds = [_cancels(data.entry_names[e], entry_ops[e]) for e in entries]
-    else:
-        kinds = [_cancels(data.entry_names[e], None) for e in entries]
+    kinds = [_cancels(data.entry_names[e], entry_ops[e] if entry_ops is not None else None)
+             for e in data.entry[starts].tolist()]
     cancelling = np.repeat(np.asarray(kinds, dtype=bool), lengths)
     t_eps = _eps_of(data.dtypes[0])
     g_eps = _eps_of(data.dtypes[1])
@@ -405,18 +403,10 @@ def _close(a, b) -> bool:
     return abs(a - b) <= 1e-5 * max(abs(a), abs(b)) or a == b
 
 
-@lru_cache(maxsize=4096)
 def _numel(shape) -> int | None:
-    if not isinstance(shape, str) or not shape.startswith("["):
-        return None
-    count = 1
-    for part in shape.strip("[]").split(","):
-        part = part.strip()
-        if part:
-            if not part.isdigit():
-                return None
-            count *= int(part)
-    return count
+    """The element count of a shape cell (error_origin.numel), None when the text is no shape."""
+    count = numel(shape)
+    return None if math.isnan(count) else int(count)
 
 
 def _eps_of(dtypes: list) -> np.ndarray:

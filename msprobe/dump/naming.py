@@ -45,3 +45,16 @@ def api_name_of(item_name: str) -> str:
     """Second dot segment of a name ("Torch.empty.0.forward.input.0" -> "empty")."""
     parts = item_name.split(".", 2)
     return parts[1] if len(parts) > 1 else ""
+
+
+ITEM_STATES = ("input", "output", "parameters_grad", "parameters", "kwargs")
+
+
+def item_state(name) -> str:
+    """The state of a table item from its name: the last of input/output/parameters_grad/parameters/kwargs among
+    its parts ("" when none is, or the name is no text)."""
+    parts = name.split(".") if isinstance(name, str) else []
+    for part in reversed(parts):
+        if part in ITEM_STATES:
+            return part
+    return ""

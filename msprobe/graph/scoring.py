@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from msprobe.compare import verdict as judged
+from msprobe.dump.naming import item_state
 from msprobe.graph import floats
 from msprobe.graph.texts import STAT_CELLS
 from msprobe.graph.tree import COLLECTION, ROOT, Graph
@@ -164,20 +165,9 @@ def _verdict_columns(cells: dict, mode: str) -> tuple:
     """(level, scale-aware relative error) of every row, from the compare core's verdict (compare/verdict.py)."""
     names = cells[col.NPU_NAME]
     origins = cells.get(col.ERROR_ORIGIN)
-    levels = judged.row_levels([_state(name) for name in names], cells[col.RESULT], cells[col.ERR_MESSAGE],
+    levels = judged.row_levels([item_state(name) for name in names], cells[col.RESULT], cells[col.ERR_MESSAGE],
                                origins)
     return levels, judged.scale_errors(mode, cells)
-
-
-_STATES = ("input", "output", "parameters_grad", "parameters", "kwargs")
-
-
-def _state(name: str) -> str:
-    """The state of an item from its name (the last of input/output/parameters... among its parts)."""
-    for part in reversed(name.split(".")):
-        if part in _STATES:
-            return part
-    return ""
 
 
 def _json_index(node, mode: str, columns, row_of: dict) -> None:

@@ -27,6 +27,7 @@ from collections import Counter
 
 import orjson
 
+from msprobe.dump.naming import item_state
 from msprobe.dump.reader import load_json, read_construct
 from msprobe.errors import MsprobeError
 from msprobe.io import write_text
@@ -40,7 +41,6 @@ FORMAT = f"%.{DIGITS}g"
 MAX_GROUPS = 4096               # more distinct combinations than this: low-cardinality columns become "t"
 _DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "report")
 _RESULT_RANK = {"pass": 0, "warning": 1, "error": 2}
-_STATES = ("input", "output", "parameters_grad", "parameters", "kwargs")
 METRICS = {
     "tensor": ["Cosine", "One Thousandth Err Ratio", "Five Thousandths Err Ratio", "MaxRelativeErr", "MaxAbsErr",
                "EucDist"],
@@ -300,14 +300,6 @@ def summary_of(summary, mode: str | None, source: str) -> dict:
             "mode": mode or summary.mode, "source": source}
 
 
-def _state(name: str) -> str:
-    parts = name.split(".") if isinstance(name, str) else []
-    for part in reversed(parts):
-        if part in _STATES:
-            return part
-    return ""
-
-
 def summary_from_table(columns: list, cells: dict, source: str, advise) -> dict:
     """The page summary recomputed from a read-back table's Result column and the advisor rules (`advise`:
     compare/advisor.advise, given by the caller: the report sits below the compare engine)."""
@@ -319,7 +311,7 @@ def summary_from_table(columns: list, cells: dict, source: str, advise) -> dict:
     matched = n if bench is None else sum(1 for v in bench if v not in (NA, None, ""))
     messages = [_text(v) for v in cells.get(col.ERR_MESSAGE, [""] * n)]
     origins = cells.get(col.ERROR_ORIGIN)
-    advice = advise(names, [_state(x) for x in names], results, messages, matched,
+    advice = advise(names, [item_state(x) for x in names], results, messages, matched,
                     None if origins is None else [_text(v) for v in origins])
     return {"rows": n, "matched": matched, "results": {k: counts.get(k, 0) for k in ("pass", "warning", "error")},
             "first_error": advice.node if advice.row is not None else None, "first_error_row": advice.row,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from msprobe.errors import MsprobeError
+from msprobe.names import printable
 
 _STARTS = "=+\\-@\uff1d\uff0b\uff0d\uff20"
 _FORMULA_START = re.compile(f"^[{_STARTS}]|;[{_STARTS}]")
@@ -47,18 +48,15 @@ def check_cells(table, texts: dict, path: str) -> None:
     columns the table says to check) could run as a formula; the error names the cell's row and column."""
     bad = first_formula(list(table.columns))
     if bad is not None:
-        raise MsprobeError(f"Malicious value [{_one_line(bad)}] not allowed to be written into {path}.")
+        raise MsprobeError(f"Malicious value [{printable(bad)}] not allowed to be written into {path}.")
     for name in table.columns_to_check():
         column = texts[name]
         bad = first_formula(column)
         if bad is not None:
             row = column.index(bad)
             first = table.columns[0]
-            where = f"column {name}, row {row + 1}" + (f" ({first} {_one_line(texts[first][row])})"
+            where = f"column {name}, row {row + 1}" + (f" ({first} {printable(texts[first][row])})"
                                                       if first in texts and first != name else "")
-            raise MsprobeError(f"Malicious value [{_one_line(bad)}] not allowed to be written into {path} "
+            raise MsprobeError(f"Malicious value [{printable(bad)}] not allowed to be written into {path} "
                                f"({where}).")
 
-
-def _one_line(text: str) -> str:
-    return text.replace("\r", "\\r").replace("\n", "\\n")      # the error stays one line

@@ -141,12 +141,12 @@ def test_index_page_links_every_rank_with_counts(tmp_path):
 def csv_summary(rows: list) -> dict:
     """Counts and the culprit of a result table, read from its verdict cells by the compare core's rule."""
     from msprobe.compare.verdict import culprit_row
-    from msprobe.report.html import _state
+    from msprobe.dump.naming import item_state
 
     header, body = rows[0], rows[1:]
     results = [r[header.index("Result")] for r in body]
     origins = [r[header.index("Error_Origin")] for r in body] if "Error_Origin" in header else None
-    first = culprit_row([_state(r[0]) for r in body], results, [r[header.index("Err_message")] for r in body],
+    first = culprit_row([item_state(r[0]) for r in body], results, [r[header.index("Err_message")] for r in body],
                         origins)
     return {"rows": len(body), "counts": Counter(results), "first_row": None if first is None else first + 1,
             "first_name": None if first is None else body[first][0], "header": header, "body": body}
