@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from msprobe.compare import rules
 from msprobe.compare.verdict import MSG_ENTERS, MSG_HIDDEN_CAST, MSG_INTRODUCED, MSG_PARAMETER, culprit_row
+from msprobe.frameworks.dtypes import canonical
 
 _DETERMINISM_OPS = ("conv2d", "conv3d", "matmul", "nll_loss", "layer_norm", "lstm")
 
@@ -43,12 +45,22 @@ ADVICE_HIDDEN_CAST = ("The module's inputs are identical but its output differs 
 ADVICE_OP_INTRODUCED = ("The inputs of this op explain only a part of its output error: the op itself computes "
                         "differently (a kernel, an argument, an implementation). Reproduce it alone with the dumped "
                         "inputs (msprobe op_generate) or dump its real tensors.")
+# op_generate writes PyTorch scripts only: a MindSpore target is checked alone by acc_check
+ADVICE_OP_INTRODUCED_MINDSPORE = ("The inputs of this op explain only a part of its output error: the op itself "
+                                  "computes differently (a kernel, an argument, an implementation). Check it alone "
+                                  "against its CPU/float64 benchmark with msprobe acc_check on a real-data dump of "
+                                  "this API, or dump its real tensors.")
 ADVICE_INTRODUCED = ("First introduced error (Error_Origin, beyond what its inputs and the dtypes' precision "
-                     "explain): line {row}, {node}. Start there; rows marked inherited or dtype after it follow "
+                     "explain): row {row}, {node}. Start there; rows marked inherited or dtype after it follow "
                      "from it or from the lower precision.")
 ADVICE_NONE_INTRODUCED = ("Error_Origin: no row is introduced - every difference is carried from the inputs or within "
                           "the rounding of the lower-precision dtype.")
-ADVICE_ENTERS = ("Error_Origin: no op introduces error - the difference enters at line {row}, {node}, which no dumped "
+ADVICE_NONE_INTRODUCED_CULPRIT = ("Error_Origin: no output is introduced (beyond what its inputs and the dtypes' "
+                                  "rounding explain); the culprit above is named by its own Err_message (an error "
+                                  "its inputs do not explain, or the precision dropping there), and the rows after "
+                                  "it carry its difference.")
+ROW_TEXT = "the row of the table file; its header is row 1"
+ADVICE_ENTERS = ("Error_Origin: no op introduces error - the difference enters at row {row}, {node}, which no dumped "
                  "op makes (a parameter or an input: the weights, the data); the rows after it carry it.")
 
 
@@ -58,27 +70,39 @@ class Advice:
     node: str           # its item name, "NA" when there is none
     text: str
     judged: bool = False                # Error_Origin was judged (statistics and tensor modes)
-    introduced_row: int | None = None   # 1-based row of the first `introduced` output
+    introduced_row: int | None = None   # 1-based data row of the first `introduced` output
     introduced_node: str = "NA"
     enters: bool = False                # the culprit is a parameter or input where the difference enters
 
     def lines(self) -> list:
-        lines = [f"Line: {self.row if self.row is not None else 'NA'}", f"Suspect Nodes: {self.node}",
-                 f"Expert Advice: {self.text}"]
+        """The advisor file's lines; every row named is the row the user opens in the table file (the header is
+        its row 1, the first data row row 2: file_row)."""
+        where = f"{file_row(self.row)} ({ROW_TEXT})" if self.row is not None else "NA"
+        lines = [f"Line: {where}", f"Suspect Nodes: {self.node}", f"Expert Advice: {self.text}"]
         if self.judged:
             lines.append(self.origin_text())
         return lines
 
     def origin_text(self) -> str:
         if self.introduced_row is None:
-            return ADVICE_ENTERS.format(row=self.row, node=self.node) if self.enters else ADVICE_NONE_INTRODUCED
-        return ADVICE_INTRODUCED.format(row=self.introduced_row, node=self.introduced_node)
+            if self.enters:
+                return ADVICE_ENTERS.format(row=file_row(self.row), node=self.node)
+            return ADVICE_NONE_INTRODUCED if self.row is None else ADVICE_NONE_INTRODUCED_CULPRIT
+        return ADVICE_INTRODUCED.format(row=file_row(self.introduced_row), node=self.introduced_node)
+
+
+def file_row(row: int | None) -> int | None:
+    """The row of the table file (csv, or an xlsx sheet: the header is row 1) holding 1-based data row `row`."""
+    return None if row is None else row + 1
 
 
 def advise(names: list, states: list, results: list, messages: list, matched: int = 1,
-           origins: list | None = None, culprit: int | None = -1) -> Advice:
+           origins: list | None = None, culprit: int | None = -1, dtypes: tuple | None = None,
+           framework: str = "pytorch") -> Advice:
     """The culprit row (given, or found from the cells: compare/verdict.culprit_row) and its likely cause; with
-    origins (the Error_Origin column), also the first `introduced` row."""
+    origins (the Error_Origin column), also the first `introduced` row. dtypes: (target, golden) dtype per row, the
+    structured fields the dtype advice reads (None: read from the messages' dtype error); framework: the target's
+    (MindSpore: no op_generate advice)."""
     extra: dict = {}
     if origins is not None:
         first = next((row for row, origin in enumerate(origins) if origin == "introduced"), None)
@@ -89,21 +113,33 @@ def advise(names: list, states: list, results: list, messages: list, matched: in
     if culprit == -1:
         culprit = culprit_row(states, results, messages, origins)
     if culprit is not None:
-        text = _advice_for(names[culprit], states[culprit], messages[culprit])
-        enters = MSG_PARAMETER in messages[culprit] or MSG_ENTERS in messages[culprit]
+        if dtypes is not None:
+            differ = _dtypes_differ(dtypes[0][culprit], dtypes[1][culprit])
+        else:
+            differ = rules.MSG_DTYPE in messages[culprit]
+        text = _advice_for(names[culprit], states[culprit], messages[culprit], differ, framework)
+        enters = MSG_PARAMETER in messages[culprit] or MSG_ENTERS in messages[culprit] or states[culprit] == "input"
         return Advice(culprit + 1, names[culprit], text, enters=enters, **extra)
     flagged = sum(1 for result in results if result in ("warning", "error"))
     return Advice(None, "NA", ADVICE_ONLY_CARRIED.format(count=flagged) if flagged else ADVICE_OK, **extra)
 
 
-def _advice_for(name: str, state: str, message: str) -> str:
+def _dtypes_differ(target, golden) -> bool:
+    """The two runs' dtypes of a row differ (canonical names: torch.float32 is Float32 is float32); a row without
+    a dtype on a side (no partner, a null) has none to differ."""
+    if not isinstance(target, str) or not isinstance(golden, str) or target in ("N/A", "") or golden in ("N/A", ""):
+        return False
+    return canonical(target) != canonical(golden)
+
+
+def _advice_for(name: str, state: str, message: str, dtypes_differ: bool, framework: str = "pytorch") -> str:
     if MSG_HIDDEN_CAST in message:
         return ADVICE_HIDDEN_CAST
-    if MSG_INTRODUCED in message and "error:" not in message:   # its text names "the dtypes' rounding"
-        return ADVICE_OP_INTRODUCED
-    if "dtype" in message:
+    if dtypes_differ:
         return ADVICE_DTYPE
-    if "shape" in message:
+    if MSG_INTRODUCED in message and "error:" not in message:
+        return ADVICE_OP_INTRODUCED_MINDSPORE if framework == "mindspore" else ADVICE_OP_INTRODUCED
+    if rules.MSG_SHAPE in message:
         return ADVICE_SHAPE
     if "nan/inf" in message or "inf or nan" in message:
         return ADVICE_NAN

@@ -43,6 +43,9 @@ BACKWARD_AMPLIFICATION = 2.0
 # a module's own rounding may grow with sums its dump does not show: up to this many times an op's (its output
 # differing by a few dozen float32 units with identical inputs is another summation order, not a cast)
 MODULE_SUMS = 32.0
+# an output within this many units of rounding of the pair's higher precision is rounding, never introduced (the
+# rounding floor that parameters and entering inputs have in compare/verdict.py: a sum whose length no shape shows)
+ROUNDING_FLOOR_UNITS = 4.0
 MEAN_FLOOR = 1e-5       # statistics: a mean below this share of the largest magnitude is ~0 (not read relatively)
 
 # kinds of op: (amplification A, rounding units k)
@@ -74,6 +77,13 @@ KINKED = frozenset("relu relu_ relu6 leaky_relu hardtanh threshold abs max_pool1
                    "adaptive_max_pool1d adaptive_max_pool2d max min amax amin clamp clip dropout where masked_fill "
                    "hardswish hardsigmoid sort topk maximum minimum".split())
 KIND_OF = {name: kind for kind, names in _KINDS.items() for name in names.split()}
+# forward ops that cannot amplify their input's relative error (a relu's Max is at most its input's, a max-pool
+# picks elements, a dropout at eval passes them, a cast up is exact): no statistics slack beyond NON_AMPLIFYING_SLACK
+# hides a jump at them (conv2d 30 % off, the relu after it 99 % off: the relu makes the jump)
+NON_AMPLIFYING = frozenset("relu relu6 hardtanh threshold max_pool1d max_pool2d max_pool3d adaptive_max_pool1d "
+                           "adaptive_max_pool2d adaptive_max_pool3d dropout dropout1d dropout2d dropout3d "
+                           "alpha_dropout feature_alpha_dropout float double".split())
+NON_AMPLIFYING_SLACK = 2.0
 
 
 # collectives: an output carries the other ranks' inputs, which this rank's entry does not show
@@ -227,9 +237,13 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
         kinds = [_op_kind(entry_ops[entry_list[a]]) for a in starts.tolist()]
     else:
         kinds = [_entry_kind(entry_names[entry_list[a]]) for a in starts.tolist()]
-    base = np.array([KIND_PARAMS[kind] for kind, _ in kinds], dtype=np.float64).reshape(-1, 2)
+    base = np.array([KIND_PARAMS[kind] for kind, _, _ in kinds], dtype=np.float64).reshape(-1, 2)
     lengths = stops - starts
-    amp = np.repeat(base[:, 0], lengths)
+    # slack x A, but at most NON_AMPLIFYING_SLACK for the ops that cannot amplify (both directions here: a
+    # backward the first pass leaves open gets its own amplification in the exact judgement)
+    factor = np.array([min(slack, NON_AMPLIFYING_SLACK) if calm else slack * KIND_PARAMS[kind][0]
+                       for kind, _, calm in kinds], dtype=np.float64)
+    amp = np.repeat(factor, lengths)
     units = np.repeat(base[:, 1], lengths)
     inputs = tensor & ~is_out
     carried = np.where(np.isnan(carried_errors), 0.0, carried_errors)
@@ -238,7 +252,7 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
     low = np.where((t_eps != g_eps) & (t_eps > 0) & (g_eps > 0), np.fmax(t_eps, g_eps), 0.0)
     high = np.where(g_eps > 0, np.fmin(t_eps, g_eps), t_eps)
     with np.errstate(invalid="ignore", over="ignore"):
-        carried_out = np.where(e_in > 0, slack * amp * e_in, 0.0)
+        carried_out = np.where(e_in > 0, amp * e_in, 0.0)
         judged = is_out & tensor & matched & (errors > 0) & (t_eps > 0)
         if skip is not None:
             judged &= ~skip
@@ -246,7 +260,7 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
         simple = judged & plain_out & ~negligible
         as_dtype = simple & (low > 0) & (errors <= np.hypot(carried_out, units * low))
         as_inherited = simple & (low == 0) & (errors <= np.hypot(carried_out, units * t_eps))
-    special = {i for i, (kind, collective) in enumerate(kinds) if collective}
+    special = {i for i, (kind, collective, _) in enumerate(kinds) if collective}
     special.update(_entries_with_differing_arguments(cells, entry, states, is_tensor, matched, inputs))
     settled = negligible | as_dtype | as_inherited
     open_rows = (is_out & tensor & matched & (errors > 0)) & ~settled
@@ -334,7 +348,8 @@ def _judge_entry(name: str, start: int, stop: int, ctx: _Context, origin: list) 
         if not own:                     # integers, booleans: any difference is carried or made here
             origin[r] = INHERITED if e_in > 0 else INTRODUCED
             continue
-        if e <= units * min(own, _eps(g_dtypes[r]) or own):
+        high = min(own, _eps(g_dtypes[r]) or own)
+        if e <= units * high:
             continue
         if states[r] == "parameters_grad":
             origin[r] = _passive(e, t_dtypes[r], g_dtypes[r], units)
@@ -345,22 +360,31 @@ def _judge_entry(name: str, start: int, stop: int, ctx: _Context, origin: list) 
         if _is_collective(name, api):
             origin[r] = INHERITED
             continue
-        a = ctx.slack * _amplification(kind, api, amp, tensors, r, twin is not None, view)
+        if twin is None and api in NON_AMPLIFYING:
+            a = min(ctx.slack, NON_AMPLIFYING_SLACK)
+        else:
+            a = ctx.slack * _amplification(kind, api, amp, tensors, r, twin is not None, view)
         if twin is not None and ctx.slack > 1 and tensors:
             # statistics: a gradient summed over the batch (a parameter's) sums the per-element errors that
             # the four numbers of its input hardly show
             a *= math.sqrt(max(1.0, numel(view.shapes[tensors[0]]) / max(numel(view.shapes[r]), 1.0)))
         carried = a * e_in if e_in else 0.0
         low = _low_eps(t_dtypes[r], g_dtypes[r])
-        rounding = units * _summed(kind, api, tensors, r, twin is not None, view)
+        summed = _summed(kind, api, tensors, r, twin is not None, view)
+        final = max(own, in_low)
+        # the K terms are summed in float32 (or float64) and rounded once to a lower precision: sqrt(K) grows the
+        # accumulator's rounding, not bfloat16's (a bfloat16 matmul on CPU and NPU accumulates in float32)
+        rounding = units * (summed if kind == MODULE else max(1.0, summed * min(final, EPS["float32"]) / final))
         if ctx.trace is not None:
-            ctx.trace.append((r, e, e_in, a, rounding, low, max(own, in_low)))
+            ctx.trace.append((r, e, e_in, a, rounding, low, final))
         if low and e <= math.hypot(carried, units * low):
             origin[r] = DTYPE
-        elif e <= math.hypot(carried, rounding * max(own, in_low)):
+        elif e <= math.hypot(carried, rounding * final):
             origin[r] = INHERITED
         elif kind == MODULE and e <= math.hypot(carried, units * EPS[MODULE_FLOOR_DTYPE]):
             origin[r] = DTYPE
+        elif e <= ROUNDING_FLOOR_UNITS * min(high, EPS["float32"]):     # sums in float32 (or float64)
+            origin[r] = INHERITED
         else:
             origin[r] = INTRODUCED
 
@@ -371,25 +395,26 @@ def _is_collective(name: str, api: str) -> bool:
 
 @lru_cache(maxsize=4096)
 def _entry_kind(name: str) -> tuple:
-    """(kind, is a collective) of an entry name. The first pass may settle backward entries too: the exact
-    judgement only adds inputs (the forward entry's) and amplification to theirs."""
+    """(kind, is a collective, cannot amplify) of an entry name. The first pass may settle backward entries too:
+    the exact judgement only adds inputs (the forward entry's) and amplification to theirs."""
     if name.startswith(("Module.", "Cell.")):
-        return MODULE, False
+        return MODULE, False, False
     api = api_of(name)
-    return KIND_OF.get(api, OTHER), _is_collective(name, api)
+    return KIND_OF.get(api, OTHER), _is_collective(name, api), api in NON_AMPLIFYING
 
 
 @lru_cache(maxsize=4096)
 def _op_kind(op: str) -> tuple:
-    """(kind, is a collective) from an entry's name without call count and direction (`Tensor.add_`)."""
+    """(kind, is a collective, cannot amplify) from an entry's name without call count and direction
+    (`Tensor.add_`)."""
     if op.startswith(("Module.", "Cell.")):
-        return MODULE, False
+        return MODULE, False, False
     prefix, _, api = op.partition(".")
     api = api[len("comm_func."):] if api.startswith("comm_func.") else api
     if api.endswith("_") and not api.endswith("__"):
         api = api[:-1]
     collective = api in COLLECTIVE and prefix in ("Distributed", "MintDistributed", "communication")
-    return KIND_OF.get(api, OTHER), collective
+    return KIND_OF.get(api, OTHER), collective, api in NON_AMPLIFYING
 
 
 def _eps_array(dtypes: list) -> np.ndarray:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from msprobe.dump.flatten import Items
+from msprobe.dump.naming import BACKWARD
 from msprobe.frameworks.dtypes import dtype_rule_ok
 
 
@@ -57,6 +58,7 @@ def match_mapped(target: Items, golden: Items, mappings, cross_framework: bool =
     pairs = _join(lookups, golden_index)
     exempt = np.asarray(data_mapped, dtype=bool)[pairs.target] if len(pairs) else np.zeros(0, dtype=bool)
     apply_dtype_rule(pairs, target, golden, cross_framework, exempt)
+    backward_with_forward(pairs, target, golden, pair_unmatched=not cross_framework)
     return pairs
 
 
@@ -69,7 +71,75 @@ def match_keys(target: Items, golden: Items, target_keys: list, golden_keys: lis
     pairs = _join(target_keys, golden_index)
     if dtype_rule:
         apply_dtype_rule(pairs, target, golden, cross_framework)
+    backward_with_forward(pairs, target, golden, pair_unmatched=not cross_framework)
     return pairs
+
+
+def _forward_twin(entry_name: str) -> str:
+    """The forward entry of a backward entry's name (API `x.3.backward`, module `Module.a.B.backward.0`)."""
+    if entry_name.endswith(".backward"):
+        return entry_name[:-len(".backward")] + ".forward"
+    return entry_name.replace(".backward.", ".forward.")
+
+
+def _backward_twin(entry_name: str) -> str:
+    if entry_name.endswith(".forward"):
+        return entry_name[:-len(".forward")] + ".backward"
+    return entry_name.replace(".forward.", ".backward.")
+
+
+def backward_with_forward(pairs: Pairs, target: Items, golden: Items, pair_unmatched: bool = True) -> None:
+    """Pair, in place, every backward row with the backward of its forward's partner: the backward calls of an op
+    are paired by their order (renumbered), so where one run has a call the other has not (a hand-written matmul
+    in place of a Dense) the n-th backward of one run would meet another call's. A backward row is re-paired with
+    the same item of the backward of the golden entry its forward is paired with (when that forward has one
+    partner), and left without a partner when its forward has none. A backward whose forward either dump does not
+    record keeps the partner of its order. pair_unmatched: a backward row without a partner gets the same item of
+    that backward too (one framework: their items are named alike; across frameworks the mappings name them)."""
+    if not len(pairs):
+        return
+    backward = np.fromiter((parts is not None and parts.direction == BACKWARD for parts in target.entry_parts),
+                           dtype=bool, count=len(target.entry_parts))
+    t_entry, g_entry = np.asarray(target.entry), np.asarray(golden.entry)
+    rows_entry = t_entry[pairs.target]
+    candidates = np.flatnonzero(backward[rows_entry] & (True if pair_unmatched else pairs.golden >= 0)) \
+        if backward.any() else ()
+    if not len(candidates):
+        return
+    t_index = {name: k for k, name in enumerate(target.entry_names)}
+    g_index = {name: k for k, name in enumerate(golden.entry_names)}
+    partners: dict = {}          # target forward entry -> the golden entries its rows are paired with
+    matched = pairs.golden >= 0
+    for entry, partner in zip(rows_entry[matched].tolist(), g_entry[pairs.golden[matched]].tolist()):
+        partners.setdefault(entry, set()).add(partner)
+    g_items: dict | None = None
+    settled: dict = {}           # (target entry, golden entry) -> the pair agrees with the forwards' (or cannot)
+    for row, entry, partner in zip(candidates.tolist(), rows_entry[candidates].tolist(),
+                                   pairs.golden[candidates].tolist()):
+        key = (entry, g_entry[partner] if partner >= 0 else -1)
+        if settled.get(key):
+            continue
+        name = target.entry_names[entry]
+        forward = t_index.get(_forward_twin(name))
+        if forward is None:
+            settled[key] = True
+            continue
+        if partner >= 0:
+            golden_name = golden.entry_names[key[1]]
+            current = g_index.get(_forward_twin(golden_name))
+            if current is None or current in partners.get(forward, ()):
+                settled[key] = True
+                continue
+            suffix = golden.name[partner][len(golden_name):]
+        else:
+            suffix = target.name[pairs.target[row]][len(name):]
+        right = partners.get(forward, ())
+        found = -1
+        if len(right) == 1:
+            if g_items is None:
+                g_items = {item: k for k, item in enumerate(golden.name)}
+            found = g_items.get(_backward_twin(golden.entry_names[next(iter(right))]) + suffix, -1)
+        pairs.golden[row] = found
 
 
 def _join(target_keys: list, golden_index: dict) -> Pairs:

@@ -262,7 +262,8 @@ def compare_dumps(target: Side | Dump, golden: Side | Dump, options: CompareOpti
         summary.results[result] = summary.results.get(result, 0) + 1
     summary.tensor_problems = len(judge_input.tensor_problems or ())
     advice = advise(table.cells[col.NPU_NAME], _take(t_items.state, pairs.target), results, messages,
-                    summary.matched, origins, culprit=verdict.culprit)
+                    summary.matched, origins, culprit=verdict.culprit, dtypes=judge_input.dtypes,
+                    framework=target.framework)
     if not summary.matched:
         logger.warning("%sCan't match any op: no target item has a golden partner.", label)
     summary.advice = advice

@@ -13,7 +13,8 @@ def summary_line(summary) -> str:
     line = (f"{label}: {summary.rows} rows ({summary.matched} matched, {summary.rows - summary.matched} without "
             f"golden partner): {counts}")
     if summary.first_error is not None:
-        line += f"; culprit: {summary.first_error} (row {summary.first_error_row})"
+        # the row the user opens in the table file (its header is row 1: compare/advisor.file_row)
+        line += f"; culprit: {summary.first_error} (row {summary.first_error_row + 1})"
     if summary.tensor_problems:
         line += f"; {summary.tensor_problems} tensor pairs not comparable (see Err_message)"
     if summary.output:

@@ -69,6 +69,7 @@ from msprobe.compare.error_origin import (
     OUT_STATES,
     REDUCTION,
     cell_floats,
+    forward_twin,
     judge_origin,
     numel,
     op_kind,
@@ -128,6 +129,7 @@ class RowFacts:
     identical_inputs: np.ndarray  # every tensor input of the row's entry matched with equal statistics (>= 1 input)
     notes: dict                   # row -> [note texts]
     enters: int | None = None     # the first differing row, when it is a forward entry's input (see _entering)
+    first_difference: int | None = None   # the first row unmatched, differing or not judged by statistics alone
 
 
 def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list, cross: bool,
@@ -157,12 +159,30 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
         if facts.enters is not None and _beyond_rounding(data, cells, [facts.enters], stats):
             messages[facts.enters].append(MSG_ENTERS)
             level[facts.enters] = max(level[facts.enters], rules.WARNING)
+    flagged_input = None if data.mode == col.MD5 else _flagged_first(level, states, facts.first_difference,
+                                                                      data.matched)
     for row, notes in facts.notes.items():
         messages[row].extend(notes)
     results = [rules.RESULT_TEXT[x] for x in level]
     texts = rules.message_texts(messages)
     levels = row_levels(states, results, texts, origins)
+    if flagged_input is not None and levels[flagged_input] == CARRIED_ISSUE:
+        # no earlier row differs: the input is where the difference enters, not carried (its Err_message is the
+        # rules'; a table read back without its statistics cannot tell, docs/compare.md §6.2): a warning made
+        # here, so that an output its op makes (an argument's introduced output, a dtype's drop) outranks it
+        levels[flagged_input] = WARNING_HERE
     return Verdict(results, texts, origins, culprit_of(levels), levels, facts.unjudged)
+
+
+def _flagged_first(level: list, states: list, first: int | None, matched) -> int | None:
+    """The first row that differs (or is flagged) in a table whose rows before it are all matched and identical,
+    when it is a flagged input: no earlier row carries a difference into it, it enters there (a requires_grad, a
+    dtype or values that no dumped op made), whatever the dump level or frameworks."""
+    flagged = np.flatnonzero(np.asarray(level) >= rules.WARNING)
+    if not len(flagged) or (first is not None and first < flagged[0]):
+        return None
+    row = int(flagged[0])
+    return None if states[row] in _OWN_STATES or not matched[row] else row
 
 
 def _differing_parameters(data, cells: dict, states: list, is_tensor: list, unjudged: np.ndarray,
@@ -227,7 +247,7 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
             neighbour=neighbour(row), norm=stats_g[3][row], units=NOISE_UNITS, reference=floors[row]))
     in_entry_ok = np.logical_and.reduceat(~inputs | equal, starts)
     has_input = np.add.reduceat(inputs.astype(np.int64), starts) > 0
-    identical_inputs = np.repeat(in_entry_ok & has_input, lengths)
+    identical_inputs = np.repeat(_with_saved_tensors(data, starts, in_entry_ok & has_input), lengths)
     same_dtype, same_shape, recorded = none, none.copy(), none.copy()
     if cross:
         same_dtype, same_shape = _conventions(data, stats_t, stats_g, matched & tensor & ~no_data, notes)
@@ -238,7 +258,31 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     same_dtype, same_shape = same_dtype | one_sided, same_shape | one_sided
     unjudged = no_data | noise | recorded | _ignored(data, starts, lengths, entry_ops)
     enters = None if cross else _entering(data, states, matched, matched & tensor & ~unjudged & ~equal)
-    return RowFacts(unjudged, same_dtype, same_shape, identical_inputs, notes, enters)
+    # the rows before it are matched and identical (equal statistics, dtypes and shapes)
+    same = equal & matched & ~(t_null ^ g_null) & _same_texts(data.dtypes) & _same_texts(data.shapes)
+    first_difference = int(np.argmin(same)) if not same.all() else None
+    return RowFacts(unjudged, same_dtype, same_shape, identical_inputs, notes, enters, first_difference)
+
+
+def _same_texts(pair: tuple) -> np.ndarray:
+    """Per row: the two sides' cells equal (dtypes compared by their canonical names)."""
+    return np.fromiter((a == b or (isinstance(a, str) and isinstance(b, str) and canonical(a) == canonical(b))
+                        for a, b in zip(*pair)), dtype=bool, count=len(pair[0]))
+
+
+def _with_saved_tensors(data, starts: np.ndarray, identical: np.ndarray) -> np.ndarray:
+    """Per entry: its inputs are identical and, for a backward entry, those of its forward entry too (the saved
+    tensors the backward reads: an attention's backward with identical incoming gradients but differing saved
+    activations has differing inputs)."""
+    names = [data.entry_names[e] for e in data.entry[starts].tolist()]
+    position = {name: k for k, name in enumerate(names)}
+    out = identical.copy()
+    for k, name in enumerate(names):
+        if out[k] and ".backward" in name:
+            twin = position.get(forward_twin(name))
+            if twin is not None:
+                out[k] = identical[twin]
+    return out
 
 
 def _entering(data, states: list, matched: np.ndarray, differing: np.ndarray) -> int | None:

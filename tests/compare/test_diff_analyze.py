@@ -136,3 +136,29 @@ def test_da_needs_no_more_memory_than_the_plain_compare(tmp_path):
 
     plain, da = peak("plain"), peak("da", "-da")
     assert da < 1.3 * plain, (plain, da)
+
+
+def test_the_large_jump_of_an_op_that_cannot_amplify_is_reported(tmp_path, capsys):
+    """conv2d's output 30 % off, the relu after it 99 % off (a relu cannot raise its Max above its input's): -da
+    names the conv as where the runs part and the relu as the first large difference (issue 32: the statistics
+    amplification allowance, 16 x, had called the relu inherited and hidden the jump)."""
+    def tensor(mx, mn, mean, norm, shape=(2, 4, 6, 6)):
+        return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": list(shape), "Max": mx, "Min": mn,
+                "Mean": mean, "Norm": norm, "requires_grad": False}
+
+    x = tensor(2.0, -2.0, 0.01, 17.0)
+    w = tensor(0.5, -0.5, 0.0, 3.0, (4, 4, 3, 3))
+    golden_conv, target_conv = tensor(3.0, -3.0, 0.1, 20.0), tensor(3.9, -3.0, 0.1, 26.0)
+    golden_relu, target_relu = tensor(3.0, 0.0, 0.6, 14.0), tensor(3.0, 0.0, 0.0066, 0.14)
+    for side, conv, relu in (("target", target_conv, target_relu), ("golden", golden_conv, golden_relu)):
+        data = {"Functional.conv2d.0.forward": {"input_args": [x, w], "input_kwargs": {}, "output": [conv]},
+                "Functional.relu.0.forward": {"input_args": [conv], "input_kwargs": {}, "output": [relu]}}
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1",
+                                                               "framework": "pytorch", "dump_data_dir": None,
+                                                               "data": data}))
+    assert run_cli(["compare", "-tp", tmp_path / "target" / "dump.json", "-gp", tmp_path / "golden" / "dump.json",
+                    "-o", tmp_path / "out", "-da"]) == 0
+    nodes = analysis(tmp_path / "out")["rank_0"]
+    assert nodes[0]["op_name"] == "Functional.conv2d.0.forward"
+    assert [n["op_name"] for n in nodes if n["role"] == "first large difference"] == ["Functional.relu.0.forward"]

@@ -148,7 +148,7 @@ def test_advisor_names_the_first_introduced_row():
     assert advice.row == 3 and advice.introduced_row == 3 and advice.introduced_node == "c.output.0"
     first_error = advise(names, ["output"] * 3, ["error", "pass", "error"], ["", "", ""], 3, ["dtype", "", "dtype"])
     assert first_error.row == 1 and first_error.introduced_row is None
-    assert advice.lines()[3].startswith("First introduced error") and "line 3, c.output.0" in advice.lines()[3]
+    assert advice.lines()[3].startswith("First introduced error") and "row 4, c.output.0" in advice.lines()[3]
     none = advise(names, ["output"] * 3, ["pass"] * 3, [""] * 3, 3, ["dtype", "", "inherited"])
     assert none.introduced_row is None and none.lines()[3].startswith("Error_Origin: no row is introduced")
     assert len(advise(names, ["output"] * 3, ["pass"] * 3, [""] * 3, 3).lines()) == 3     # md5: no line
@@ -237,8 +237,19 @@ def test_advice_for_an_introduced_warning_and_for_a_difference_that_enters():
     parameter = advise(names, ["parameters", "output"], ["warning", "pass"], [json.dumps([MSG_PARAMETER]), ""], 2,
                        ["", "inherited"])
     assert parameter.row == 1 and parameter.text == advisor.ADVICE_PARAMETERS
-    assert parameter.lines()[3] == advisor.ADVICE_ENTERS.format(row=1, node=names[0])
+    assert parameter.lines()[3] == advisor.ADVICE_ENTERS.format(row=2, node=names[0])     # the file row
     names = ["f.forward.input.1", "f.forward.output.0"]
     enters = advise(names, ["input", "output"], ["warning", "pass"], [json.dumps([MSG_ENTERS]), ""], 2,
                     ["", "inherited"])
-    assert enters.row == 1 and enters.lines()[3] == advisor.ADVICE_ENTERS.format(row=1, node=names[0])
+    assert enters.row == 1 and enters.lines()[3] == advisor.ADVICE_ENTERS.format(row=2, node=names[0])
+
+
+def test_an_op_that_cannot_amplify_makes_its_own_large_jump():
+    """A relu after a conv 30 % off, itself 99 % off: a relu cannot raise its Max above its input's, so its jump is
+    its own (introduced), not 16 x the input's error hidden by the statistics slack; within 2 x its input's error
+    it is inherited. A gelu (amplification 2 x 8) keeps the slack."""
+    t_in = (1.3, -1.0, 0.25, 4.0)                       # e_in = 0.3
+    assert unary((1.0, -1.0, 0.25, 4.0 * 1.99), t_in=t_in, name="Functional.relu.0.forward")[1] == "introduced"
+    assert unary((1.0, -1.0, 0.25, 4.0 * 1.45), t_in=t_in, name="Functional.relu.0.forward")[1] == "inherited"
+    assert unary((1.0, -1.0, 0.25, 4.0 * 1.99), t_in=t_in, name="Functional.max_pool2d.0.forward")[1] == "introduced"
+    assert unary((1.0, -1.0, 0.25, 4.0 * 1.99), t_in=t_in, name="Functional.gelu.0.forward")[1] == "inherited"

@@ -64,3 +64,30 @@ def test_compare_sides_release_the_parsed_leaves_the_graph_keeps_them():
     assert len(side.items) > 100 and side.items.record == []
     kept = side_of(read_dump(path, "target", with_stack=False, with_construct=False), records=True)
     assert len(kept.items.record) == len(kept.items) and all(r is None or isinstance(r, dict) for r in kept.items.record)
+
+
+def test_a_backward_pairs_only_with_the_backward_of_its_forwards_partner():
+    """A hand-written matmul in place of a Dense in the target (Mint.matmul.2, no partner): the backward calls,
+    paired by their order, would put Mint.matmul.2.backward with the golden Mint.matmul.1.backward (shapes
+    [4, 6, 32] against [4, 6, 6]) and matmul.1's with matmul.0's; each backward now meets its forward's partner's,
+    and the one whose forward has no partner has none."""
+    def shaped(shape):
+        return {**t(), "shape": shape}
+
+    def dump(counts):
+        data = {f"Mint.matmul.{n}.forward": {"input_args": [shaped(s)], "output": [shaped(s)]} for n, s in counts}
+        data.update({f"Mint.matmul.{n}.backward": {"input": [shaped(s)], "output": [shaped(s)]}
+                     for n, s in reversed(counts)})
+        return flatten(data)
+
+    target = dump([(0, [4, 6, 6]), (1, [4, 6, 6]), (2, [4, 6, 32])])
+    golden = dump([(0, [4, 6, 6]), (1, [4, 6, 6])])
+    pairs = match_exact(target, golden)
+    paired = {target.name[a]: (golden.name[b] if b >= 0 else None)
+              for a, b in zip(pairs.target.tolist(), pairs.golden.tolist())}
+    assert paired["Mint.matmul.2.backward.input.0"] is None and paired["Mint.matmul.2.backward.output.0"] is None
+    assert paired["Mint.matmul.1.backward.output.0"] == "Mint.matmul.1.backward.output.0"
+    assert paired["Mint.matmul.0.backward.input.0"] == "Mint.matmul.0.backward.input.0"
+    # recomputed calls (backward counts of their own, no forward twin) keep the pairing by order
+    assert match_exact(flatten({"F.relu.4.backward": {"input": [t()]}}),
+                       flatten({"F.relu.0.backward": {"input": [t()]}})).golden.tolist() == [0]

@@ -49,8 +49,11 @@ def test_stack_column_and_advisor_file(tmp_path):
     stack = table[0].index("NPU_Stack_Info")
     assert table[1][stack].startswith("['File ") and table[2][stack] == "N/A"
     advisor = only_file(tmp_path, "advisor_*.txt").read_text().splitlines()
-    # the culprit: the first output where the precision drops (its input row 86 is the cast's result)
-    assert advisor[0] == "Line: 89" and advisor[1] == "Suspect Nodes: Functional.linear.2.forward.output.0"
+    # the culprit: the first output where the precision drops (data row 89; its input, data row 86, is the cast's
+    # result), named by the row the user opens in the table file (the header is row 1)
+    assert advisor[0] == "Line: 90 (the row of the table file; its header is row 1)"
+    assert advisor[1] == "Suspect Nodes: Functional.linear.2.forward.output.0"
+    assert table[89][0] == "Functional.linear.2.forward.output.0"        # file row 90
     assert advisor[2].startswith("Expert Advice: The two runs use different dtypes")
     # no stack.json beside the target dump: no NPU_Stack_Info column
     shutil.copytree(FIXTURES / "stats_mix_step0" / "target", tmp_path / "nostack")
