@@ -15,7 +15,7 @@ from msprobe.compare.match import Pairs, match_exact, match_fuzzy, match_mapped
 from msprobe.compare.rules import JudgeInput
 from msprobe.compare.stats import stat_diff
 from msprobe.compare.tensor_metrics import METRICS, UNSUPPORTED, TensorResult, compare_arrays, fill
-from msprobe.compare.verdict import Verdict, judge_rows
+from msprobe.compare.verdict import LEVELS, Verdict, judge_rows
 from msprobe.dump.flatten import Items, entry_has_md5, flatten, tree_has_md5
 from msprobe.dump.paths import is_plain_file_name, safe_tensor_path
 from msprobe.dump.reader import Dump, read_dump
@@ -288,6 +288,7 @@ def judge_table(table: ResultTable, judge_input: JudgeInput, target: Dump, golde
                          _take(t_items.is_tensor, pairs.target), is_cross(target, golden, options),
                          (t_items, g_items, pairs), ops)
     table.cells[col.RESULT] = verdict.results
+    table.cells[LEVELS] = verdict.levels          # not a column: for the views of this run (msprobe graph)
     table.cells[col.ERR_MESSAGE] = verdict.messages
     if verdict.origins is not None:
         table.cells[col.ERROR_ORIGIN] = verdict.origins

@@ -104,6 +104,9 @@ NOTE_RECORDING = ("note: the two frameworks record different tensors here: the {
 
 # levels of a judged row (row_levels), lowest first
 NOTHING, CARRIED, CARRIED_ISSUE, WARNING_HERE, PRECISION_HERE, MADE_HERE = range(6)
+# the key under which compare/pipeline keeps Verdict.levels in a result table's cells (no column: not written), for
+# the views that read the table in the same run (msprobe graph)
+LEVELS = "verdict levels"
 _OWN_STATES = frozenset({"output", "parameters_grad", "parameters", "debug"})   # a debug.json save has no op around it
 _OWN_ERRORS = (rules.MSG_STAT_NAN, rules.MSG_THOUSANDTH, rules.MSG_NORM_OUTPUT, rules.MSG_REQUIRES_GRAD,
                rules.MSG_SCALAR, rules.MSG_SHAPE, rules.MSG_MD5_DIFF, rules.MSG_NAN_POSITION)
@@ -129,6 +132,8 @@ class RowFacts:
     identical_inputs: np.ndarray  # every tensor input of the row's entry matched with equal statistics (>= 1 input)
     notes: dict                   # row -> [note texts]
     enters: int | None = None     # the first differing row, when it is a forward entry's input (see _entering)
+    dtype_inherited: np.ndarray | None = None   # per row: an input of its entry differs in dtype, made by an
+    # earlier dumped op (an earlier output with the same target dtype, shape and statistics differs in dtype)
     first_difference: int | None = None   # the first row unmatched, differing or not judged by statistics alone
 
 
@@ -166,6 +171,9 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
     results = [rules.RESULT_TEXT[x] for x in level]
     texts = rules.message_texts(messages)
     levels = row_levels(states, results, texts, origins)
+    if facts.dtype_inherited is not None:
+        # the precision drops where a dtype change is made, not where an input already lower is read
+        levels[(levels == PRECISION_HERE) & facts.dtype_inherited] = CARRIED_ISSUE
     if flagged_input is not None and levels[flagged_input] == CARRIED_ISSUE:
         # no earlier row differs: the input is where the difference enters, not carried (its Err_message is the
         # rules'; a table read back without its statistics cannot tell, docs/compare.md §6.2): a warning made
@@ -258,10 +266,35 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     same_dtype, same_shape = same_dtype | one_sided, same_shape | one_sided
     unjudged = no_data | noise | recorded | _ignored(data, starts, lengths, entry_ops)
     enters = None if cross else _entering(data, states, matched, matched & tensor & ~unjudged & ~equal)
+    inherited = np.repeat(np.logical_or.reduceat(_dtype_from_earlier_op(data, stats_t, states, tensor, out), starts),
+                          lengths)
     # the rows before it are matched and identical (equal statistics, dtypes and shapes)
     same = equal & matched & ~(t_null ^ g_null) & _same_texts(data.dtypes) & _same_texts(data.shapes)
     first_difference = int(np.argmin(same)) if not same.all() else None
-    return RowFacts(unjudged, same_dtype, same_shape, identical_inputs, notes, enters, first_difference)
+    return RowFacts(unjudged, same_dtype, same_shape, identical_inputs, notes, enters,
+                    first_difference=first_difference, dtype_inherited=inherited)
+
+
+def _dtype_from_earlier_op(data, stats_t, states: list, tensor: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Per row: a tensor input whose two dtypes differ and whose target tensor an earlier output of the table holds
+    (same dtype, shape and statistics, its dtypes differing too): its lower precision comes from a dumped op, the
+    op reading it inherits it (a bfloat16 autocast run: every op after the first reads bfloat16)."""
+    t_dtype, g_dtype = data.dtypes
+    t_shape = data.shapes[0]
+    rows = len(states)
+    found = np.zeros(rows, dtype=bool)
+    differ = np.fromiter((isinstance(a, str) and isinstance(b, str) and canonical(a) != canonical(b)
+                          for a, b in zip(t_dtype, g_dtype)), dtype=bool, count=rows) & tensor
+    if not differ.any():
+        return found
+    produced: set = set()
+    for row in np.flatnonzero(differ).tolist():
+        key = (canonical(t_dtype[row]), t_shape[row], *(float(values[row]) for values in stats_t))
+        if out[row]:
+            produced.add(key)
+        elif key in produced:
+            found[row] = True
+    return found
 
 
 def _same_texts(pair: tuple) -> np.ndarray:

@@ -34,9 +34,10 @@ BANDS = [("#FFFCF3", [0, 0.2], "no difference beyond rounding, a framework conve
          ("#FFEDBE", [0.2, 0.4], "differs, carried from its inputs or within the lower precision's rounding (pass)"),
          ("#FFDC7F", [0.4, 0.6], "a warning or error carried from its inputs"),
          ("#FFC62E", [0.6, 0.8], "a warning made here (0.7): a rule on its own outputs that its inputs do not explain"),
-         ("#FF704D", [0.8, 1], "made here: 0.85 the precision drops here (a dtype change, or a lower precision inside "
-                               "a module whose inputs are identical), 1 an error its inputs and dtypes do not explain "
-                               "(Error_Origin introduced, a shape, NaN or argument mismatch)")]
+         ("#FF704D", [0.8, 1], "made here: 0.85 the precision drops here (a dtype change made here, not read from an "
+                               "input an earlier op already lowered, or a lower precision inside a module whose inputs "
+                               "are identical), 1 an error its inputs and dtypes do not explain (Error_Origin "
+                               "introduced, a shape, NaN or argument mismatch)")]
 LEVEL_VALUE = {judged.MADE_HERE: 1.0, judged.PRECISION_HERE: 0.85, judged.WARNING_HERE: 0.7}
 LEVEL_BAND = {judged.CARRIED_ISSUE: 0.4, judged.CARRIED: 0.2, judged.NOTHING: 0.0}
 JSON_COLORS = {
@@ -78,7 +79,8 @@ def colors(mode: str, db: bool) -> dict:
 def columns_used(mode: str, db: bool) -> list:
     """The columns of the compare core's table that attach_and_score reads: the shown ones, the verdict and what the
     scale-aware error is computed from."""
-    judgement = [col.ERR_MESSAGE, col.ERROR_ORIGIN, "NPU Dtype", "Bench Dtype", "EucDist"] + col.STAT_VALUES
+    judgement = [col.ERR_MESSAGE, col.ERROR_ORIGIN, "NPU Dtype", "Bench Dtype", "EucDist", judged.LEVELS] + \
+        col.STAT_VALUES
     return [col.NPU_NAME, col.BENCH_NAME, col.RESULT] + (DB_COLUMNS if db else JSON_COLUMNS)[mode] + judgement
 
 
@@ -96,10 +98,15 @@ def attach_and_score(npu: Graph, cells: dict, mode: str, db: bool) -> None:
         row_of = dict(zip(reversed(names), range(len(names) - 1, -1, -1)))
     scored = _scored_columns(cells, mode) if mode == col.MD5 else _verdict_columns(cells, mode)
     for node in npu.nodes.values():
-        if not node.link or node.node_type == COLLECTION or node.id == ROOT:
+        if node.node_type == COLLECTION or node.id == ROOT:
             continue
         rows = {key: row_of[key] for params in (node.input_data, node.output_data) for key in params
                 if key in row_of}
+        # the compare table's pairing decides (one verdict): a node the graph's tree matching leaves unlinked (its
+        # partner of the same name sits under another parent, as when one run has an extra call) is scored by the
+        # rows the table pairs it with
+        if not node.link and not rows:
+            continue
         if rows:
             node.rows = rows
         if db:
@@ -164,9 +171,10 @@ def _scored_columns(cells: dict, mode: str) -> list:
 def _verdict_columns(cells: dict, mode: str) -> tuple:
     """(level, scale-aware relative error) of every row, from the compare core's verdict (compare/verdict.py)."""
     names = cells[col.NPU_NAME]
-    origins = cells.get(col.ERROR_ORIGIN)
-    levels = judged.row_levels([item_state(name) for name in names], cells[col.RESULT], cells[col.ERR_MESSAGE],
-                               origins)
+    levels = cells.get(judged.LEVELS)        # the verdict's own, when the table comes from this run's compare
+    if levels is None:
+        levels = judged.row_levels([item_state(name) for name in names], cells[col.RESULT], cells[col.ERR_MESSAGE],
+                                   cells.get(col.ERROR_ORIGIN))
     return levels, judged.scale_errors(mode, cells)
 
 

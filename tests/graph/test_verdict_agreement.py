@@ -1,0 +1,74 @@
+"""msprobe graph reads the table's verdict (issue 32): a node the table pairs is scored even where the graph's tree
+matching leaves it unlinked (one run has an extra call: the call counts shift across parents), and the 0.85 band
+"the precision drops here" holds only where the op makes the dtype change, not where it reads a bfloat16 input an
+earlier op made. Model: three layers (q linear -> tanh -> x 0.5 -> o linear, residual) under bfloat16 autocast in
+the target, whose first layer scales q's output by 1.01 (an extra Tensor.__mul__), against float32."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import only_file, run_cli
+
+
+def _dump(root, scaled: bool, autocast: bool):
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from msprobe.pytorch import PrecisionDebugger
+
+    class Layer(nn.Module):
+        def __init__(self, scale):
+            super().__init__()
+            self.q, self.o, self.scale = nn.Linear(8, 8), nn.Linear(8, 8), scale
+
+        def forward(self, x):
+            q = self.q(x)
+            if self.scale:
+                q = q * 1.01
+            return self.o(torch.tanh(q) * 0.5) + x
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([Layer(scaled and i == 0) for i in range(3)])
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(x)
+
+    torch.manual_seed(0)
+    net = Net()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(4, 8, generator=g), torch.randint(0, 3, (4,), generator=g)
+    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(root))
+    debugger.start(net)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = nn.functional.cross_entropy(net(x).float(), y)
+    loss.backward()
+    debugger.stop()
+    (folder,) = [p for p in (root / "step0").iterdir() if p.is_dir()]
+    return folder
+
+
+@pytest.mark.slow
+def test_the_graph_scores_what_the_table_pairs_and_keeps_0_85_for_dtype_changes(tmp_path, capsys):
+    target = _dump(tmp_path / "t", scaled=True, autocast=True)
+    golden = _dump(tmp_path / "g", scaled=False, autocast=False)
+    assert run_cli(["graph", "-tp", target, "-gp", golden, "-o", tmp_path / "graph"]) == 0
+    nodes = json.loads(only_file(tmp_path / "graph", "*.vis").read_text())["NPU"]["node"]
+    index = {name: node["data"].get("precision_index") for name, node in nodes.items()}
+    # the target's Tensor.__mul__.1 (layer 0's x 0.5) pairs in the table with the golden's Tensor.__mul__.1 (layer
+    # 1's): another parent, no link in the tree, scored all the same
+    assert not nodes["Tensor.__mul__.1.forward"].get("matched_node_link")
+    assert index["Tensor.__mul__.1.forward"] is not None
+    # the planted scale is the culprit in the table and the graph's hottest node
+    assert index["Tensor.__mul__.0.forward"] == 1
+    # the first linear casts (0.85); tanh reads the bfloat16 output of an earlier op: carried (below 0.8)
+    assert index["Functional.linear.0.forward"] == 0.85
+    assert 0.4 <= index["Torch.tanh.0.forward"] < 0.6
+    assert 0.4 <= index["Torch.tanh.1.forward"] < 0.6
