@@ -60,7 +60,6 @@ from functools import lru_cache
 import numpy as np
 
 from msprobe.compare import rules
-from msprobe.compare.stats import statistics_rounding
 from msprobe.compare.error_origin import (
     ADDITIVE,
     DTYPE,
@@ -76,6 +75,7 @@ from msprobe.compare.error_origin import (
     row_errors,
     stat_floats,
 )
+from msprobe.compare.stats import statistics_rounding
 from msprobe.frameworks.dtypes import canonical, family
 from msprobe.table import columns as col
 
@@ -238,7 +238,8 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
             recorded = _recording_differences(data, sides, out & tensor & ~no_data & ~noise & ~equal, notes)
     # an output (a gradient) that one run records and the other does not has no dtype or shape to disagree on
     one_sided = matched & out & (t_null ^ g_null)
-    same_dtype, same_shape = same_dtype | one_sided, same_shape | one_sided
+    # a recording convention (the two frameworks record different tensors) has no shape or dtype to disagree on
+    same_dtype, same_shape = same_dtype | one_sided | recorded, same_shape | one_sided | recorded
     unjudged = no_data | noise | recorded | _ignored(data, starts, lengths, entry_ops)
     enters = None if cross else _entering(data, states, matched, matched & tensor & ~unjudged & ~equal)
     return RowFacts(unjudged, same_dtype, same_shape, identical_inputs, notes, enters)

@@ -72,8 +72,9 @@ def test_mapping_modes_against_reference(case, level, args, tmp_path, capsys):
     assert len(ours) == len(reference)
     assert our_matched >= ref_matched
     assert our_agree >= ref_agree
-    if our_matched:
-        assert our_agree / our_matched >= ref_agree / max(ref_matched, 1)
+    if our_matched:   # the built-in parameter names (gamma/beta: weight/bias) add parameter-gradient pairs, which
+        # differ as much as the module gradients already paired (~1e-3 of a LayerNorm's): at most 2 points lower
+        assert our_agree / our_matched >= ref_agree / max(ref_matched, 1) - 0.02
     # no error merely because of framework dtype spellings or an unrecorded requires_grad (DECISIONS 9)
     header = ours[0]
     for row in ours[1:]:
@@ -195,7 +196,7 @@ def test_legacy_form_with_compare_json(tmp_path):
     assert run_cli(["-f", "mindspore", "compare", "-i", tmp_path / "compare.json", "-o", tmp_path / "o", "-s",
                     "-cm", MAPS / "cell_mapping.yaml", "--csv"]) == 0
     table = read_csv(only_file(tmp_path / "o", "compare_result_*.csv"))
-    assert agreement(table)[0] == 130
+    assert agreement(table)[0] == 154          # every row: the yaml and the built-in parameter names (gamma: weight)
 
 
 def test_custom_index_lists_follow_gradient_semantics_in_backward():
@@ -219,7 +220,7 @@ def test_rules_for_apis_absent_from_the_dumps_are_ignored(tmp_path, capsys):
                     "-o", tmp_path / "o", "--csv", "-c", "-am", tmp_path / "api.yaml"]) == 0
     assert "Torch.nonexistent does not occur in the golden dump" in capsys.readouterr().out
     table = read_csv(only_file(tmp_path / "o", "*.csv"))
-    assert agreement(table)[0] == 97          # the built-in mapping still pairs Mint.matmul
+    assert agreement(table)[0] == 277         # the built-in mapping still pairs Mint.matmul (and cells, norms)
 
 
 @pytest.mark.parametrize("mapping", [["-lm"], ["-am"]])
@@ -235,3 +236,28 @@ def test_twin_runs_after_an_update_raise_no_parameter_warning(mapping, tmp_path)
     assert len(params) > 10 or mapping == ["-am"]      # -am maps APIs: cells and their parameters stay unmatched
     assert not [row["NPU Name"] for row in params if row["Result"] != "pass"]
     assert not [row["NPU Name"] for row in table if row["Result"] == "error" or row["Error_Origin"] == "introduced"]
+
+
+def test_builtin_cell_class_parameter_and_primitive_names():
+    """Issue 32: without a yaml, -am and -cm pair nn.Dense with nn.Linear, gamma/beta/moving_* with
+    weight/bias/running_*, and the primitives of nn.LayerNorm/BatchNorm/Embedding with PyTorch's functions (their
+    arguments and MindSpore's reversed backward gradients reordered)."""
+    keys = MappingSet(api=True)
+    assert keys.key("Cell.fc.Dense.forward.0.output.0", "Cell.fc.Dense.forward.0.output.0", "output")[0] == \
+        "Module.fc.Linear.forward.0.output.0"
+    assert keys.key("x", "Cell.ln.LayerNorm.parameters_grad.0.gamma", "parameters_grad")[0] == \
+        "Module.ln.LayerNorm.parameters_grad.0.weight"
+    assert keys.key("x", "Cell.bn.BatchNorm2d.forward.0.parameters.moving_variance", "parameters")[0] == \
+        "Module.bn.BatchNorm2d.forward.0.parameters.running_var"
+    assert keys.key("x", "Cell.Dense.gamma.Dense.forward.0.input.0", "input")[0] == \
+        "Module.Dense.gamma.Linear.forward.0.input.0"          # only the class segment and a parameter's leaf
+    ln = "Primitive.layer_norm.LayerNorm.2.{}"
+    assert keys.key("x", ln.format("forward.input.1"), "input")[0] == "Functional.layer_norm.2.forward.input.2"
+    assert keys.key("x", ln.format("forward.output.1"), "output")[0].endswith(".abandoned")      # mean
+    assert keys.key("x", ln.format("backward.output.0"), "output")[0] == "Functional.layer_norm.2.backward.output.2"
+    assert keys.key("x", "Primitive.bn_train.BatchNorm.0.forward.input.3", "input")[0] == \
+        "Functional.batch_norm.0.forward.input.1"                # moving mean: running_mean
+    assert keys.key("x", "Primitive.gather.Gather.1.forward.input.0", "input")[0] == \
+        "Functional.embedding.1.forward.input.1"                 # the table: the weight
+    assert keys.key("x", "Functional.dense.0.forward.input.0", "input")[0] == "Functional.linear.0.forward.input.0"
+    assert MappingSet().key("x", "Cell.fc.Dense.forward.0.output.0", "output")[0] == "Cell.fc.Dense.forward.0.output.0"
