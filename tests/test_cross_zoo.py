@@ -12,6 +12,7 @@ import tarfile
 import pytest
 
 import msprobe
+
 from conftest import FIXTURES
 
 sys.path.insert(0, str(FIXTURES / "cross_zoo"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from msprobe.compare.mapping import golden_suffix
 from msprobe.dump.flatten import Items
 from msprobe.dump.naming import BACKWARD, FORWARD, PARAMETERS_GRAD
 from msprobe.errors import MsprobeError
@@ -195,7 +196,8 @@ def generate_data_mapping(target: Items, golden: Items, target_construct: dict, 
         partners = partner_node.entries.get(direction, []) if partner_node else []
         by_suffix = golden_items.get(partners[position], {}) if position < len(partners) else {}
         for suffix, item_name in target_items.get(name, {}).items():
-            data[item_name] = by_suffix.get(suffix, NA)
+            partner = golden_suffix(name, suffix)
+            data[item_name] = NA if partner is None else by_suffix.get(partner, NA)
     return data
 
 

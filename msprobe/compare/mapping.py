@@ -157,6 +157,31 @@ PRIMITIVE_RULES = {
                       {"input": {"0": "1", "1": "0"}, "output": {"0": "0"}, "grad_output": {"0": "0"},
                        "grad_input": {"0": "0"}}),
 }
+# Where entries pair by place (-lm) and not by call count, Dense pairs with linear too
+PLACED_RULES = {**PRIMITIVE_RULES, "Dense": ApiRule("Primitive.dense.Dense", "Functional.linear",
+                                                    {"input": {"0": "0", "1": "1", "2": "2"}, "output": {"0": "0"},
+                                                     "grad_output": {"0": "2", "1": "1", "2": "0"},
+                                                     "grad_input": {"0": "0"}})}
+
+
+def golden_suffix(entry_name: str, suffix: str) -> str | None:
+    """The golden item suffix (after the entry name) that a target item's suffix pairs with when the two entries
+    are paired by place (-lm): a primitive's arguments and gradients reordered (PLACED_RULES; None for an item
+    the rule leaves out), a MindSpore parameter name as PyTorch's (PARAMETER_NAMES)."""
+    parts = suffix.split(".")        # ["", "input", "0"], ["", "parameters", "gamma"], ["", "gamma"]
+    if entry_name.startswith("Primitive.") and len(parts) == 3 and parts[1] in ("input", "output"):
+        rule = PLACED_RULES.get(entry_name.split(".")[2])
+        if rule is not None and counter(parts[2]) is not None:
+            backward = entry_name.endswith(".backward")
+            mapping = rule.indices.get(("grad_" if backward else "") + parts[1])
+            if mapping is not None:
+                return "." + parts[1] + "." + mapping[parts[2]] if parts[2] in mapping else None
+    if entry_name.startswith("Cell.") and parts[-1] in PARAMETER_NAMES and (
+            ".parameters_grad." in entry_name or parts[1] == "parameters"):
+        return ".".join(parts[:-1] + [PARAMETER_NAMES[parts[-1]]])
+    return suffix
+
+
 # MindSpore functions whose PyTorch counterpart has another name (the generated table pairs equal names only)
 FUNCTION_NAMES = {"Functional.dense": "Functional.linear", "MintFunctional.dense": "Functional.linear",
                   "Mint.dense": "Functional.linear"}

@@ -136,9 +136,9 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
     """The verdict of every row of a measured table. sides = (target Items, golden Items, Pairs) for the
     cross-framework recording check (None: not checked)."""
     stats = stat_floats(cells) if data.mode != col.MD5 else None
-    if cross and stats is not None:     # two collectors: a tensor equal up to their statistics rounding is equal
-        stats = statistics_rounding(stats, data.dtypes, data.shapes)
     facts = row_facts(data, cells, states, is_tensor, cross, sides, stats, entry_ops)
+    if cross and stats is not None:     # two collectors: an input equal up to their statistics rounding carries none
+        stats = statistics_rounding(stats, data.dtypes, data.shapes)
     data.unjudged, data.same_dtype, data.same_shape = facts.unjudged, facts.same_dtype, facts.same_shape
     level, messages = rules.judge_levels(data)
     origins = None
