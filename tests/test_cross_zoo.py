@@ -85,7 +85,8 @@ def test_the_eps_of_a_layer_norm_is_introduced_at_its_row(zoo):
 def test_matched_rows(zoo):
     """The rows the golden collector records too are matched: every Cell row of a mix dump, the norms, embedding,
     activations, softmax, losses and elementwise functions; MindSpore's own primitives (Shape, Reshape, MatMul and
-    BiasAdd of nn.Dense) and the casts and reshapes PyTorch's collector does not dump stay N/A with their note."""
+    BiasAdd of nn.Dense) and the casts and reshapes PyTorch's collector does not dump stay N/A, each with its
+    reason."""
     for model, variant in (("block", "clean"), ("cnn", "clean"), ("mlp", "clean")):
         result, _ = compared(zoo, f"{model}_{variant}", "mix")
         rows = result.rows
@@ -94,6 +95,10 @@ def test_matched_rows(zoo):
         for row in rows:
             if row["Bench Name"] == "N/A":
                 assert "not compared" in row["Err_message"]
+    notes = {r["NPU Name"]: r["Err_message"] for r in compared(zoo, "block_clean", "L1")[0].rows}
+    assert "the golden run records no permute call" in notes["Tensor.permute.0.forward.input.0"]
+    assert "a MindSpore primitive that no PyTorch op" in notes["Primitive.matmul.MatMul.0.forward.output.0"]
+    assert "LayerNorm's mean and rstd" in notes["Primitive.layer_norm.LayerNorm.0.forward.output.1"]
 
 
 def test_statistics_written_by_another_collector_are_equal_up_to_their_rounding(zoo, tmp_path):

@@ -551,7 +551,9 @@ def _passive(e: float, t_dtype, g_dtype, units: float) -> str:
 
 
 def _same_value(a, b) -> bool:
-    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+    """Equal values; NaN equals NaN, a dtype equals itself however a framework spells it (Float32, torch.float32)."""
+    return (a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+            or (isinstance(a, str) and isinstance(b, str) and canonical(a) == canonical(b)))
 
 
 def _eps(dtype) -> float:

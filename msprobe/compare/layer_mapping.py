@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from msprobe.compare.mapping import golden_suffix
+from msprobe.compare.name_rules import golden_suffix
 from msprobe.dump.flatten import Items
 from msprobe.dump.naming import BACKWARD, FORWARD, PARAMETERS_GRAD
 from msprobe.errors import MsprobeError

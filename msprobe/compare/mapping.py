@@ -7,12 +7,13 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from msprobe.compare.name_rules import PARAMETER_NAMES, PRIMITIVE_RULES, ApiRule
 from msprobe.dump.paths import load_yaml
 from msprobe.dump.reader import read_stack
 from msprobe.errors import MsprobeError
 from msprobe.io import write_text
 from msprobe.log import get_logger
-from msprobe.names import counter
+from msprobe.names import counter, printable
 from msprobe.table.cells import NA
 
 DIRECTION_MARKERS = (".forward.", ".backward.", ".parameters_grad")
@@ -31,15 +32,6 @@ def builtin_api_table() -> dict:
     path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "ms_to_pt_api.yaml")
     with open(path, encoding="utf-8") as handle:
         return yaml.safe_load(handle) or {}
-
-
-@dataclass(frozen=True)
-class ApiRule:
-    """One entry of a custom -am yaml: rename ms_api to pt_api and remap argument/output indices."""
-
-    ms_api: str
-    pt_api: str
-    indices: dict   # state -> {ms index text: pt index text}
 
 
 def parse_api_rules(documents: list, path: str) -> list:
@@ -140,50 +132,6 @@ def map_api_name(name: str, table: dict) -> str:
     return name
 
 
-# Built-in rules for the MindSpore primitives that nn cells call (by primitive class, whatever the cell's attribute
-# name: Primitive.bn_train.BatchNorm) whose PyTorch counterpart takes its arguments in another order. MindSpore
-# records a backward's gradients in the reverse order of the forward's tensor inputs (Dense: bias, weight, x),
-# PyTorch in their order (x, weight, bias): "grad_output" maps those. An index a rule leaves out (LayerNorm's
-# mean and rstd outputs) is not compared. Not Dense: nn.Dense calls Primitive.dense.Dense on 2-D inputs only (else
-# MatMul and BiasAdd), so its calls and PyTorch's linear calls are not counted alike.
-PRIMITIVE_RULES = {
-    "LayerNorm": ApiRule("Primitive.layer_norm.LayerNorm", "Functional.layer_norm",
-                         {"input": {"0": "0", "1": "2", "2": "3"}, "output": {"0": "0"},
-                          "grad_output": {"0": "2", "1": "1", "2": "0"}, "grad_input": {"0": "0"}}),
-    "BatchNorm": ApiRule("Primitive.batch_norm.BatchNorm", "Functional.batch_norm",
-                         {"input": {"0": "0", "1": "3", "2": "4", "3": "1", "4": "2"}, "output": {"0": "0"},
-                          "grad_output": {"0": "2", "1": "1", "2": "0"}, "grad_input": {"0": "0"}}),
-    "Gather": ApiRule("Primitive.gather.Gather", "Functional.embedding",
-                      {"input": {"0": "1", "1": "0"}, "output": {"0": "0"}, "grad_output": {"0": "0"},
-                       "grad_input": {"0": "0"}}),
-}
-# Where entries pair by place (-lm) and not by call count, Dense pairs with linear too; not its input's gradient:
-# for an input of more than two dimensions PyTorch records at linear's last autograd node the gradient of the
-# flattened output instead (tests/fixtures/cross: Functional.linear.8.backward.output.0 is [16, 32], no input's)
-PLACED_RULES = {**PRIMITIVE_RULES, "Dense": ApiRule("Primitive.dense.Dense", "Functional.linear",
-                                                    {"input": {"0": "0", "1": "1", "2": "2"}, "output": {"0": "0"},
-                                                     "grad_output": {"0": "2", "1": "1"},
-                                                     "grad_input": {"0": "0"}})}
-
-
-def golden_suffix(entry_name: str, suffix: str) -> str | None:
-    """The golden item suffix (after the entry name) that a target item's suffix pairs with when the two entries
-    are paired by place (-lm): a primitive's arguments and gradients reordered (PLACED_RULES; None for an item
-    the rule leaves out), a MindSpore parameter name as PyTorch's (PARAMETER_NAMES)."""
-    parts = suffix.split(".")        # ["", "input", "0"], ["", "parameters", "gamma"], ["", "gamma"]
-    if entry_name.startswith("Primitive.") and len(parts) == 3 and parts[1] in ("input", "output"):
-        rule = PLACED_RULES.get(entry_name.split(".")[2])
-        if rule is not None and counter(parts[2]) is not None:
-            backward = entry_name.endswith(".backward")
-            mapping = rule.indices.get(("grad_" if backward else "") + parts[1])
-            if mapping is not None:
-                return "." + parts[1] + "." + mapping[parts[2]] if parts[2] in mapping else None
-    if entry_name.startswith("Cell.") and parts[-1] in PARAMETER_NAMES and (
-            ".parameters_grad." in entry_name or parts[1] == "parameters"):
-        return ".".join(parts[:-1] + [PARAMETER_NAMES[parts[-1]]])
-    return suffix
-
-
 # MindSpore functions whose PyTorch counterpart has another name (the generated table pairs equal names only)
 FUNCTION_NAMES = {"Functional.dense": "Functional.linear", "MintFunctional.dense": "Functional.linear",
                   "Mint.dense": "Functional.linear"}
@@ -274,10 +222,8 @@ def map_cell_name(name: str, mapping: dict) -> str:
 
 # Built-in mapping of the MindSpore cell and parameter names that differ from PyTorch's (-am and -cm without a
 # yaml; a -cm yaml's entries come first): the cell class (the last segment of the cell's path) and the parameter
-# names of nn.Dense, nn.LayerNorm, nn.BatchNorm*, nn.Embedding.
+# names of nn.Dense, nn.LayerNorm, nn.BatchNorm*, nn.Embedding (name_rules.PARAMETER_NAMES).
 CELL_CLASSES = {"Dense": "Linear", "SequentialCell": "Sequential", "CellList": "ModuleList", "CellDict": "ModuleDict"}
-PARAMETER_NAMES = {"gamma": "weight", "beta": "bias", "moving_mean": "running_mean",
-                   "moving_variance": "running_var", "embedding_table": "weight"}
 _PARAMETER_MARKERS = (".parameters.", ".parameters_grad.")
 
 
@@ -296,6 +242,51 @@ def map_cell_defaults(name: str) -> str:
         if leaf in PARAMETER_NAMES:
             name = head + dot + PARAMETER_NAMES[leaf]
     return name
+
+
+# Why a target row of a MindSpore dump has no PyTorch partner (the Err_message note of an unmatched row)
+UNMATCHED_CELL = ("note: not compared: the golden run has no module at this place (a renamed layer: -cm with a yaml, "
+                  "or -lm).")
+UNMATCHED_PRIMITIVE = ("note: not compared: a MindSpore primitive that no PyTorch op of the golden run stands for "
+                       "(nn.Dense's Shape, Reshape, MatMul and BiasAdd are one linear there); its cell (mix) or "
+                       "-lm pairs it.")
+UNMATCHED_ABSENT = ("note: not compared: the golden run records no {op} call (PyTorch's collector does not dump "
+                    "casts, reshapes and other low-risk APIs).")
+UNMATCHED_LEFT_OUT = ("note: not compared: an argument, output or gradient that the PyTorch op has not (LayerNorm's "
+                      "mean and rstd, Gather's axis).")
+UNMATCHED_OTHER = ("note: not compared: no golden item matches this one (the golden run calls {op} another number "
+                   "of times, or records no such argument or output).")
+
+
+def unmatched_reasons(golden_items):
+    """A function: target entry name -> the note of its unmatched rows (UNMATCHED_*), across frameworks."""
+    golden_ops = {_op_of(name) for name in golden_items.entry_names}
+    cache: dict = {}
+
+    def reason(entry_name: str) -> str:
+        found = cache.get(entry_name)
+        if found is None:
+            op = _op_of(entry_name)
+            if entry_name.startswith("Cell."):
+                found = UNMATCHED_CELL
+            elif entry_name.startswith("Primitive."):
+                found = UNMATCHED_LEFT_OUT if op in PRIMITIVE_RULES else UNMATCHED_PRIMITIVE
+            elif op not in golden_ops and _op_of(map_api_name(entry_name, builtin_api_table())) not in golden_ops:
+                found = UNMATCHED_ABSENT.format(op=printable(op))
+            else:
+                found = UNMATCHED_OTHER.format(op=printable(op))
+            cache[entry_name] = found
+        return found
+
+    return reason
+
+
+def _op_of(entry_name: str) -> str:
+    """The op of an entry name without its framework's prefix: Tensor.permute.3.forward -> permute."""
+    parts = entry_name.split(".")
+    if parts[0] == "Primitive" and len(parts) > 2:
+        return parts[2]
+    return parts[1] if len(parts) > 1 else entry_name
 
 
 @dataclass

@@ -261,3 +261,53 @@ def test_builtin_cell_class_parameter_and_primitive_names():
         "Functional.embedding.1.forward.input.1"                 # the table: the weight
     assert keys.key("x", "Functional.dense.0.forward.input.0", "input")[0] == "Functional.linear.0.forward.input.0"
     assert MappingSet().key("x", "Cell.fc.Dense.forward.0.output.0", "output")[0] == "Cell.fc.Dense.forward.0.output.0"
+
+
+def _cast_pair(tmp_path, ms_dtype: str):
+    """A MindSpore x.to(<ms_dtype>) then softmax against PyTorch's x.to(torch.float32) then softmax."""
+    def tensor(kind, dtype, high, low, mean, norm):
+        return {"type": kind, "dtype": dtype, "shape": [4, 8], "Max": high, "Min": low, "Mean": mean, "Norm": norm}
+
+    x = (1.25, -0.75, 0.125, 3.5)
+    half = (1.25, -0.75, 0.12506103515625, 3.5009765625) if ms_dtype == "Float16" else x
+    soft = (0.5, 0.01, 0.125, 1.0)
+    ms = {"Tensor.to.0.forward": {"input_args": [tensor("mindspore.Tensor", "Float32", *x),
+                                                 {"type": "mindspore.dtype", "value": ms_dtype}],
+                                  "input_kwargs": {}, "output": [tensor("mindspore.Tensor", ms_dtype, *half)]},
+          "Functional.softmax.0.forward": {"input_args": [tensor("mindspore.Tensor", ms_dtype, *half)],
+                                           "input_kwargs": {"axis": {"type": "int", "value": -1}},
+                                           "output": [tensor("mindspore.Tensor", ms_dtype, *soft)]}}
+    pt = {"Tensor.to.0.forward": {"input_args": [tensor("torch.Tensor", "torch.float32", *x),
+                                                 {"type": "torch.dtype", "value": "torch.float32"}],
+                                  "input_kwargs": {}, "output": [tensor("torch.Tensor", "torch.float32", *x)]},
+          "Functional.softmax.0.forward": {"input_args": [tensor("torch.Tensor", "torch.float32", *x)],
+                                           "input_kwargs": {"dim": {"type": "int", "value": -1}},
+                                           "output": [tensor("torch.Tensor", "torch.float32", *soft)]}}
+    paths = []
+    for name, framework, data in (("ms", "mindspore", ms), ("pt", "pytorch", pt)):
+        (tmp_path / name).mkdir()
+        path = tmp_path / name / "dump.json"
+        path.write_text(json.dumps({"task": "statistics", "level": "L1", "framework": framework,
+                                    "dump_data_dir": None, "data": data}))
+        paths.append(path)
+    return paths
+
+
+def test_a_cast_to_another_dtype_is_the_culprit_across_frameworks(tmp_path):
+    """Issue 32: a MindSpore Tensor.to(float16) where PyTorch casts to float32: its dtype argument differs (an
+    error, as a differing scalar argument is in a PyTorch pair) and the cast is the culprit, not a later op; the
+    same cast to Float32 (torch.float32 on the other side) is no difference."""
+    import msprobe
+
+    (tmp_path / "half").mkdir()
+    target, golden = _cast_pair(tmp_path / "half", "Float16")
+    result = msprobe.compare(target, golden, api_mapping=True)
+    rows = {r["NPU Name"]: r for r in result.rows}
+    assert rows["Tensor.to.0.forward.input.1"]["Result"] == "error"
+    assert rules.MSG_SCALAR in rows["Tensor.to.0.forward.input.1"]["Err_message"]
+    assert rows["Tensor.to.0.forward.output.0"]["Error_Origin"] == "introduced"
+    assert result.summary.first_error == "Tensor.to.0.forward.output.0"
+    (tmp_path / "same").mkdir()
+    target, golden = _cast_pair(tmp_path / "same", "Float32")
+    result = msprobe.compare(target, golden, api_mapping=True)
+    assert result.summary.counts["error"] == result.summary.counts["warning"] == 0
