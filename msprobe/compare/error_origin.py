@@ -25,6 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from msprobe.compare.name_rules import golden_op
 from msprobe.frameworks.dtypes import canonical
 from msprobe.names import counter
 from msprobe.table import columns as col
@@ -83,11 +84,14 @@ COLLECTIVE = frozenset("all_reduce reduce all_gather all_gather_into_tensor _all
 
 
 def api_of(entry_name: str) -> str:
-    """The API of an entry name (`Functional.relu.3.backward` -> relu; in-place add_ -> add); "" for others."""
+    """The API of an entry name (`Functional.relu.3.backward` -> relu; in-place add_ -> add; a MindSpore primitive
+    by the PyTorch function it stands for, `Primitive.bn_train.BatchNorm.0.forward` -> batch_norm); "" for others."""
     head, _, direction = entry_name.rpartition(".")
     if direction not in ("forward", "backward"):
         return ""
     head, _, index = head.rpartition(".")
+    if head.startswith("Primitive.") and head.count(".") == 2 and counter(index) is not None:
+        return golden_op(head, head.rpartition(".")[2])
     prefix, _, api = head.partition(".")
     if not (counter(index) is not None and api and prefix.isascii() and prefix.isalpha()):
         return ""
@@ -384,6 +388,8 @@ def _op_kind(op: str) -> tuple:
     """(kind, is a collective) from an entry's name without call count and direction (`Tensor.add_`)."""
     if op.startswith(("Module.", "Cell.")):
         return MODULE, False
+    if op.startswith("Primitive.") and op.count(".") == 2:
+        return KIND_OF.get(golden_op(op, op.rpartition(".")[2]), OTHER), False
     prefix, _, api = op.partition(".")
     api = api[len("comm_func."):] if api.startswith("comm_func.") else api
     if api.endswith("_") and not api.endswith("__"):
@@ -481,6 +487,8 @@ def _summed(kind: int, api: str, tensors: list, out: int, backward: bool, view: 
     element; a module: MODULE_SUMS (its sums are not shown); 1 otherwise."""
     if kind == MODULE:
         return MODULE_SUMS
+    if kind == NORM and tensors and not backward:
+        return math.sqrt(max(_normalised(api, view.shapes[tensors[0]]), 1.0))
     if kind not in (LINEAR, REDUCTION) or not tensors:
         return 1.0
     first = view.shapes[tensors[0]]
@@ -492,6 +500,17 @@ def _summed(kind: int, api: str, tensors: list, out: int, backward: bool, view: 
     else:
         count = 0 if backward else numel(first) / max(numel(view.shapes[out]), 1.0)
     return math.sqrt(count) if count > 1 else 1.0
+
+
+def _normalised(api: str, shape) -> float:
+    """The elements a normalisation reduces over for each of its statistics: the channel's (batch_norm) or the
+    last dimension's (layer_norm, rms_norm, ...); its rounding grows with their sum like a reduction's."""
+    dims = _dims(shape)
+    if not dims:
+        return 1.0
+    if api == "batch_norm" and len(dims) >= 2 and dims[1]:
+        return numel(shape) / dims[1]
+    return float(dims[-1])
 
 
 @lru_cache(maxsize=4096)

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from msprobe.compare.name_rules import PARAMETER_NAMES, PRIMITIVE_RULES, ApiRule
+from msprobe.compare.name_rules import FUNCTION_NAMES, PARAMETER_NAMES, PRIMITIVE_RULES, ApiRule
 from msprobe.dump.paths import load_yaml
 from msprobe.dump.reader import read_stack
 from msprobe.errors import MsprobeError
@@ -131,10 +131,6 @@ def map_api_name(name: str, table: dict) -> str:
             return mapped + name[len(api):]
     return name
 
-
-# MindSpore functions whose PyTorch counterpart has another name (the generated table pairs equal names only)
-FUNCTION_NAMES = {"Functional.dense": "Functional.linear", "MintFunctional.dense": "Functional.linear",
-                  "Mint.dense": "Functional.linear"}
 
 
 def map_primitive(name: str, state: str) -> str | None:

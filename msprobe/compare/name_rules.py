@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 from msprobe.names import counter
 
+# MindSpore functions whose PyTorch counterpart has another name (the generated table pairs equal names only)
+FUNCTION_NAMES = {"Functional.dense": "Functional.linear", "MintFunctional.dense": "Functional.linear",
+                  "Mint.dense": "Functional.linear"}
 PARAMETER_NAMES = {"gamma": "weight", "beta": "bias", "moving_mean": "running_mean",
                    "moving_variance": "running_var", "embedding_table": "weight"}
 
@@ -63,3 +66,14 @@ def golden_suffix(entry_name: str, suffix: str) -> str | None:
             ".parameters_grad." in entry_name or parts[1] == "parameters"):
         return ".".join(parts[:-1] + [PARAMETER_NAMES[parts[-1]]])
     return suffix
+
+
+def golden_op(entry_name: str, op: str) -> str:
+    """The PyTorch op a MindSpore API or primitive entry stands for, by the rules above (Primitive.*.LayerNorm:
+    layer_norm, Functional.dense: linear); op itself otherwise. Layer mapping names an API's node by it."""
+    if entry_name.startswith("Primitive."):
+        rule = PLACED_RULES.get(op)
+        return rule.pt_api.split(".")[1] if rule is not None else op
+    head, _, rest = entry_name.partition(".")
+    mapped = FUNCTION_NAMES.get(f"{head}.{rest.partition('.')[0]}")
+    return mapped.split(".")[1] if mapped else op
