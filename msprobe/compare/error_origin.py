@@ -482,35 +482,27 @@ def _amplification(kind: int, api: str, base: float, tensors: list, out: int, ba
 def _summed(kind: int, api: str, tensors: list, out: int, backward: bool, view: _View) -> float:
     """How much the rounding an op adds grows with the length K of its sums: sqrt(K) (the rounding of K terms
     summed in another order - another thread count, vector width or blocking - adds up like a random walk).
-    Matmul-like ops: K from the shapes (forward: the contraction; backward: the incoming gradient's elements per
-    row of the output, a weight gradient summing over the batch); reductions: the input's elements per output
-    element; a module: MODULE_SUMS (its sums are not shown); 1 otherwise."""
+    Any op whose output has fewer elements than its first tensor input sums K = their ratio of terms into each
+    output element (a mean, a loss over a batch, a norm; backward: a weight or bias gradient summed over the batch
+    and sequence, a LayerNorm's as much as a linear's); matmul-like ops: at least the contraction (forward) or the
+    incoming gradient's elements per row of the output (backward); normalisations: at least the normalised length
+    (their mean and variance, forward and backward); a module: MODULE_SUMS (its sums are not shown)."""
     if kind == MODULE:
         return MODULE_SUMS
-    if kind == NORM and tensors and not backward:
-        return math.sqrt(max(_normalised(api, view.shapes[tensors[0]]), 1.0))
-    if kind not in (LINEAR, REDUCTION) or not tensors:
+    if not tensors:
         return 1.0
     first = view.shapes[tensors[0]]
+    count = numel(first) / max(numel(view.shapes[out]), 1.0)
+    count = count if count == count else 0.0
     if kind == LINEAR and not backward:
-        count = _contraction(api, first, view.shapes[tensors[1]]) if len(tensors) >= 2 else 0
+        count = max(count, _contraction(api, first, view.shapes[tensors[1]]) if len(tensors) >= 2 else 0)
     elif kind == LINEAR:
         dims = _dims(view.shapes[out])
-        count = numel(first) / dims[0] if dims and dims[0] else 0
-    else:
-        count = 0 if backward else numel(first) / max(numel(view.shapes[out]), 1.0)
+        count = max(count, numel(first) / dims[0] if dims and dims[0] else 0)
+    elif kind == NORM:
+        dims = _dims(first)
+        count = max(count, dims[-1] if dims else 0)
     return math.sqrt(count) if count > 1 else 1.0
-
-
-def _normalised(api: str, shape) -> float:
-    """The elements a normalisation reduces over for each of its statistics: the channel's (batch_norm) or the
-    last dimension's (layer_norm, rms_norm, ...); its rounding grows with their sum like a reduction's."""
-    dims = _dims(shape)
-    if not dims:
-        return 1.0
-    if api == "batch_norm" and len(dims) >= 2 and dims[1]:
-        return numel(shape) / dims[1]
-    return float(dims[-1])
 
 
 @lru_cache(maxsize=4096)
