@@ -36,6 +36,34 @@ def array_statistics(array) -> dict:
             "Mean": json_number(float(values.mean())), "Norm": json_number(float(np.linalg.norm(values.reshape(-1))))}
 
 
+def written_statistics(array) -> dict:
+    """The statistics a collector writes for a tensor's values on the host (every collector follows this one
+    convention, so identical tensors give identical statistics whichever framework or vector width made the dump):
+    reduced in float64 (array_statistics: the Norm is the square root of the sum of squares) and rounded once to
+    the tensor's dtype for floating-point tensors of 32 bits or fewer; the Mean and Norm of an integer tensor
+    rounded to float32 (Max and Min stay exact). A 0-d tensor's four statistics are its value."""
+    array = np.asarray(array)
+    if array.ndim == 0 and array.dtype != np.bool_ and array.dtype.kind != "c":
+        value = array.item() if array.dtype.kind in "iu" else json_number(float(array.astype(np.float64)))
+        return {"Max": value, "Min": value, "Mean": value, "Norm": value}
+    stats = array_statistics(array)
+    if array.dtype.kind == "f" or array.dtype.name == "bfloat16":
+        if array.dtype.itemsize <= 4:
+            return {k: rounded_to(v, array.dtype) for k, v in stats.items()}
+    elif array.dtype.kind in "iu":
+        stats["Mean"] = rounded_to(stats["Mean"], np.float32)
+        stats["Norm"] = rounded_to(stats["Norm"], np.float32)
+    return stats
+
+
+def rounded_to(value, dtype):
+    """A float statistic rounded (to nearest even) to a narrower floating dtype, written as a float64 number; any
+    other value unchanged."""
+    if isinstance(value, float):
+        return json_number(float(np.asarray(value, dtype=dtype).astype(np.float64)))
+    return value
+
+
 def array_crc32(array) -> str:
     """CRC-32 of the array's bytes in row-major order, 8 lower-case hex digits."""
     data = np.ascontiguousarray(array).reshape(-1)

@@ -25,6 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from msprobe.compare.name_rules import golden_op
 from msprobe.frameworks.dtypes import canonical
 from msprobe.names import counter
 from msprobe.table import columns as col
@@ -93,11 +94,14 @@ COLLECTIVE = frozenset("all_reduce reduce all_gather all_gather_into_tensor _all
 
 
 def api_of(entry_name: str) -> str:
-    """The API of an entry name (`Functional.relu.3.backward` -> relu; in-place add_ -> add); "" for others."""
+    """The API of an entry name (`Functional.relu.3.backward` -> relu; in-place add_ -> add; a MindSpore primitive
+    by the PyTorch function it stands for, `Primitive.bn_train.BatchNorm.0.forward` -> batch_norm); "" for others."""
     head, _, direction = entry_name.rpartition(".")
     if direction not in ("forward", "backward"):
         return ""
     head, _, index = head.rpartition(".")
+    if head.startswith("Primitive.") and head.count(".") == 2 and counter(index) is not None:
+        return golden_op(head, head.rpartition(".")[2])
     prefix, _, api = head.partition(".")
     if not (counter(index) is not None and api and prefix.isascii() and prefix.isalpha()):
         return ""
@@ -409,6 +413,9 @@ def _op_kind(op: str) -> tuple:
     (`Tensor.add_`)."""
     if op.startswith(("Module.", "Cell.")):
         return MODULE, False, False
+    if op.startswith("Primitive.") and op.count(".") == 2:
+        api = golden_op(op, op.rpartition(".")[2])
+        return KIND_OF.get(api, OTHER), False, api in NON_AMPLIFYING
     prefix, _, api = op.partition(".")
     api = api[len("comm_func."):] if api.startswith("comm_func.") else api
     if api.endswith("_") and not api.endswith("__"):
@@ -581,7 +588,9 @@ def _passive(e: float, t_dtype, g_dtype, units: float) -> str:
 
 
 def _same_value(a, b) -> bool:
-    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+    """Equal values; NaN equals NaN, a dtype equals itself however a framework spells it (Float32, torch.float32)."""
+    return (a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+            or (isinstance(a, str) and isinstance(b, str) and canonical(a) == canonical(b)))
 
 
 def _eps(dtype) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from msprobe.compare.name_rules import golden_op, golden_suffix
 from msprobe.dump.flatten import Items
 from msprobe.dump.naming import BACKWARD, FORWARD, PARAMETERS_GRAD
 from msprobe.errors import MsprobeError
@@ -99,7 +100,7 @@ def entry_scopes(items: Items, construct: dict, stacks: dict | None = None, fram
                 continue
             path, kind = placed
         else:
-            kind = segments[-3]
+            kind = golden_op(name, segments[-3])       # its PyTorch function's name: layer_norm, linear
             parent = _parent_of(name, construct)
             placed = module_scope(parent) if parent and parent.startswith(MODULE_PREFIXES) else None
             caller = "" if parent else framework_caller(
@@ -195,7 +196,8 @@ def generate_data_mapping(target: Items, golden: Items, target_construct: dict, 
         partners = partner_node.entries.get(direction, []) if partner_node else []
         by_suffix = golden_items.get(partners[position], {}) if position < len(partners) else {}
         for suffix, item_name in target_items.get(name, {}).items():
-            data[item_name] = by_suffix.get(suffix, NA)
+            partner = golden_suffix(name, suffix)
+            data[item_name] = NA if partner is None else by_suffix.get(partner, NA)
     return data
 
 

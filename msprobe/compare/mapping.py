@@ -7,12 +7,13 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from msprobe.compare.name_rules import FUNCTION_NAMES, PARAMETER_NAMES, PRIMITIVE_RULES, ApiRule
 from msprobe.dump.paths import load_yaml
 from msprobe.dump.reader import read_stack
 from msprobe.errors import MsprobeError
 from msprobe.io import write_text
 from msprobe.log import get_logger
-from msprobe.names import counter
+from msprobe.names import counter, printable
 from msprobe.table.cells import NA
 
 DIRECTION_MARKERS = (".forward.", ".backward.", ".parameters_grad")
@@ -31,15 +32,6 @@ def builtin_api_table() -> dict:
     path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "ms_to_pt_api.yaml")
     with open(path, encoding="utf-8") as handle:
         return yaml.safe_load(handle) or {}
-
-
-@dataclass(frozen=True)
-class ApiRule:
-    """One entry of a custom -am yaml: rename ms_api to pt_api and remap argument/output indices."""
-
-    ms_api: str
-    pt_api: str
-    indices: dict   # state -> {ms index text: pt index text}
 
 
 def parse_api_rules(documents: list, path: str) -> list:
@@ -122,7 +114,11 @@ def map_api_name(name: str, table: dict) -> str:
     """Built-in API mapping of one item name (spec §3.9.1)."""
     if name.startswith(("Cell.", "Module.")):
         return name
-    api_type = name.split(".", 1)[0]
+    head, _, rest = name.partition(".")
+    api = f"{head}.{rest.partition('.')[0]}"
+    if api in FUNCTION_NAMES:
+        return FUNCTION_NAMES[api] + name[len(api):]
+    api_type = head
     if api_type == "Mint":
         return "Torch" + name[4:]
     if api_type == "MintFunctional":
@@ -134,6 +130,25 @@ def map_api_name(name: str, table: dict) -> str:
         if mapped:
             return mapped + name[len(api):]
     return name
+
+
+
+def map_primitive(name: str, state: str) -> str | None:
+    """The built-in mapping of a Primitive item (PRIMITIVE_RULES); None for another primitive or name."""
+    if not name.startswith("Primitive."):
+        return None
+    head, rest = _split_api(name)
+    rule = PRIMITIVE_RULES.get(head.rpartition(".")[2])
+    if rule is None:
+        return None
+    parts = rest.split(".")
+    backward = len(parts) > 1 and parts[1] == "backward"
+    mapping = rule.indices.get(("grad_" if backward else "") + state)
+    if mapping is not None and len(parts) > 3 and counter(parts[3]) is not None:
+        if parts[3] not in mapping:
+            return name + ".abandoned"
+        parts[3] = mapping[parts[3]]
+    return rule.pt_api + "." + ".".join(parts)
 
 
 def map_custom_api(name: str, state: str, rules: list) -> str | None:
@@ -201,6 +216,75 @@ def map_cell_name(name: str, mapping: dict) -> str:
     return renamed[:start] + cell + renamed[stop:]
 
 
+# Built-in mapping of the MindSpore cell and parameter names that differ from PyTorch's (-am and -cm without a
+# yaml; a -cm yaml's entries come first): the cell class (the last segment of the cell's path) and the parameter
+# names of nn.Dense, nn.LayerNorm, nn.BatchNorm*, nn.Embedding (name_rules.PARAMETER_NAMES).
+CELL_CLASSES = {"Dense": "Linear", "SequentialCell": "Sequential", "CellList": "ModuleList", "CellDict": "ModuleDict"}
+_PARAMETER_MARKERS = (".parameters.", ".parameters_grad.")
+
+
+def map_cell_defaults(name: str) -> str:
+    """A Module key (map_cell_name's output) with the built-in cell class and parameter names applied."""
+    start = name.find(".") + 1
+    stops = [s for s in (name.find(marker, start) for marker in DIRECTION_MARKERS) if s >= 0]
+    if not stops:
+        return name
+    stop = min(stops)
+    path, dot, cls = name[start:stop].rpartition(".")
+    if dot and cls in CELL_CLASSES:
+        name = name[:start] + path + "." + CELL_CLASSES[cls] + name[stop:]
+    if any(marker in name for marker in _PARAMETER_MARKERS):
+        head, dot, leaf = name.rpartition(".")
+        if leaf in PARAMETER_NAMES:
+            name = head + dot + PARAMETER_NAMES[leaf]
+    return name
+
+
+# Why a target row of a MindSpore dump has no PyTorch partner (the Err_message note of an unmatched row)
+UNMATCHED_CELL = ("note: not compared: the golden run has no module at this place (a renamed layer: -cm with a yaml, "
+                  "or -lm).")
+UNMATCHED_PRIMITIVE = ("note: not compared: a MindSpore primitive that no PyTorch op of the golden run stands for "
+                       "(nn.Dense's Shape, Reshape, MatMul and BiasAdd are one linear there); its cell (mix) or "
+                       "-lm pairs it.")
+UNMATCHED_ABSENT = ("note: not compared: the golden run records no {op} call (PyTorch's collector does not dump "
+                    "casts, reshapes and other low-risk APIs).")
+UNMATCHED_LEFT_OUT = ("note: not compared: an argument, output or gradient that the PyTorch op has not (LayerNorm's "
+                      "mean and rstd, Gather's axis).")
+UNMATCHED_OTHER = ("note: not compared: no golden item matches this one (the golden run calls {op} another number "
+                   "of times, or records no such argument or output).")
+
+
+def unmatched_reasons(golden_items):
+    """A function: target entry name -> the note of its unmatched rows (UNMATCHED_*), across frameworks."""
+    golden_ops = {_op_of(name) for name in golden_items.entry_names}
+    cache: dict = {}
+
+    def reason(entry_name: str) -> str:
+        found = cache.get(entry_name)
+        if found is None:
+            op = _op_of(entry_name)
+            if entry_name.startswith("Cell."):
+                found = UNMATCHED_CELL
+            elif entry_name.startswith("Primitive."):
+                found = UNMATCHED_LEFT_OUT if op in PRIMITIVE_RULES else UNMATCHED_PRIMITIVE
+            elif op not in golden_ops and _op_of(map_api_name(entry_name, builtin_api_table())) not in golden_ops:
+                found = UNMATCHED_ABSENT.format(op=printable(op))
+            else:
+                found = UNMATCHED_OTHER.format(op=printable(op))
+            cache[entry_name] = found
+        return found
+
+    return reason
+
+
+def _op_of(entry_name: str) -> str:
+    """The op of an entry name without its framework's prefix: Tensor.permute.3.forward -> permute."""
+    parts = entry_name.split(".")
+    if parts[0] == "Primitive" and len(parts) > 2:
+        return parts[2]
+    return parts[1] if len(parts) > 1 else entry_name
+
+
 @dataclass
 class MappingSet:
     """The active mappings of one compare. Precedence: data mapping (user -dm, then the one generated by -lm) >
@@ -225,9 +309,11 @@ class MappingSet:
         key = renumbered
         if self.api and not key.startswith(("Cell.", "Module.")):
             custom = map_custom_api(key, state, self.api_rules) if self.api_rules else None
+            if custom is None:
+                custom = map_primitive(key, state)
             key = custom if custom is not None else map_api_name(key, builtin_api_table())
-        if self.cell:
-            key = map_cell_name(key, self.cell_table)
+        if (self.cell or self.api) and key.startswith("Cell."):
+            key = map_cell_defaults(map_cell_name(key, self.cell_table))
         return key, False
 
 

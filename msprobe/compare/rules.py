@@ -17,6 +17,9 @@ RESULT_TEXT = ("pass", "warning", "error")
 
 ALL_IGNORE = frozenset({"empty", "empty_like", "numpy", "to", "__setitem__", "empty_with_format",
                         "new_empty_strided", "new_empty", "empty_strided"})
+# across frameworks a cast is judged: its dtype argument is the culprit when the two runs cast to different dtypes
+# (a MindSpore Tensor.to(float16) where PyTorch has float32, issue 32)
+CROSS_JUDGED = frozenset({"to"})
 INPUT_IGNORE = frozenset({"_reduce_scatter_base", "_all_gather_base", "all_to_all_single", "batch_isend_irecv"})
 
 MSG_STAT_NAN = "error: There is nan/inf/-inf in the maximum or minimum value of NPU."
@@ -65,6 +68,7 @@ class JudgeInput:
     unjudged: np.ndarray | None = None
     same_dtype: np.ndarray | None = None   # integer widths differ across frameworks, values equal
     same_shape: np.ndarray | None = None   # shapes differ by a reshape across frameworks (equal element counts)
+    cross: bool = False                    # a MindSpore target against a PyTorch golden (or a mapping option)
 
 
 def _nan_or_inf(values: list) -> np.ndarray:
@@ -84,12 +88,12 @@ def _entry_runs(entry: np.ndarray):
     return list(zip(starts.tolist(), stops.tolist()))
 
 
-def ignore_class(entry_name: str) -> str:
+def ignore_class(entry_name: str, cross: bool = False) -> str:
     if entry_name.startswith(("Module.", "Cell.")):
         return ""
     parts = entry_name.split(".")
     api = parts[1] if len(parts) > 1 else ""
-    if api in ALL_IGNORE:
+    if api in ALL_IGNORE and not (cross and api in CROSS_JUDGED):
         return "all"
     if api in INPUT_IGNORE:
         return "input"
@@ -117,7 +121,7 @@ def judge_levels(data: JudgeInput) -> tuple[list, list]:
     for row, side, text in data.dump_notes or ():
         flag(row, WARNING, MSG_NOT_DUMPED.format(side, text))
     runs = _entry_runs(data.entry)
-    ignore = {start: ignore_class(data.entry_names[data.entry[start]]) for start, _ in runs}
+    ignore = {start: ignore_class(data.entry_names[data.entry[start]], data.cross) for start, _ in runs}
     per_row_scope = np.ones(rows, dtype=bool)  # rows the per-row rules look at
     for start, stop in runs:
         if ignore[start] == "all":
@@ -277,12 +281,13 @@ def _per_row_rules(data, scope, flag, ignore, runs):
     differ = (t_code != g_code) | ((t_code == 3) & _texts_differ(t_grad, g_grad))
     for row in np.flatnonzero(checked & (t_code != 0) & (g_code != 0) & differ).tolist():
         flag(row, ERROR, MSG_REQUIRES_GRAD)
-    # Rule 5: scalar arguments of different value.
+    # Rule 5: scalar arguments of different value (a dtype argument by its dtype, however each framework spells
+    # it: Float32 is torch.float32).
     is_class = {dtype: bool(dtype) and "class" in dtype for dtype in {*t_dtype, *g_dtype}}
     candidates = checked & scalar_scope & ~data.is_output
     for row in np.flatnonzero(candidates).tolist():
         if (is_class[t_dtype[row]] and is_class[g_dtype[row]] and t_shape[row] == "[]"
-                and cell_text(data.npu_max[row]) != cell_text(data.bench_max[row])):
+                and canonical(cell_text(data.npu_max[row])) != canonical(cell_text(data.bench_max[row]))):
             flag(row, ERROR, MSG_SCALAR)
     # Rule 6: dtypes differ (after normalising framework spellings).
     spelled = {dtype: canonical(dtype) for dtype in {*t_dtype, *g_dtype}}

@@ -76,6 +76,8 @@ from msprobe.compare.error_origin import (
     row_errors,
     stat_floats,
 )
+from msprobe.compare.mapping import unmatched_reasons
+from msprobe.compare.stats import statistics_rounding
 from msprobe.frameworks.dtypes import canonical, family
 from msprobe.table import columns as col
 
@@ -142,7 +144,10 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
     """The verdict of every row of a measured table. sides = (target Items, golden Items, Pairs) for the
     cross-framework recording check (None: not checked)."""
     stats = stat_floats(cells) if data.mode != col.MD5 else None
+    data.cross = cross
     facts = row_facts(data, cells, states, is_tensor, cross, sides, stats, entry_ops)
+    if cross and stats is not None:     # two collectors: an input equal up to their statistics rounding carries none
+        stats = statistics_rounding(stats, data.dtypes, data.shapes)
     data.unjudged, data.same_dtype, data.same_shape = facts.unjudged, facts.same_dtype, facts.same_shape
     level, messages = rules.judge_levels(data)
     origins = None
@@ -233,8 +238,9 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     t_null = np.fromiter((d is None for d in t_dtype), dtype=bool, count=rows)
     g_null = np.fromiter((d is None for d in g_dtype), dtype=bool, count=rows)
     out = np.fromiter((s in OUT_STATES for s in states), dtype=bool, count=rows)
+    reason = unmatched_reasons(sides[1]) if cross and sides is not None else None
     for row in np.flatnonzero(~matched).tolist():
-        notes[row] = [NOTE_UNMATCHED]
+        notes[row] = [reason(data.entry_names[data.entry[row]]) if reason else NOTE_UNMATCHED]
     # a null on one side, or an output (a gradient) neither run records; a None argument on both sides is a value
     for row in np.flatnonzero(matched & ((t_null ^ g_null) | (t_null & g_null & out))).tolist():
         who = "neither run records a tensor" if t_null[row] and g_null[row] else \
@@ -263,7 +269,8 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
             recorded = _recording_differences(data, sides, out & tensor & ~no_data & ~noise & ~equal, notes)
     # an output (a gradient) that one run records and the other does not has no dtype or shape to disagree on
     one_sided = matched & out & (t_null ^ g_null)
-    same_dtype, same_shape = same_dtype | one_sided, same_shape | one_sided
+    # a recording convention (the two frameworks record different tensors) has no shape or dtype to disagree on
+    same_dtype, same_shape = same_dtype | one_sided | recorded, same_shape | one_sided | recorded
     unjudged = no_data | noise | recorded | _ignored(data, starts, lengths, entry_ops)
     enters = None if cross else _entering(data, states, matched, matched & tensor & ~unjudged & ~equal)
     inherited = np.repeat(np.logical_or.reduceat(_dtype_from_earlier_op(data, stats_t, states, tensor, out), starts),
@@ -336,13 +343,13 @@ def _ignored(data, starts, lengths, entry_ops) -> np.ndarray:
     """The rows of the APIs no rule applies to (empty, to, __setitem__, ...: rules.ALL_IGNORE): no Error_Origin
     either."""
     names = entry_ops if entry_ops is not None else data.entry_names
-    return np.repeat(np.fromiter((_all_ignored(names[e]) for e in data.entry[starts].tolist()), dtype=bool,
+    return np.repeat(np.fromiter((_all_ignored(names[e], data.cross) for e in data.entry[starts].tolist()), dtype=bool,
                                  count=len(starts)), lengths)
 
 
 @lru_cache(maxsize=8192)
-def _all_ignored(name: str) -> bool:
-    return rules.ignore_class(name) == "all"
+def _all_ignored(name: str, cross: bool = False) -> bool:
+    return rules.ignore_class(name, cross) == "all"
 
 
 def _noise(t_norm, g_norm, data, names, tensor, matched, out, inputs, equal, starts, lengths, entry_ops):

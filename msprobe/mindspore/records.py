@@ -8,7 +8,7 @@ import numpy as np
 from mindspore import Tensor
 from mindspore.common import dtype as mstype
 
-from msprobe.collect.stats import array_crc32, array_statistics, value_record
+from msprobe.collect.stats import array_crc32, value_record, written_statistics
 from msprobe.dump.reader import json_number
 
 MAX_DEPTH = 64
@@ -23,29 +23,6 @@ def saved_array(array: np.ndarray) -> np.ndarray:
     """What a .npy file and the CRC-32 hold: bfloat16 (not a numpy dtype) widened to float32 exactly, as the
     reference saves and hashes it."""
     return array.astype(np.float32) if array.dtype.name == "bfloat16" else array
-
-
-def tensor_statistics(array: np.ndarray) -> dict:
-    """Max/Min/Mean/Norm computed in float64 and written at the precision the reference writes them: that of the
-    tensor's dtype for floating-point tensors of 32 bits or fewer, float32 for the Mean and Norm of integer
-    tensors (their Max and Min stay exact). A 0-d tensor's four statistics are its value."""
-    if array.ndim == 0 and array.dtype != np.bool_ and array.dtype.kind != "c":
-        value = array.item() if array.dtype.kind in "iu" else json_number(float(array.astype(np.float64)))
-        return {"Max": value, "Min": value, "Mean": value, "Norm": value}
-    stats = array_statistics(array)
-    if array.dtype.kind == "f" or array.dtype.name == "bfloat16":
-        if array.dtype.itemsize <= 4:
-            return {k: _rounded(v, array.dtype) for k, v in stats.items()}
-    elif array.dtype.kind in "iu":
-        stats["Mean"] = _rounded(stats["Mean"], np.float32)
-        stats["Norm"] = _rounded(stats["Norm"], np.float32)
-    return stats
-
-
-def _rounded(value, dtype):
-    if isinstance(value, float):
-        return json_number(float(np.asarray(value, dtype=dtype).astype(np.float64)))
-    return value
 
 
 def ms_value_record(value):
@@ -73,7 +50,7 @@ class Recorder:
     def tensor(self, tensor, name: str) -> dict:
         array = host_array(tensor)
         record = {"type": "mindspore.Tensor", "dtype": str(tensor.dtype), "shape": list(tensor.shape)}
-        record.update(tensor_statistics(array))
+        record.update(written_statistics(array))
         if self.summary_mode == "md5" or self.save is not None:
             array = saved_array(array)
         if self.summary_mode == "md5":
@@ -97,6 +74,6 @@ class Recorder:
         if isinstance(value, np.ndarray):
             record = {"type": "numpy.ndarray", "dtype": str(value.dtype), "shape": list(value.shape)}
             if value.dtype.kind not in "USOV":
-                record.update(tensor_statistics(value))
+                record.update(written_statistics(value))
             return record
         return ms_value_record(value)

@@ -541,3 +541,21 @@ def test_multi_acc_check_real_data(tmp_path, capsys):
     assert err.startswith("msprobe multi_acc_check: error: real-data mode: 1 tensor file(s)") and \
         "Tensor.reshape.0.forward.output.0.npy" in err
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_cast_is_judged_by_its_target_dtypes_rounding(tmp_path):
+    """Issue 32: Tensor.to(float16) of a float32 input: the benchmark (dtype argument raised) keeps float32's
+    values, the tested output is their float16 rounding, MaxAbsErr up to 2**-11 of values near 1; a cast is exact to
+    that rounding: pass."""
+    data = {"Tensor.to.0.forward": {"input_args": [_item("Float32", (64,), high=2.0, low=0.5),
+                                                   {"type": "mindspore.dtype", "value": "Float16"}],
+                                    "input_kwargs": {}, "output": [_item("Float16", (64,), high=2.0, low=0.5)]}}
+    code, out = _run(tmp_path, api_info=_write_dump(tmp_path / "d" / "dump.json", data))
+    assert code == 0
+    result, details = _results(out)
+    x = _uniform(0.5, 2.0, (64,))
+    expected = _metrics(x, x.astype(np.float16))
+    row = details[1]
+    assert row[0] == "Tensor.to.0.forward.output.0" and row[2] == "Float16"
+    assert float(row[5]) == pytest.approx(expected[1], rel=1e-12) and expected[1] > 1e-4
+    assert row[7:] == ["pass", ""] and result[1][:2] == ["Tensor.to.0", "pass"]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from msprobe.collect.guard import ErrorLog, one_line
-from msprobe.collect.stats import array_crc32, array_statistics, value_record
+from msprobe.collect.stats import array_crc32, array_statistics, value_record, written_statistics
 from msprobe.dump.reader import json_number
 
 
@@ -21,6 +21,25 @@ def test_float_statistics_are_float64_reductions():
     tiny = np.full(10_000, 1e-8, dtype=np.float32)
     tiny[0] = 1.0
     assert abs(array_statistics(tiny)["Mean"] - (1.0 + 9_999 * float(np.float32(1e-8))) / 10_000) < 1e-15
+
+
+def test_written_statistics_are_float64_reductions_rounded_once_to_the_dtype():
+    # the case: a float32 sum of squares (another summation order) moved the Norm of the same x by an ulp
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(4097).astype(np.float32)
+    exact = math.sqrt(math.fsum(float(v) ** 2 for v in x))
+    mean = math.fsum(float(v) for v in x) / x.size
+    stats = written_statistics(x)
+    assert stats["Norm"] == float(np.float32(exact)) and stats["Mean"] == float(np.float32(mean))
+    assert stats["Max"] == float(x.max()) and stats["Min"] == float(x.min())
+    # the order of the elements (a vector width, a thread count, another framework's kernel) changes nothing
+    assert written_statistics(x[::-1].copy()) == stats and written_statistics(x.reshape(17, 241).T.copy()) == stats
+    half = x.astype(np.float16)
+    assert written_statistics(half)["Norm"] == float(np.float16(math.sqrt(math.fsum(float(v) ** 2 for v in half))))
+    assert written_statistics(np.array([3, 4], dtype=np.int32)) == {"Max": 4, "Min": 3, "Mean": 3.5, "Norm": 5.0}
+    assert written_statistics(np.float32(2.5)) == {"Max": 2.5, "Min": 2.5, "Mean": 2.5, "Norm": 2.5}
+    wide = np.array([0.1, 0.2])
+    assert written_statistics(wide)["Norm"] == math.sqrt(0.01 + 0.04000000000000001)   # float64: not rounded
 
 
 def test_integers_bool_complex_empty_and_non_finite():

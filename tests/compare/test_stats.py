@@ -70,3 +70,31 @@ def test_integers_beyond_the_float_range_are_infinities(big):
     sign = "" if big > 0 else "-"
     other = "-" if big > 0 else ""
     assert diffs == [f"{sign}inf", f"{other}inf", "0"] and rels[:2] == diffs[:2]
+
+
+def test_statistics_rounding_of_two_collectors():
+    """Issue 32: across collectors, a tensor whose Max/Min are equal and whose Mean and Norm differ by a few float32
+    units (4 + log2(n) of them, plus one of its dtype) is the same tensor; a larger difference, another Max or
+    another dtype is not."""
+    import numpy as np
+
+    from msprobe.compare.stats import statistics_rounding
+
+    def stats(*rows):
+        return [np.array(column, dtype=np.float64) for column in zip(*rows)]
+
+    one = 2.0 ** -23
+    golden = stats((2.0, -1.0, 0.5, 6.3927364), (2.0, -1.0, 0.5, 6.3927364), (2.0, -1.0, 0.5, 6.3927364),
+                   (2.0, -1.0, 0.5, 6.3927364), (2.0, -1.0, 0.5, 6.3927364))
+    target = stats((2.0, -1.0, 0.5 + 3 * one, 6.3927360),      # a few units: the same tensor
+                   (2.0, -1.0, 0.5, 6.3927364 * (1 + 1e-4)),      # a real difference
+                   (2.0000002, -1.0, 0.5, 6.3927360),              # another Max
+                   (2.0, -1.0, 0.5, 6.3927360),                    # another dtype
+                   (2.0, -1.0, 0.5, 6.3927360))                    # shape unknown
+    dtypes = (["Float32", "Float32", "Float32", "Float16", "Float32"],
+              ["torch.float32", "torch.float32", "torch.float32", "torch.float32", "torch.float32"])
+    shapes = (["[4, 16]"] * 5, ["[4, 16]"] * 4 + ["?"])
+    (t_max, t_min, t_mean, t_norm), g = statistics_rounding((target, golden), dtypes, shapes)
+    assert t_mean[0] == 0.5 and t_norm[0] == golden[3][0]
+    assert list(t_norm[1:] == golden[3][1:]) == [False] * 4
+    assert all(x is y for x, y in zip(g, golden))      # the golden is untouched

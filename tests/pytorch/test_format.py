@@ -220,3 +220,41 @@ def test_a_failing_backward_set_up_keeps_the_forward_entries(tmp_path, monkeypat
         "Module.head.Linear.forward.0"]
     assert not [n for n in data if n.startswith("Module.") and ".backward." in n]
     assert construct["Torch.gru.0.forward"] == "Module.gru.GRU.forward.0"     # the module stack stays right
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_the_pytorch_statistics_are_the_shared_convention(dtype):
+    """Issue 32: the same tensor gets the same statistics in the PyTorch and MindSpore collectors (both follow
+    msprobe.collect.stats.written_statistics: float64 reductions rounded once to the tensor's dtype)."""
+    from msprobe.collect.stats import array_statistics, written_statistics
+
+    torch.manual_seed(3)
+    for shape in [(4097,), (16, 33, 7), (1,)]:
+        t = (torch.randn(shape) * 3 + 0.5).to(getattr(torch, dtype))
+        host = t.float().numpy() if dtype == "bfloat16" else t.numpy()
+        expected = written_statistics(host)
+        if dtype == "bfloat16":     # numpy has no bfloat16: widened exactly, rounded once to bfloat16
+            expected = {k: float(torch.tensor(v, dtype=torch.float64).to(torch.bfloat16).item())
+                        for k, v in array_statistics(host).items()}
+        if dtype == "float64":      # not rounded: the two summation orders agree to float64's rounding only
+            assert tensor_stats(t) == pytest.approx(expected, rel=1e-13)
+        else:
+            assert tensor_stats(t) == expected
+
+
+def test_a_large_tensor_is_within_the_statistics_rounding_of_two_collectors():
+    """Beyond WIDE_LIMIT elements the PyTorch collector reduces in float32 (speed): its Mean and Norm stay within
+    the statistics rounding the verdict allows two collectors (msprobe.compare.stats: 4 + log2(n) units)."""
+    import math
+
+    from msprobe.collect.stats import written_statistics
+    from msprobe.compare.stats import STATISTICS_ROUNDING_UNITS
+    from msprobe.pytorch.stats import WIDE_LIMIT
+
+    torch.manual_seed(4)
+    t = torch.randn(4 * WIDE_LIMIT) + 0.25
+    ours, shared = tensor_stats(t), written_statistics(t.numpy())
+    units = (STATISTICS_ROUNDING_UNITS + math.log2(t.numel())) * 2.0 ** -23
+    assert ours["Max"] == shared["Max"] and ours["Min"] == shared["Min"]
+    assert abs(ours["Norm"] - shared["Norm"]) <= units * shared["Norm"]
+    assert abs(ours["Mean"] - shared["Mean"]) <= units * max(abs(shared["Max"]), abs(shared["Min"]))

@@ -46,7 +46,22 @@ class Value:
         return None if self.array is None else tuple(self.array.shape)
 
 
-def compare_values(bench: Value, tested: Value, max_abs_err: float = MAX_ABS_ERR) -> OutputResult:
+# A cast (Tensor.to(float16), ops.cast, Tensor.half, ...) is exact to its target dtype's rounding: its output is
+# judged by that rounding (every element within one unit of it of the benchmark's, or the dtype's smallest
+# subnormal) instead of MaxAbsErr, which calls every float16 cast of values near 1 an error (issue 32).
+CASTS = frozenset("to astype cast half float double bfloat16 type type_as".split())
+# (spacing at 1, smallest subnormal) of the dtypes a cast rounds to
+CAST_ROUNDING = {"float16": (2.0 ** -10, 2.0 ** -24), "bfloat16": (2.0 ** -7, 2.0 ** -133),
+                 "float32": (2.0 ** -23, 2.0 ** -149)}
+
+
+def cast_rounding_text(dtype: str) -> str:
+    return f"a cast to {dtype}: judged by its rounding, the difference is greater than one unit of it "
+
+
+def compare_values(bench: Value, tested: Value, max_abs_err: float = MAX_ABS_ERR,
+                   cast_to: str | None = None) -> OutputResult:
+    """cast_to: the canonical dtype of a cast's output (CAST_ROUNDING), judged by that dtype's rounding."""
     shape = str(bench.shape) if bench.shape is not None else ""
     row = OutputResult(bench.dtype, tested.dtype, shape, PASS, "",
                        {"Cosine": None, "MaxAbsErr": None, "MaxRelativeErr": None})
@@ -75,7 +90,14 @@ def compare_values(bench: Value, tested: Value, max_abs_err: float = MAX_ABS_ERR
         max_rel = float(np.max(diff / denominator)) if diff.size else 0.0
     row.metrics.update({"Cosine": cosine, "MaxAbsErr": max_abs, "MaxRelativeErr": max_rel})
     cosine_ok = cosine > COSINE_THRESHOLD
-    max_abs_ok = max_abs < max_abs_err
+    if cast_to in CAST_ROUNDING:
+        unit, tiny = CAST_ROUNDING[cast_to]
+        with np.errstate(all="ignore"):
+            max_abs_ok = bool(np.all(diff <= unit * np.abs(b) + tiny))
+        failed = cast_rounding_text(cast_to)
+    else:
+        max_abs_ok = max_abs < max_abs_err
+        failed = max_abs_error_text(max_abs_err)
     row.status = PASS if cosine_ok and max_abs_ok else ERROR
-    row.message = ("" if cosine_ok else cosine_error_text()) + ("" if max_abs_ok else max_abs_error_text(max_abs_err))
+    row.message = ("" if cosine_ok else cosine_error_text()) + ("" if max_abs_ok else failed)
     return row

@@ -24,7 +24,7 @@ import numpy as np
 
 from msprobe.acc_check.common import RAISE, SKIP, ApiResult, OutputResult, aggregate, first_line, raise_target
 from msprobe.acc_check.mindspore.apis import ms_support_lists
-from msprobe.acc_check.mindspore.compare import MAX_ABS_ERR, Value, compare_values
+from msprobe.acc_check.mindspore.compare import CASTS, MAX_ABS_ERR, Value, compare_values
 from msprobe.acc_check.mindspore.inputs import (
     FLOATS,
     DtypeLeaf,
@@ -164,7 +164,7 @@ class MsReplayer:
                 if failure:
                     raise SideError(failure)
                 if direction == "forward":
-                    rows, saved = self._forward(inputs, forward, device_fn, bench_fn)
+                    rows, saved = self._forward(inputs, forward, device_fn, bench_fn, api_name in CASTS)
                 else:
                     rows, saved = self._backward(inputs, backward, device_fn, bench_fn)
                 setattr(result, direction, rows)
@@ -185,7 +185,7 @@ class MsReplayer:
         kwargs = self.builder.build(forward.get("input_kwargs") or {})
         return args, kwargs, raise_target(tensor_dtypes(args) | tensor_dtypes(kwargs))
 
-    def _forward(self, inputs: tuple, forward: dict, device_fn, bench_fn) -> tuple:
+    def _forward(self, inputs: tuple, forward: dict, device_fn, bench_fn, cast: bool = False) -> tuple:
         args, kwargs, raised = inputs
         bench = _side("benchmark run", lambda: self._values(
             bench_fn(*self._make(args, raised, True), **self._make(kwargs, raised, True))))
@@ -199,7 +199,7 @@ class MsReplayer:
 
             tested, leaves = _side(f"tested run ({self.device})", device_run)
             saved = {"forward": (args, kwargs, leaves)}
-        return self._compare(bench, tested, backward=False), saved
+        return self._compare(bench, tested, backward=False, cast=cast), saved
 
     def _backward(self, inputs: tuple, backward: dict, device_fn, bench_fn) -> tuple:
         args, kwargs, raised = inputs
@@ -252,12 +252,14 @@ class MsReplayer:
             sens.append(grad)
         return tuple(sens) if isinstance(out, (tuple, list)) else sens[0]
 
-    def _compare(self, bench: list, tested: list, backward: bool) -> list:
+    def _compare(self, bench: list, tested: list, backward: bool, cast: bool = False) -> list:
+        """cast: the outputs of a cast, each judged by the rounding of its own (the tested) dtype."""
         def keep(value):
             return value is not None and (not backward or value.dtype in FLOATS)
 
         bench, tested = [v for v in bench if keep(v)], [v for v in tested if keep(v)]
-        rows = [compare_values(b, t, self.max_abs_err) for b, t in zip(bench, tested)]
+        rows = [compare_values(b, t, self.max_abs_err, canonical(t.dtype) if cast else None)
+                for b, t in zip(bench, tested)]
         for extra in bench[len(tested):]:
             rows.append(OutputResult(extra.dtype, "", str(extra.shape or ""), "error",
                                      "the benchmark has this output, the tested API has not "))
