@@ -158,15 +158,18 @@ def statistic_row(name: str, array: np.ndarray, summary_mode: str) -> list | Non
 def summarise_directory(directory: str, summary_mode: str) -> int:
     """Reduce the kernel .npy files of one step directory to statistic.csv (rows added to one already there),
     then remove them; the number of rows added. The csv is complete on disk before any tensor is removed."""
-    names = sorted(name for name in os.listdir(directory) if name.endswith(".npy"))
+    names = sorted(name for name in os.listdir(directory) if parse_kernel_name(name) is not None)
     rows, done = [], []
     for name in names:
         path = os.path.join(directory, name)
-        array = np.load(path, allow_pickle=False)
-        row = statistic_row(name, array, summary_mode)
-        if row is not None:
-            rows.append(row)
-            done.append(path)
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:     # kept on disk, and said once
+            get_logger().warning("msprobe dump: %s is not a readable .npy file (%s); it is kept and has no row in "
+                                 "statistic.csv", printable(path), exc)
+            continue
+        rows.append(statistic_row(name, array, summary_mode))
+        done.append(path)
     if not rows:
         return 0
     rows.sort(key=lambda row: (int(row[4]), row[5], int(row[6])))

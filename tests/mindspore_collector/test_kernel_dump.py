@@ -1,0 +1,241 @@
+"""Level L2 of the MindSpore collector (msprobe/mindspore/kernel_dump.py, docs/dump.md "Static graph: level L2"):
+MindSpore's kernel dump configured as the reference collector configures it, statistic.csv computed on CPU from
+the dumped tensors (then removed), training bit-identical, a planted float16 cell found by kernel compare,
+code_mapping on the result, and the clear errors (too late, options L2 cannot do, unwritable dump path).
+
+MindSpore reads its dump configuration once per process, so every training runs in its own process
+(kernel_net.py beside this file); they are shared by the module's fixture. These tests need mindspore, which
+needs numpy<2 and lives in its own environment (see .ci/run); elsewhere they are skipped with the reason below."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import only_file, run_cli
+
+pytest.importorskip("mindspore", reason="mindspore is not installed (it needs numpy<2: the MindSpore collector "
+                                        "tests run in the separate environment of .ci/run)")
+
+from msprobe.collect.config import load_config  # noqa: E402
+from msprobe.mindspore import DumpConfigError, PrecisionDebugger  # noqa: E402
+from msprobe.mindspore.debugger import MINDSPORE  # noqa: E402
+from msprobe.mindspore.kernel_dump import dump_settings, statistic_row, summarise_directory  # noqa: E402
+
+NET = Path(__file__).with_name("kernel_net.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def settings(tmp_path, device="CPU", **keys) -> dict:
+    return dump_settings(load_config(spec=MINDSPORE, dump_path=str(tmp_path), level="L2", **keys), device)
+
+
+# ---------------------------------------------------------------------------------------------- configuration
+def test_settings_map_the_config_as_the_reference_does(tmp_path):
+    """step -> iteration, rank -> support_device, list -> kernels (dump_mode 1), data_mode -> input_output; the
+    whole file of the reference's default tensor run."""
+    assert settings(tmp_path, task="tensor") == {
+        "common_dump_settings": {"dump_mode": 0, "path": str(tmp_path), "net_name": "Net", "iteration": "all",
+                                 "saved_data": "tensor", "input_output": 0, "kernels": [],
+                                 "support_device": [0, 1, 2, 3, 4, 5, 6, 7], "statistic_category": []},
+        "e2e_dump_settings": {"enable": True, "trans_flag": True}}
+    common = settings(tmp_path, task="tensor", step=[0, 2, "4-6"], rank=[0, 3], list=["Conv2D"],
+                      data_mode=["output"])["common_dump_settings"]
+    assert (common["iteration"], common["support_device"], common["kernels"], common["dump_mode"],
+            common["input_output"]) == ("0|2|4|5|6", [0, 3], ["Conv2D"], 1, 2)
+    assert settings(tmp_path, task="tensor", data_mode=["input"])["common_dump_settings"]["input_output"] == 1
+
+
+def test_statistics_are_saved_by_mindspore_on_gpu_and_ascend_and_computed_here_on_cpu(tmp_path):
+    gpu = settings(tmp_path, "GPU", task="statistics")
+    assert gpu["common_dump_settings"]["saved_data"] == "statistic"
+    assert gpu["common_dump_settings"]["statistic_category"] == ["max", "min", "avg", "l2norm"]
+    assert gpu["e2e_dump_settings"] == {"enable": True, "trans_flag": True, "stat_calc_mode": "host",
+                                        "device_stat_precision_mode": "high"}
+    assert settings(tmp_path, "Ascend", task="statistics", summary_mode="md5")[
+        "common_dump_settings"]["statistic_category"] == ["hash:md5"]
+    cpu = settings(tmp_path, "CPU", task="statistics")["common_dump_settings"]
+    assert (cpu["saved_data"], cpu["statistic_category"]) == ("tensor", [])
+
+
+@pytest.mark.parametrize("keys, words", [
+    ({"data_mode": ["forward"]}, "'data_mode' at level L2 must be among all, input, output"),
+    ({"scope": ["Default/network-Net/conv-Conv2d"]}, "'scope' is not available at level L2"),
+])
+def test_an_option_l2_cannot_do_is_one_clear_error(tmp_path, keys, words):
+    with pytest.raises(DumpConfigError, match=words):
+        PrecisionDebugger(dump_path=str(tmp_path), level="L2", task="tensor", **keys)
+    assert os.listdir(tmp_path) == []         # nothing written, MindSpore not configured
+
+
+def test_an_unwritable_dump_path_is_one_clear_error(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DumpConfigError, match="cannot be created"):
+        PrecisionDebugger(dump_path=str(tmp_path / "file" / "dump"), level="L2", task="tensor")
+
+
+# ---------------------------------------------------------------------------------------------- statistic.csv
+def test_statistic_rows_in_mindspore_format_computed_by_hand(tmp_path):
+    """MindSpore's header and row shape (quoted '(2,2)' shape, bytes, lower-case dtype, trailing separator); the
+    values are the hand-computed max, min, mean and L2 norm; the tensors are removed once the csv is written."""
+    folder = tmp_path / "rank_0" / "Net" / "0" / "0"
+    folder.mkdir(parents=True)
+    np.save(folder / "MatMul.Default_net-Net_MatMul-op0.0.0.200.output.0.DefaultFormat.Float32.npy",
+            np.array([[3.0, -4.0], [0.0, 1.0]], np.float32))
+    np.save(folder / "MatMul.Default_net-Net_MatMul-op0.0.0.100.input.0.DefaultFormat.Int32.npy",
+            np.array([2, 7], np.int32))
+    np.save(folder / "Mul.Default_Mul-op1.0.0.300.output.0.DefaultFormat.Float32.npy",
+            np.array([np.nan, 1.0], np.float32))
+    (folder / "unrelated.npy").write_bytes(b"")          # not a kernel file name: left alone
+    assert summarise_directory(str(folder), "statistics") == 3
+    lines = (folder / "statistic.csv").read_text().splitlines()
+    assert lines[0] == ("Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,Max Value,"
+                        "Min Value,Avg Value,L2Norm Value")
+    rows = list(csv.reader(lines[1:]))
+    assert rows[0] == ["MatMul", "Default_net-Net_MatMul-op0", "0", "0", "100", "input", "0", "8", "int32", "(2)",
+                       "7", "2", "4.5", repr(float(np.sqrt(53.0))), ""]
+    assert rows[1][:10] == ["MatMul", "Default_net-Net_MatMul-op0", "0", "0", "200", "output", "0", "16", "float32",
+                            "(2,2)"]
+    assert [float(v) for v in rows[1][10:14]] == pytest.approx([3.0, -4.0, 0.0, np.sqrt(26.0)], rel=1e-12)
+    assert rows[2][10:14] == ["nan", "nan", "nan", "nan"]
+    assert sorted(os.listdir(folder)) == ["statistic.csv", "unrelated.npy"]
+
+
+def test_a_second_stop_in_one_step_adds_rows_and_md5_is_the_md5_of_the_bytes(tmp_path):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    np.save(folder / "Add.Default_Add-op0.0.0.1.output.0.DefaultFormat.Float32.npy", np.ones(3, np.float32))
+    summarise_directory(str(folder), "md5")
+    np.save(folder / "Add.Default_Add-op0.0.0.2.output.0.DefaultFormat.Float32.npy", np.zeros(3, np.float32))
+    summarise_directory(str(folder), "md5")
+    lines = (folder / "statistic.csv").read_text().splitlines()
+    import hashlib
+    assert lines[0].endswith("Shape,MD5") and len(lines) == 3
+    assert lines[2].split(",")[-2] == hashlib.md5(np.zeros(3, np.float32).tobytes()).hexdigest()
+
+
+def test_a_name_that_is_no_kernel_file_gives_no_row():
+    assert statistic_row("weights.npy", np.ones(2), "statistics") is None
+
+
+# ---------------------------------------------------------------------------------------------- real runs
+def _train(tmp_path_factory, name: str, *args) -> tuple:
+    out = tmp_path_factory.mktemp(name)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    command = [sys.executable, str(NET), str(out / "result.json"), *args]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, cwd=out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / "result.json").read_text()), out, done.stderr
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The four trainings every test below reads: plain (then a debugger made too late), L2 tensor, L2 tensor with
+    the dense cell in float16, L2 statistics."""
+    def config(task, name):
+        return json.dumps({"task": task, "level": "L2", "dump_path": str(tmp_path_factory.getbasetemp() / name)})
+    return {"plain": _train(tmp_path_factory, "plain", "--late", config("tensor", "late")),
+            "tensor": _train(tmp_path_factory, "tensor", "--config", config("tensor", "dump_tensor")),
+            "fp16": _train(tmp_path_factory, "fp16", "--fp16", "--config", config("tensor", "dump_fp16")),
+            "statistics": _train(tmp_path_factory, "statistics", "--config", config("statistics", "dump_stat")),
+            "base": tmp_path_factory.getbasetemp()}
+
+
+def _step_dir(root: Path, step: int) -> Path:
+    return root / "rank_0" / "Net" / "0" / str(step)
+
+
+@pytest.mark.slow
+def test_training_is_bit_identical_with_the_kernel_dump(runs):
+    plain = runs["plain"][0]
+    for task in ("tensor", "statistics"):
+        assert runs[task][0]["losses"] == plain["losses"]
+        assert runs[task][0]["params"] == plain["params"]
+
+
+@pytest.mark.slow
+def test_the_tensor_dump_holds_mindspore_layout(runs):
+    root = runs["base"] / "dump_tensor"
+    assert json.loads((root / "kernel_kbyk_dump.json").read_text())["common_dump_settings"]["path"] == str(root)
+    assert (root / "rank_0" / "execution_order").is_dir()
+    assert list((root / "rank_0" / "graphs").glob("*.ir"))
+    names = os.listdir(_step_dir(root, 0))
+    assert sorted(names) == sorted(os.listdir(_step_dir(root, 1))) or len(names) == len(os.listdir(
+        _step_dir(root, 1)))
+    kinds = {name.split(".")[0] for name in names}
+    assert {"Conv2D", "BatchNorm", "MatMul", "ApplyMomentum", "Conv2DBackpropFilter"} <= kinds
+    assert all(name.endswith(".npy") and len(name.split(".")) == 10 for name in names)
+
+
+@pytest.mark.slow
+def test_the_statistics_dump_holds_statistics_only_equal_to_the_tensors(runs):
+    stat_root, tensor_root = runs["base"] / "dump_stat", runs["base"] / "dump_tensor"
+    for step in (0, 1):
+        assert os.listdir(_step_dir(stat_root, step)) == ["statistic.csv"]
+    with open(_step_dir(stat_root, 0) / "statistic.csv", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    tensors: dict = {}
+    for name in sorted(os.listdir(_step_dir(tensor_root, 0)), key=lambda n: int(n.split(".")[4])):
+        parts = name.split(".")
+        tensors.setdefault((parts[1], parts[5], parts[6]), []).append(np.load(_step_dir(tensor_root, 0) / name))
+    assert len(rows) == sum(len(v) for v in tensors.values())
+    seen: dict = {}
+    for row in rows:
+        key = (row["Op Name"], row["IO"], row["Slot"])
+        array = tensors[key][seen.setdefault(key, 0)].astype(np.float64)
+        seen[key] += 1
+        assert row["Shape"] == "(" + ",".join(map(str, array.shape)) + ")"
+        if array.size == 0:
+            continue
+        if row["Data Type"] == "bool":        # any / all, and no mean or norm (collect/stats.py)
+            assert [row["Max Value"], row["Min Value"], row["Avg Value"]] == [str(array.any()), str(array.all()),
+                                                                              "null"]
+            continue
+        scale = float(np.abs(array).max()) + 1e-30
+        got = [float(row[c]) for c in ("Max Value", "Min Value", "Avg Value", "L2Norm Value")]
+        want = [array.max(), array.min(), array.mean(), np.linalg.norm(array.reshape(-1))]
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6 * scale * np.sqrt(array.size)), key
+
+
+@pytest.mark.slow
+def test_a_debugger_made_after_compilation_says_so_and_writes_nothing(runs):
+    result = runs["plain"][0]
+    assert "before the first call of the network" in result["error"]
+    assert not (runs["base"] / "late" / "kernel_kbyk_dump.json").exists()
+
+
+@pytest.mark.slow
+def test_kernel_compare_finds_the_planted_float16_dense_cell(runs, tmp_path):
+    target, golden = runs["base"] / "dump_fp16", runs["base"] / "dump_tensor"
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path, "--rank", "0", "--step", "0"]) == 0
+    import openpyxl
+    sheet = openpyxl.load_workbook(only_file(tmp_path, "compare_result_0_0_*.xlsx"), read_only=True).active
+    rows = list(sheet.iter_rows(values_only=True))
+    head = rows[0]
+    name, verdict, message = (head.index(c) for c in ("NPU Name", "Accuracy Reached or Not", "Err_message"))
+    forward = [r for r in rows[1:] if r[name] and ".Default_network" in os.path.basename(r[name])]
+    flagged = [os.path.basename(r[name]) for r in forward if (r[message] or "").startswith("Dtype")]
+    assert flagged and all("_fc-Dense_" in n or "SoftmaxCrossEntropy" in n for n in flagged)
+    assert any(n.startswith("MatMul.") and "_fc-Dense_" in n for n in flagged)
+    before = [r for r in forward if "_conv-Conv2d_" in r[name] or "_bn-BatchNorm2d_" in r[name]]
+    assert before and {r[verdict] for r in before if r[verdict]} == {"Yes"}
+
+
+@pytest.mark.slow
+def test_code_mapping_binds_the_statistic_csv_to_the_ir(runs, tmp_path):
+    root = runs["base"] / "dump_stat" / "rank_0"
+    (ir,) = (root / "graphs").glob("*.ir")
+    assert run_cli(["code_mapping", "--ir", ir, "--dump_data", _step_dir(runs["base"] / "dump_stat", 0),
+                    "-o", tmp_path]) == 0
+    (copy,) = tmp_path.rglob("statistic.csv")
+    with open(copy, encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    dense = [r for r in rows if r["Op Name"].endswith("_fc-Dense_MatMul-op0")]
+    assert dense and "self.fc(" in dense[0]["Code Stack"]
