@@ -239,3 +239,22 @@ def test_code_mapping_binds_the_statistic_csv_to_the_ir(runs, tmp_path):
         rows = list(csv.DictReader(handle))
     dense = [r for r in rows if r["Op Name"].endswith("_fc-Dense_MatMul-op0")]
     assert dense and "self.fc(" in dense[0]["Code Stack"]
+
+
+@pytest.mark.slow
+def test_the_python_api_gives_the_commands_table_of_kernel_dumps(runs, tmp_path, caplog):
+    import msprobe.api
+
+    target, golden = runs["base"] / "dump_fp16", runs["base"] / "dump_tensor"
+    result = msprobe.api.compare(target, golden)
+    assert isinstance(result, msprobe.api.KernelCompareResult) and set(result.tables) == {(0, 0), (0, 1)}
+    frame = result.to_pandas()
+    assert list(frame.columns[:3]) == ["Rank", "Step", "NPU Name"] and frame["Cosine"].dtype == "float64"
+    (written,) = [p for p in result.write(tmp_path / "api", "csv") if "_0_0_" in p]
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "cli", "--rank", "0", "--step", "0",
+                    "--csv", "-da"]) == 0
+    assert "-da analyses dump.json dumps" in caplog.text
+    with open(written, encoding="utf-8") as api_file, \
+            open(only_file(tmp_path / "cli", "compare_result_0_0_*.csv"), encoding="utf-8") as cli_file:
+        assert api_file.read() == cli_file.read()
+    assert result.accuracy[(0, 0)]["Yes"] > 0
