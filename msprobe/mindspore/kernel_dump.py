@@ -158,9 +158,11 @@ def statistic_row(name: str, array: np.ndarray, summary_mode: str) -> list | Non
 def summarise_directory(directory: str, summary_mode: str) -> int:
     """Reduce the kernel .npy files of one step directory to statistic.csv (rows added to one already there),
     then remove them; the number of rows added. The csv is complete on disk before any tensor is removed."""
-    names = sorted(name for name in os.listdir(directory) if parse_kernel_name(name) is not None)
+    names = sorted(name for name in os.listdir(directory) if name.endswith(".npy"))
     rows, done = [], []
     for name in names:
+        if parse_kernel_name(name) is None:
+            continue
         path = os.path.join(directory, name)
         try:
             array = np.load(path, allow_pickle=False)
@@ -211,7 +213,8 @@ class KernelDebugger(DebuggerBase):
         configure(dump_settings(config, self.device))
         self.writer = _StepEnd(self)
         self._step_recorded = None
-        self._reported_empty: set = set()
+        self._reported_empty = False
+        self._dumped_once = False
 
     # DebuggerBase hooks
     def _rank(self):
@@ -235,18 +238,19 @@ class KernelDebugger(DebuggerBase):
     def finish_step(self) -> None:
         """After stop(): wait for the kernels, check that the step was dumped, reduce it to statistics on CPU."""
         step = self._step_recorded
-        if step is None:
-            return
+        if step is None or (self._dumped_once and not self.host_statistics):
+            return              # tensors: MindSpore's files, checked at the first recorded step only
         ms.runtime.synchronize()
         directories = step_directories(self.config.dump_path, step)
         if not directories:
-            if step not in self._reported_empty:
-                self._reported_empty.add(step)
+            if not self._reported_empty:
+                self._reported_empty = True
                 get_logger().error("msprobe dump: level L2 dumped no kernel at step %d under %s: was the network "
                                    "compiled before the PrecisionDebugger was created (create it before the first "
                                    "call of the network), or does 'list' name no kernel of it?", step,
                                    printable(self.config.dump_path))
             return
+        self._dumped_once = True
         if self.host_statistics:
             for directory in directories:
                 summarise_directory(directory, self.config.summary_mode)

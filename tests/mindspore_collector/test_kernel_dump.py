@@ -258,3 +258,50 @@ def test_the_python_api_gives_the_commands_table_of_kernel_dumps(runs, tmp_path,
             open(only_file(tmp_path / "cli", "compare_result_0_0_*.csv"), encoding="utf-8") as cli_file:
         assert api_file.read() == cli_file.read()
     assert result.accuracy[(0, 0)]["Yes"] > 0
+
+
+class _FakeControls:
+    """MindSpore's dump controls, recorded (a real configuration would reach every later test of this process)."""
+
+    def __init__(self):
+        self.calls: list = []
+
+    def __getattr__(self, name):
+        return lambda *args: self.calls.append((name, *args))
+
+
+@pytest.fixture
+def unconfigured(monkeypatch):
+    from msprobe.mindspore import kernel_dump
+
+    controls = _FakeControls()
+    monkeypatch.setattr(kernel_dump, "configure", lambda settings: None)
+    monkeypatch.setattr(kernel_dump, "_controls", lambda: controls)
+    return controls
+
+
+def test_start_stop_step_drive_mindspores_controls_and_write_each_steps_statistics(tmp_path, unconfigured):
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L2", task="statistics", step=[1])
+    folder = tmp_path / "rank_0" / "Net" / "0" / "1"
+    for step in range(3):
+        if step == 1:              # what MindSpore writes while the step runs
+            folder.mkdir(parents=True)
+            np.save(folder / "Add.Default_Add-op0.0.0.5.output.0.DefaultFormat.Float32.npy", np.arange(3.0))
+        debugger.start()
+        debugger.stop()
+        debugger.step()
+    assert unconfigured.calls == [("_dump_step", 1), ("_dump_start",), ("_dump_stop",), ("_dump_step", 1),
+                                  ("_dump_step", 1)]
+    assert os.listdir(folder) == ["statistic.csv"]
+    assert (folder / "statistic.csv").read_text().splitlines()[1].startswith(
+        "Add,Default_Add-op0,0,0,5,output,0,24,float32,(3),2.0,0.0,1.0,")
+
+
+def test_a_step_that_dumped_nothing_is_one_error_naming_the_fix(tmp_path, unconfigured, caplog):
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L2", task="tensor")
+    for _ in range(2):
+        debugger.start()
+        debugger.stop()
+        debugger.step()
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "create it before the first call of the network" in errors[0].getMessage()
