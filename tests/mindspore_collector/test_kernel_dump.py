@@ -305,3 +305,18 @@ def test_a_step_that_dumped_nothing_is_one_error_naming_the_fix(tmp_path, unconf
         debugger.step()
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "create it before the first call of the network" in errors[0].getMessage()
+
+
+@pytest.mark.slow
+def test_the_docs_example_writes_statistics_only(tmp_path):
+    import re
+
+    text = (ROOT / "docs" / "dump.md").read_text(encoding="utf-8")
+    (example,) = [b for b in re.findall(r"```python3\n(.*?)```", text, re.S) if 'level="L2"' in b]
+    (tmp_path / "example.py").write_text(example)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for step in (0, 1):
+        assert os.listdir(_step_dir(tmp_path / "kernel_dump", step)) == ["statistic.csv"]
