@@ -320,3 +320,45 @@ def test_the_docs_example_writes_statistics_only(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     for step in (0, 1):
         assert os.listdir(_step_dir(tmp_path / "kernel_dump", step)) == ["statistic.csv"]
+
+
+GPT_RUN = """
+import sys
+import mindspore as ms
+from mindspore import Tensor, nn
+ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "O0"})
+ms.set_device("CPU")
+sys.path.insert(0, sys.argv[1])
+import ms_gpt
+from common_init import make_batch
+from msprobe.mindspore import PrecisionDebugger
+debugger = PrecisionDebugger(task="tensor", level="L2", dump_path="dump", step=[0])
+model = ms_gpt.GPT()
+ms_gpt.load_weights(model)
+train = nn.TrainOneStepCell(model, nn.SGD(model.trainable_params(), learning_rate=ms_gpt.LR))
+train.set_train()
+ids, labels = make_batch(0)
+debugger.start()
+train(Tensor(ids, ms.int32), Tensor(labels, ms.int32)).asnumpy()
+debugger.stop()
+debugger.step()
+"""
+
+
+@pytest.mark.slow
+def test_the_gpt_tensor_dump_holds_the_files_of_the_reference_collectors(tmp_path):
+    """The refdata GPT in GRAPH_MODE, step 0: the same 1178 kernel files (timestamps aside), graphs/*.ir,
+    execution_order/ and .dump_metadata/ as the reference collector's dump of the same run."""
+    import gzip
+    import re
+
+    fixtures = ROOT / "tests" / "fixtures" / "ms_gpt"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", GPT_RUN, str(fixtures)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    root = tmp_path / "dump"
+    ours = sorted(re.sub(r"\.\d{10,}\.", ".", str(p.relative_to(root))) for p in (root / "rank_0").rglob("*")
+                  if p.is_file() and p.suffix != ".pb")
+    reference = gzip.decompress((fixtures / "l2_reference_files.txt.gz").read_bytes()).decode().split()
+    assert ours == reference
