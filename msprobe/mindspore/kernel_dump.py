@@ -13,6 +13,7 @@ import csv
 import glob
 import hashlib
 import io
+import json
 import os
 
 import mindspore as ms
@@ -37,6 +38,10 @@ CATEGORIES = {"statistics": (("max", "Max Value"), ("min", "Min Value"), ("avg",
 INPUT_OUTPUT = {"all": 0, "input": 1, "output": 2}
 DEVICES_WITH_STATISTICS = ("GPU", "Ascend")
 _TOKENS = {"\x00msprobe:nan": "nan", "\x00msprobe:inf": "inf", "\x00msprobe:ninf": "-inf"}
+class TooLateError(DumpConfigError):
+    """MindSpore compiled a graph before the kernel dump was configured: it would dump nothing."""
+
+
 # settings MindSpore was given in this process (it reads them once): a later debugger may only repeat them
 _CONFIGURED: list = []
 
@@ -98,7 +103,7 @@ def configure(settings: dict) -> None:
                                   "data_mode) as the first")
         return
     if _compiled_graphs():
-        raise DumpConfigError("level L2 must be set up before the first graph is compiled: MindSpore has already "
+        raise TooLateError("level L2 must be set up before the first graph is compiled: MindSpore has already "
                               "compiled a graph in this process and would dump nothing; create the "
                               "PrecisionDebugger before the first call of the network (or of any @ms.jit "
                               "function)")
@@ -122,8 +127,6 @@ def configure(settings: dict) -> None:
 
 
 def json_text(settings: dict) -> str:
-    import json
-
     return json.dumps(settings, indent=4)
 
 
@@ -210,7 +213,13 @@ class KernelDebugger(DebuggerBase):
         super().__init__(config, model)
         self.device = ms.get_context("device_target")
         self.host_statistics = config.task == "statistics" and host_statistics(self.device)
-        configure(dump_settings(config, self.device))
+        settings = dump_settings(config, self.device)          # option errors raise
+        self.inert = False
+        try:
+            configure(settings)
+        except TooLateError as exc:     # made during training: one error line, and the training goes on
+            get_logger().error("msprobe dump: %s; this debugger records nothing", exc)
+            self.inert = True
         self.writer = _StepEnd(self)
         self._step_recorded = None
         self._reported_empty = False
@@ -222,6 +231,10 @@ class KernelDebugger(DebuggerBase):
 
         return get_rank() if GlobalComm.INITED else None
 
+    def _start(self, models: list) -> None:
+        if not self.inert:
+            super()._start(models)
+
     def _install(self, models: list) -> None:
         self._step_recorded = self.current_step
         _controls()._dump_start()
@@ -230,7 +243,8 @@ class KernelDebugger(DebuggerBase):
         _controls()._dump_stop()
 
     def _new_step(self) -> None:
-        _controls()._dump_step(1)
+        if not self.inert:
+            _controls()._dump_step(1)
 
     def _save(self, array, path: str) -> None:       # MindSpore writes the kernel files itself
         raise NotImplementedError

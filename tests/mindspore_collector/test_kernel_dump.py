@@ -205,9 +205,12 @@ def test_the_statistics_dump_holds_statistics_only_equal_to_the_tensors(runs):
 
 
 @pytest.mark.slow
-def test_a_debugger_made_after_compilation_says_so_and_writes_nothing(runs):
-    result = runs["plain"][0]
-    assert "before the first call of the network" in result["error"]
+def test_a_debugger_made_after_compilation_is_one_error_line_and_training_goes_on(runs):
+    result, _, stderr = runs["plain"]
+    errors = [line for line in stderr.splitlines() if "msprobe dump:" in line]
+    assert len(errors) == 1, stderr[-3000:]
+    assert "create the PrecisionDebugger before the first call of the network" in errors[0]
+    assert "Traceback" not in stderr and len(result["losses"]) == 2
     assert not (runs["base"] / "late" / "kernel_kbyk_dump.json").exists()
 
 
@@ -362,3 +365,20 @@ def test_the_gpt_tensor_dump_holds_the_files_of_the_reference_collectors(tmp_pat
                   if p.is_file() and p.suffix != ".pb")
     reference = gzip.decompress((fixtures / "l2_reference_files.txt.gz").read_bytes()).decode().split()
     assert ours == reference
+
+
+def test_a_debugger_made_too_late_does_nothing_but_say_so(tmp_path, monkeypatch, caplog):
+    from msprobe.mindspore import kernel_dump
+
+    controls = _FakeControls()
+    monkeypatch.setattr(kernel_dump, "_controls", lambda: controls)
+    monkeypatch.setattr(kernel_dump, "_compiled_graphs", lambda: 1)
+    monkeypatch.setattr(kernel_dump, "_CONFIGURED", [])
+    monkeypatch.delenv("MINDSPORE_DUMP_CONFIG", raising=False)
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L2", task="tensor")
+    debugger.start()
+    debugger.stop()
+    debugger.step()
+    assert controls.calls == [] and os.listdir(tmp_path) == [] and "MINDSPORE_DUMP_CONFIG" not in os.environ
+    (error,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "before the first call of the network" in error
