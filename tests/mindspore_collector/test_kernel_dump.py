@@ -382,3 +382,22 @@ def test_a_debugger_made_too_late_does_nothing_but_say_so(tmp_path, monkeypatch,
     assert controls.calls == [] and os.listdir(tmp_path) == [] and "MINDSPORE_DUMP_CONFIG" not in os.environ
     (error,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert "before the first call of the network" in error
+
+
+@pytest.mark.parametrize("array", [
+    np.arange(12, dtype=np.float32).reshape(3, 4), np.float64(2.5) * np.ones(()), np.zeros((0, 3), np.int64),
+    np.array([True, False]), np.arange(6, dtype=np.int8), np.arange(4, dtype=np.uint16), np.ones(3, np.float16),
+    np.arange(6.0).reshape(2, 3).T, np.arange(3, dtype=">f4"), np.array([1 + 2j]), np.array(["ab"]),
+    np.arange(70000, dtype=np.int32).reshape(7, 10000)])
+def test_read_npy_is_np_load(tmp_path, array):
+    """The fast .npy reader agrees with np.load (dtype, shape, values), also for a file whose data part is longer
+    than its shape (MindSpore's view files: np.load reads the first elements) and for what it leaves to np.load
+    (Fortran order, big endian, strings)."""
+    from msprobe.mindspore.kernel_dump import read_npy
+
+    path = tmp_path / "a.npy"
+    np.save(path, array)
+    for extra in (b"", b"\x01" * 24):
+        path.write_bytes(path.read_bytes() + extra)
+        got, want = read_npy(str(path)), np.load(path)
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
