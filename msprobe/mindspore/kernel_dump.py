@@ -39,6 +39,7 @@ CATEGORIES = {"statistics": (("max", "Max Value"), ("min", "Min Value"), ("avg",
               "md5": (("hash:md5", "MD5"),)}
 INPUT_OUTPUT = {"all": 0, "input": 1, "output": 2}
 DEVICES_WITH_STATISTICS = ("GPU", "Ascend")
+EXPANDED_STEPS = 1000            # up to this many steps, `iteration` lists each, as the reference does
 _TOKENS = {"\x00msprobe:nan": "nan", "\x00msprobe:inf": "inf", "\x00msprobe:ninf": "-inf"}
 class TooLateError(DumpConfigError):
     """MindSpore compiled a graph before the kernel dump was configured: it would dump nothing."""
@@ -69,7 +70,7 @@ def dump_settings(config: DumpConfig, device: str) -> dict:
     common = {"dump_mode": 1 if config.api_list else 0,
               "path": config.dump_path,
               "net_name": NET_NAME,
-              "iteration": "|".join(str(step) for step in config.step) if config.step else "all",
+              "iteration": _iteration(config.step),
               "saved_data": "statistic" if statistic_by_device else "tensor",
               "input_output": input_output,
               "kernels": list(config.api_list),
@@ -80,6 +81,16 @@ def dump_settings(config: DumpConfig, device: str) -> dict:
     if statistic_by_device:
         e2e.update(stat_calc_mode="host", device_stat_precision_mode="high")
     return {"common_dump_settings": common, "e2e_dump_settings": e2e}
+
+
+def _iteration(steps) -> str:
+    """MindSpore's `iteration`: every step, as the reference writes it ("0|2|4|5|6"), or "all"; a long range as
+    MindSpore's own "a-b" (the reference would write each of its steps)."""
+    if not steps:
+        return "all"
+    if sum(high - low + 1 for low, high in steps.intervals) <= EXPANDED_STEPS:
+        return "|".join(str(step) for step in steps)
+    return "|".join(str(low) if low == high else f"{low}-{high}" for low, high in steps.intervals)
 
 
 def _compiled_graphs() -> int:

@@ -51,6 +51,8 @@ def test_settings_map_the_config_as_the_reference_does(tmp_path):
     assert (common["iteration"], common["support_device"], common["kernels"], common["dump_mode"],
             common["input_output"]) == ("0|2|4|5|6", [0, 3], ["Conv2D"], 1, 2)
     assert settings(tmp_path, task="tensor", data_mode=["input"])["common_dump_settings"]["input_output"] == 1
+    many = settings(tmp_path, task="tensor", step=[3, "10-100000000000"])["common_dump_settings"]
+    assert many["iteration"] == "3|10-100000000000"          # MindSpore's range syntax, not 1e11 numbers
 
 
 def test_statistics_are_saved_by_mindspore_on_gpu_and_ascend_and_computed_here_on_cpu(tmp_path):
