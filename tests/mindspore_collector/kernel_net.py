@@ -1,12 +1,12 @@
 """A small GRAPH_MODE training run for the level L2 tests (test_kernel_dump.py), one process per configuration
 because MindSpore reads its kernel dump configuration once per process:
 
-    python kernel_net.py OUT.json [--config JSON] [--fp16] [--late]
+    python kernel_net.py OUT.json [--config JSON] [--fp16] [--late JSON] [--pynative]
 
 conv -> BatchNorm -> ReLU -> dense, softmax cross entropy, Momentum, 2 steps (nn.TrainOneStepCell, jit_level O0 =
 kernel by kernel). --config makes a PrecisionDebugger(**JSON) before the network is built; --fp16 runs the dense
 cell in float16; --late JSON makes a PrecisionDebugger(**JSON) after the first step and uses it for the second.
-OUT.json gets the losses and the final parameters as hex bytes."""
+--pynative runs in PyNative mode. OUT.json gets the losses and the final parameters as hex bytes."""
 
 import json
 import sys
@@ -39,7 +39,7 @@ def batch(step: int):
 def main(argv: list) -> None:
     out = argv[0]
     config = json.loads(argv[argv.index("--config") + 1]) if "--config" in argv else None
-    ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "O0"})
+    ms.set_context(mode=ms.PYNATIVE_MODE if "--pynative" in argv else ms.GRAPH_MODE, jit_config={"jit_level": "O0"})
     ms.set_device("CPU")
     result = {"losses": []}
     debugger = None

@@ -403,3 +403,17 @@ def test_read_npy_is_np_load(tmp_path, array):
         path.write_bytes(path.read_bytes() + extra)
         got, want = read_npy(str(path)), np.load(path)
         assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
+
+
+@pytest.mark.slow
+def test_pynative_mode_dumps_what_runs_as_a_graph(tmp_path_factory):
+    """In PyNative mode MindSpore's kernel dump (CPU) holds the kernels of what runs compiled: here nn.Momentum's
+    jit update, not the eager forward and backward ops (the reference collector's dump is the same)."""
+    dump = tmp_path_factory.mktemp("pynative_dump")
+    _train(tmp_path_factory, "pynative", "--pynative", "--config",
+           json.dumps({"task": "statistics", "level": "L2", "dump_path": str(dump)}))
+    for step in (0, 1):
+        assert os.listdir(_step_dir(dump, step)) == ["statistic.csv"]
+        with open(_step_dir(dump, step) / "statistic.csv", encoding="utf-8") as handle:
+            kinds = {row["Op Type"] for row in csv.DictReader(handle)}
+        assert "ApplyMomentum" in kinds and "Conv2D" not in kinds
