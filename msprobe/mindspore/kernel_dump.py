@@ -4,7 +4,7 @@ debugger (GRAPH_MODE, and PyNative). MindSpore writes `rank_<id>/Net/<graph>/<st
 reduced here to MindSpore's `statistic.csv` and then removed.
 
 MindSpore reads its dump configuration (MINDSPORE_DUMP_CONFIG) once, when the first graph is compiled, so the
-debugger must be made before the network is first called; made later it refuses to start (DumpConfigError)
+debugger must be made before the network is first called; made later it logs one error and records nothing,
 instead of writing an empty dump."""
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ INPUT_OUTPUT = {"all": 0, "input": 1, "output": 2}
 DEVICES_WITH_STATISTICS = ("GPU", "Ascend")
 EXPANDED_STEPS = 1000            # up to this many steps, `iteration` lists each, as the reference does
 _TOKENS = {"\x00msprobe:nan": "nan", "\x00msprobe:inf": "inf", "\x00msprobe:ninf": "-inf"}
+
+
 class TooLateError(DumpConfigError):
     """MindSpore compiled a graph before the kernel dump was configured: it would dump nothing."""
 
@@ -117,9 +119,8 @@ def configure(settings: dict) -> None:
         return
     if _compiled_graphs():
         raise TooLateError("level L2 must be set up before the first graph is compiled: MindSpore has already "
-                              "compiled a graph in this process and would dump nothing; create the "
-                              "PrecisionDebugger before the first call of the network (or of any @ms.jit "
-                              "function)")
+                           "compiled a graph in this process and would dump nothing; create the PrecisionDebugger "
+                           "before the first call of the network (or of any @ms.jit function)")
     path = os.path.join(settings["common_dump_settings"]["path"], CONFIG_NAME)
     try:
         write_text(path, json_text(settings))
@@ -133,7 +134,11 @@ def configure(settings: dict) -> None:
     try:
         controls._dump_set_dynamic()
         controls._set_init_iter(0)
-    except RuntimeError as exc:
+    except RuntimeError as exc:         # not left for the first compile to trip over
+        if previous is None:
+            os.environ.pop("MINDSPORE_DUMP_CONFIG", None)
+        else:
+            os.environ["MINDSPORE_DUMP_CONFIG"] = previous
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DumpConfigError(f"MindSpore refused the kernel dump configuration {path}: {text}") from None
     _CONFIGURED.append(settings)

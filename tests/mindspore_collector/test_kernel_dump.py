@@ -417,3 +417,21 @@ def test_pynative_mode_dumps_what_runs_as_a_graph(tmp_path_factory):
         with open(_step_dir(dump, step) / "statistic.csv", encoding="utf-8") as handle:
             kinds = {row["Op Type"] for row in csv.DictReader(handle)}
         assert "ApplyMomentum" in kinds and "Conv2D" not in kinds
+
+
+def test_mindspores_refusal_of_the_configuration_is_one_line_and_leaves_no_setting(tmp_path, monkeypatch):
+    from msprobe.mindspore import kernel_dump
+
+    class Refusing(_FakeControls):
+        def _set_init_iter(self, step):
+            raise RuntimeError("Dump Json parse failed, storing statistic dump is only supported on GPU and Ascend\n"
+                               "- C++ Call Stack: ...")
+
+    monkeypatch.setattr(kernel_dump, "_controls", Refusing)
+    monkeypatch.setattr(kernel_dump, "_compiled_graphs", lambda: 0)
+    monkeypatch.setattr(kernel_dump, "_CONFIGURED", [])
+    monkeypatch.setenv("MINDSPORE_DUMP_CONFIG", "/elsewhere/mine.json")
+    with pytest.raises(DumpConfigError) as caught:
+        PrecisionDebugger(dump_path=str(tmp_path), level="L2", task="tensor")
+    assert str(caught.value).endswith("storing statistic dump is only supported on GPU and Ascend")
+    assert "\n" not in str(caught.value) and os.environ["MINDSPORE_DUMP_CONFIG"] == "/elsewhere/mine.json"
