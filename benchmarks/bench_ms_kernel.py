@@ -4,8 +4,9 @@ step, without a debugger, with ours at L2 task tensor and task statistics (stati
 tensors, which are then removed), and with the reference's (mindstudio-probe 26.2.0) at L2 task tensor (its task
 statistics cannot run on CPU).
 
-The time of a step is the wall time of start(), the training step, its loss's asnumpy(), stop() and step(); the
-first step (graph compilation) is left out, the median of the others is taken per child, the fastest child of
+The time of a step is the wall time of start(), the training step, its loss's asnumpy(), stop() and step() (the
+debugger's calls alone are timed too: on CPU with task statistics they include the statistic.csv); the first step
+(graph compilation) is left out, the median of the others is taken per child, the fastest child of
 `--repeats` per configuration (the children interleaved, so that a busy machine slows all alike).
 
     python benchmarks/bench_ms_kernel.py --ref-python /work/scratch/kernel/refenv/bin/python
@@ -57,21 +58,26 @@ def child(tool: str, task: str | None, steps: int, out: str) -> None:
     ms_gpt.load_weights(model)
     train = nn.TrainOneStepCell(model, nn.SGD(model.trainable_params(), learning_rate=ms_gpt.LR))
     train.set_train()
-    times = []
+    times, calls = [], []
     for step in range(steps):
         ids, labels = make_batch(step % 2)
         begin = time.perf_counter()
         if debugger is not None:
             debugger.start()
+        started = time.perf_counter()
         train(Tensor(ids, ms.int32), Tensor(labels, ms.int32)).asnumpy()
+        trained = time.perf_counter()
         if debugger is not None:
             debugger.stop()
             debugger.step()
-        times.append(time.perf_counter() - begin)
-    print(json.dumps(times))
+        end = time.perf_counter()
+        times.append(end - begin)
+        calls.append((started - begin) + (end - trained))
+    print(json.dumps({"step": times, "calls": calls}))
 
 
-def run_child(python: str, tool: str, task: str | None, steps: int, workdir: str) -> float:
+def run_child(python: str, tool: str, task: str | None, steps: int, workdir: str) -> tuple:
+    """(median step time, median time of the debugger's calls: start, stop and step) of one run, steps 2.."""
     out = tempfile.mkdtemp(dir=workdir)
     env = dict(os.environ, GLOG_v="3", PYTHONWARNINGS="ignore")
     env.pop("PYTHONPATH", None)
@@ -83,7 +89,7 @@ def run_child(python: str, tool: str, task: str | None, steps: int, workdir: str
         raise RuntimeError(f"{tool} {task} failed (rc {proc.returncode}):\n{proc.stdout[-2000:]}\n"
                            f"{proc.stderr[-3000:]}")
     times = json.loads(proc.stdout.strip().splitlines()[-1])
-    return statistics.median(times[1:])
+    return statistics.median(times["step"][1:]), statistics.median(times["calls"][1:])
 
 
 def main(argv=None) -> int:
@@ -104,15 +110,16 @@ def main(argv=None) -> int:
         for repeat in range(args.repeats):
             for tool, task in configs:
                 python = args.ref_python if tool == "reference" else args.python
-                seconds = run_child(python, tool, task, args.steps, workdir)
-                medians[(tool, task)].append(seconds)
-                print(f"  run {repeat + 1}/{args.repeats} {tool:<9} {task or '-':<10} {seconds * 1e3:8.1f} ms/step",
-                      flush=True)
-    plain = min(medians[("plain", None)])
+                seconds, calls = run_child(python, tool, task, args.steps, workdir)
+                medians[(tool, task)].append((seconds, calls))
+                print(f"  run {repeat + 1}/{args.repeats} {tool:<9} {task or '-':<10} {seconds * 1e3:8.1f} ms/step "
+                      f"(debugger calls {calls * 1e3:.2f} ms)", flush=True)
+    plain = min(medians[("plain", None)])[0]
     print(f"\nper step (median of steps 2..{args.steps} per run, fastest of {args.repeats} runs):")
     for (tool, task), values in medians.items():
-        best = min(values)
-        extra = "" if tool == "plain" else f"  (+{(best - plain) * 1e3:.1f} ms, x{best / plain:.2f})"
+        best, calls = min(values)
+        extra = "" if tool == "plain" else (f"  (+{(best - plain) * 1e3:.1f} ms, x{best / plain:.2f}; "
+                                            f"debugger calls {calls * 1e3:.2f} ms)")
         print(f"  {tool:<9} {task or 'no debugger':<12} {best * 1e3:8.1f} ms{extra}")
     return 0
 
