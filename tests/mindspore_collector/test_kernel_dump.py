@@ -436,3 +436,31 @@ def test_mindspores_refusal_of_the_configuration_is_one_line_and_leaves_no_setti
         PrecisionDebugger(dump_path=str(tmp_path), level="L2", task="tensor")
     assert str(caught.value).endswith("storing statistic dump is only supported on GPU and Ascend")
     assert "\n" not in str(caught.value) and os.environ["MINDSPORE_DUMP_CONFIG"] == "/elsewhere/mine.json"
+
+
+@pytest.mark.slow
+def test_kernel_compare_of_our_dumps_gives_the_references_table(runs, tmp_path):
+    """The same network dumped by the reference collector and compared by the reference's `compare --rank 0
+    --step 0` (tests/fixtures/kernel_net_reference_table.csv.gz): our compare of our dumps has the same rows in the
+    same order, paired alike, with the same Accuracy Reached or Not on every row whose cosine is clear of the
+    thresholds (0.9, 0.99) by 0.005, since the metrics are computed from kernels of this machine."""
+    import gzip
+    import re
+
+    with gzip.open(ROOT / "tests" / "fixtures" / "kernel_net_reference_table.csv.gz", "rt", encoding="utf-8") as f:
+        reference = list(csv.DictReader(f))
+    target, golden = runs["base"] / "dump_fp16", runs["base"] / "dump_tensor"
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path, "--rank", "0", "--step", "0",
+                    "--csv"]) == 0
+    with open(only_file(tmp_path, "compare_result_0_0_*.csv"), encoding="utf-8") as handle:
+        ours = list(csv.DictReader(handle))
+
+    def strip(name):
+        return re.sub(r"\.\d{10,}\.", ".", os.path.basename(name)) if name else ""
+    assert [(strip(r["NPU Name"]), strip(r["Bench Name"])) for r in ours] == \
+        [(r["NPU Name"], r["Bench Name"]) for r in reference]
+    clear = [i for i, r in enumerate(ours) if not r["Cosine"] or not re.fullmatch(r"-?[\d.e+-]+", r["Cosine"])
+             or min(abs(float(r["Cosine"]) - 0.9), abs(float(r["Cosine"]) - 0.99)) > 0.005]
+    assert len(clear) > 0.9 * len(ours)
+    assert [ours[i]["Accuracy Reached or Not"] for i in clear] == \
+        [reference[i]["Accuracy Reached or Not"] for i in clear]
