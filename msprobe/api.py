@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from msprobe.dump.locate import Job
 
 __all__ = ["compare", "diff_analyze", "read_dump", "CompareResult", "PairResult", "Summary", "DiffAnalysis",
-           "DivergentOp", "DumpEntries", "DumpEntry"]
+           "DivergentOp", "DumpEntries", "DumpEntry", "kernel_compare", "KernelCompareResult"]
 
 FORMATS = ("xlsx", "csv", "html")
 RANK_COLUMN = "Rank"       # the first column of a folder compare's rows: the pair's folder, e.g. rank1, step0/rank1
@@ -493,12 +493,18 @@ def compare(target: str | os.PathLike[str], golden: str | os.PathLike[str], *, m
     data_mapping: `-dm`, a yaml of target item name: golden item name.
     jobs: `-j`, parallel workers: processes for the ranks of a folder, threads for tensor files (default: cores).
 
+    Two MindSpore kernel dumps (static graph, level L2) give kernel_compare's KernelCompareResult.
+
     Returns a CompareResult (rows, summary, per-rank results, to_pandas(), write()). A folder's pair that fails
     is listed in result.failures while the others are compared; MsprobeError (PathError, DumpFormatError,
     UsageError) when nothing can be compared."""
+    from msprobe.compare.kernel import is_kernel_dump
     from msprobe.compare.pipeline import compute_pair
     from msprobe.scale.task import JobFailure
 
+    if isinstance(target, (str, os.PathLike)) and isinstance(golden, (str, os.PathLike)) and \
+            is_kernel_dump(os.fspath(target)) and is_kernel_dump(os.fspath(golden)):
+        return kernel_compare(target, golden)       # as the command does: every rank and step
     with _quiet() as quiet:
         options = _options(mode, fuzzy, api_mapping, cell_mapping, data_mapping, layer_mapping, jobs)
         located = _locate(target, golden)
@@ -518,6 +524,86 @@ def compare(target: str | os.PathLike[str], golden: str | os.PathLike[str], *, m
             raise MsprobeError(f"no dump pair could be compared ({len(failures)} failed): "
                                + "; ".join(f"{k}: {v}" for k, v in failures.items()))
         return CompareResult(pairs, failures, list(located.problems), folders)
+
+
+class KernelCompareResult:
+    """What kernel_compare found: the judged table of each (rank, step) of two MindSpore kernel dumps."""
+
+    def __init__(self, tables: dict, problems: list[str]):
+        self.tables: dict = tables
+        """(rank, step) -> the judged table (msprobe.table.model.ResultTable), in rank and step order."""
+        self.problems: list[str] = problems
+        """Ranks and steps found on one side only (not compared)."""
+
+    def __getitem__(self, key: tuple[int, int]):
+        return self.tables[key]
+
+    def __len__(self) -> int:
+        return sum(len(table) for table in self.tables.values())
+
+    @property
+    def accuracy(self) -> dict:
+        """(rank, step) -> {value of `Accuracy Reached or Not` ("Yes", "No", ..., "" when not compared): rows}."""
+        from msprobe.compare.kernel import ACCURACY
+
+        counts: dict = {}
+        for key, table in self.tables.items():
+            for value in table.cells[ACCURACY]:
+                counts.setdefault(key, {})[value] = counts.get(key, {}).get(value, 0) + 1
+        return counts
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """Every table as one DataFrame, after a `Rank` and a `Step` column; metrics and statistics as float64."""
+        pandas = _import_pandas()
+        frames = []
+        for (rank, step), table in self.tables.items():
+            frame = _data_frame(table.columns, table.cells, frozenset(table.numeric_columns))
+            frame.insert(0, "Step", step)
+            frame.insert(0, RANK_COLUMN, rank)
+            frames.append(frame)
+        return pandas.concat(frames, ignore_index=True)
+
+    def write(self, output_dir: str | os.PathLike[str], format: str = "xlsx") -> list[str]:
+        """Write `compare_result_{rank}_{step}_{stamp}.xlsx|csv` per table, as the command does; their paths."""
+        from msprobe.compare.kernel import ACCURACY
+        from msprobe.compare.pipeline import write_table
+        from msprobe.dump.paths import prepare_output_dir
+        from msprobe.scale.stamp import claimed_stamp
+        from msprobe.table.xlsx_writer import ACCURACY_FILLS
+
+        if format not in ("xlsx", "csv"):
+            raise UsageError(f"format must be xlsx or csv, got {format!r}.")
+        written = []
+        with _quiet():
+            directory = prepare_output_dir(os.fspath(output_dir))
+            with claimed_stamp([directory]) as stamp:
+                for (rank, step), table in self.tables.items():
+                    path = os.path.join(directory, f"compare_result_{rank}_{step}_{stamp}.{format}")
+                    write_table(table, path, ACCURACY, ACCURACY_FILLS)
+                    written.append(path)
+        return written
+
+    def __repr__(self) -> str:
+        parts = [f"rank {r} step {s}: {len(t)} rows" for (r, s), t in self.tables.items()]
+        return f"<KernelCompareResult {'; '.join(parts)}>"
+
+
+def kernel_compare(target: str | os.PathLike[str], golden: str | os.PathLike[str], *,
+                   ranks: Sequence[int] | None = None, steps: Sequence[int] | None = None) -> KernelCompareResult:
+    """Compare two MindSpore kernel dumps (static graph, level L2: .npy files or statistic.csv under
+    rank_<id>/<net>/<graph>/<step>), as `msprobe compare -tp target -gp golden --rank R --step S` does, writing
+    nothing. ranks, steps: the ranks and steps to compare (default: all found on both sides)."""
+    from msprobe.compare.kernel import build_kernel_table, kernel_pairs
+    from msprobe.dump.paths import check_input_dir
+
+    with _quiet():
+        target = check_input_dir(os.fspath(target), "target kernel dump directory")
+        golden = check_input_dir(os.fspath(golden), "golden kernel dump directory")
+        pairs, problems = kernel_pairs(target, golden, list(ranks) if ranks else None, list(steps) if steps else None)
+        if not pairs:
+            raise MsprobeError("no (rank, step) of the kernel dumps could be paired" +
+                               (": " + "; ".join(problems) if problems else "."))
+        return KernelCompareResult({(pair.rank, pair.step): build_kernel_table(pair) for pair in pairs}, problems)
 
 
 # ---------------------------------------------------------------------------------------------------------------

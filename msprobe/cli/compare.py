@@ -196,6 +196,9 @@ def run_kernel_compare(args: argparse.Namespace, backend) -> int:
     from msprobe.scale.task import JobFailure
 
     logger = get_logger()
+    if args.diff_analyze:
+        logger.warning("-da analyses dump.json dumps (levels L0, L1, mix); MindSpore kernel dumps (level L2) get the "
+                       "kernel compare table, whose 'Accuracy Reached or Not' column marks the kernels that differ.")
     target = check_input_dir(args.target_path, "target kernel dump directory")
     golden = check_input_dir(args.golden_path, "golden kernel dump directory")
     ranks, steps = parse_id_list(args.rank, "rank"), parse_id_list(args.step, "step")

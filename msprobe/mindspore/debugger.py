@@ -11,7 +11,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
-from msprobe.collect.config import PYTORCH, load_config
+from msprobe.collect.config import PYTORCH, load_config, read_config_file
 from msprobe.collect.debugger import DebuggerBase
 from msprobe.errors import MsprobeError
 from msprobe.mindspore.cells import CellHooks
@@ -22,7 +22,8 @@ from msprobe.mindspore.primitives import PrimitiveHooks
 # The reference's MindSpore config.json: its task sections may also hold `device` and `precision` (where
 # statistics are computed: ours are always computed on the host in float64) and `tensor_list`.
 MINDSPORE = dataclasses.replace(PYTORCH, framework="mindspore", section_ignored=("device", "precision",
-                                                                                 "tensor_list"))
+                                                                                 "tensor_list"),
+                                levels=(*PYTORCH.levels, "L2"))       # L2: msprobe.mindspore.kernel_dump
 
 
 def seed_all(seed: int = 1234, mode: bool = False) -> None:
@@ -40,6 +41,13 @@ def _save_npy(array: np.ndarray, path: str) -> None:
         np.save(handle, array, allow_pickle=False)
 
 
+def _level(config_path, kwargs: dict):
+    """The level a PrecisionDebugger(...) call asks for (the keyword wins over config.json)."""
+    if kwargs.get("level") is not None:
+        return kwargs["level"]
+    return read_config_file(config_path).get("level") if config_path is not None else None
+
+
 class PrecisionDebugger(DebuggerBase):
     """Dump statistics/tensors of APIs (L1), cells (L0) or both (mix) between start() and stop().
 
@@ -51,6 +59,17 @@ class PrecisionDebugger(DebuggerBase):
 
     framework = "mindspore"
     suffix = ".npy"
+
+    def __new__(cls, config_path=None, **kwargs):
+        # level L2 is MindSpore's own kernel dump, driven by msprobe.mindspore.kernel_dump.KernelDebugger
+        if cls is PrecisionDebugger and _level(config_path, kwargs) == "L2":
+            from msprobe.mindspore.kernel_dump import KernelDebugger
+
+            model = kwargs.pop("model", None)
+            debugger = KernelDebugger(load_config(config_path, spec=MINDSPORE, **kwargs), model)
+            cls._newest = debugger          # PrecisionDebugger.start() and friends act on it
+            return debugger
+        return super().__new__(cls)
 
     def __init__(self, config_path=None, **kwargs):
         model = kwargs.pop("model", None)

@@ -66,7 +66,7 @@ def test_reference_config_json_and_its_mindspore_keys(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"task": "overflow_check"}, "task"), ({"level": "L2"}, "level"), ({"data_mode": ["sideways"]}, "data_mode"),
+    ({"task": "overflow_check"}, "task"), ({"level": "L3"}, "level"), ({"data_mode": ["sideways"]}, "data_mode"),
     ({"summary_mode": "sha"}, "summary_mode"), ({"scop": ["x"]}, "did you mean 'scope'")])
 def test_invalid_configuration_is_one_clear_error_before_training(tmp_path, kwargs, message):
     with pytest.raises(DumpConfigError, match=message):
