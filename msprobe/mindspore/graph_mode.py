@@ -1,0 +1,395 @@
+"""Cells compiled as graphs (GRAPH_MODE, and @ms.jit Cells in PyNative) at levels L0 and mix: host callbacks
+compiled into the graph hand the cells' tensors to the step writer.
+
+MindSpore's compiler parses each cell's `construct`, so no Python hook runs inside a graph. Before the network is
+first called, every sub-cell of the model gets a subclass of its own class (same name) whose construct taps the
+cell's tensors and calls the class's own construct:
+
+* every tensor argument and output goes through `ops.depend(x, tap(ops.stop_gradient(x), slot))`, where `tap` is
+  a `Custom(func_type="pyfunc")` op whose Python function receives the values on the host and returns the slot
+  number: the depend keeps the tap in the graph, the stop_gradient keeps it out of the backward pass, and the
+  tensor the network goes on with is the tensor it had, so training is bit-identical with and without the taps;
+* every floating-point argument and output also goes through `ops.InsertGradientOf(fn)`, whose fn taps the
+  gradient the same way and returns it unchanged: the gradients of the outputs make the backward entry's `input`,
+  those of the arguments its `output`.
+
+Calls are counted at run time: the n-th value a tap sees in a step belongs to call n of its cell, so a cell
+called twice gives `...forward.0` and `...forward.1` as in PyNative. An entry is written at stop(), in the order
+its last tensor arrived (a cell after the cells inside it, as PyNative writes them). The parent of a cell call in
+construct.json is the latest call of the cell that holds it. The taps stay compiled into the graph for the life
+of the process; between stop() and start(), or in a step not selected, they return at once.
+
+What is not seen: non-tensor arguments (graph constants), the cells' parameters and their gradients (no
+`parameters` / `parameters_grad` entries), keyword arguments, the root cell given to the debugger (as in PyNative)
+and cells with a custom `bprop` (their backward is the bprop, which no tap reaches). `pyfunc` ops exist on CPU
+only: on GPU and Ascend the debugger refuses GRAPH_MODE L0/mix with one line naming the routes that work there.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+
+import numpy as np
+from mindspore import Tensor, ops
+from mindspore.common import dtype as mstype
+
+from msprobe.collect import filters
+from msprobe.collect.guard import one_line
+from msprobe.mindspore.records import dtype_name
+
+MAX_SLOTS = 32            # the gradient taps of a cell's first 32 tensor arguments and outputs
+FLOAT_TYPES = (mstype.float16, mstype.float32, mstype.float64, mstype.bfloat16)
+_TAPPED = "_msprobe_graph_tapped"
+# (direction, section of the entry) of each kind of tap
+KINDS = {"fin": ("forward", "input_args"), "fout": ("forward", "output"),
+         "bin": ("backward", "input"), "bout": ("backward", "output")}
+_CLASSES: dict = {}       # (original class, jit) -> its tapped subclass
+
+
+def _float(x) -> bool:
+    return x.dtype in FLOAT_TYPES
+
+
+def _tapped_class(cls, jit: bool):
+    """The subclass of `cls` whose construct taps the arguments and outputs (one per class, shared by its cells)."""
+    key = (cls, jit)
+    found = _CLASSES.get(key)
+    if found is not None:
+        return found
+    original = cls.construct
+
+    def construct(self, *args):
+        tapped = ()
+        for i in range(len(args)):
+            x = args[i]
+            if isinstance(x, Tensor):
+                x = ops.depend(x, self._msprobe_fin(ops.stop_gradient(x), ops.scalar_to_tensor(i, mstype.int32)))
+                if i < MAX_SLOTS and _float(x):
+                    x = self._msprobe_gin[i](x)
+            tapped = tapped + (x,)
+        out = original(self, *tapped)
+        if isinstance(out, Tensor):
+            out = ops.depend(out, self._msprobe_fout(ops.stop_gradient(out), ops.scalar_to_tensor(0, mstype.int32)))
+            if _float(out):
+                out = self._msprobe_gout[0](out)
+        elif isinstance(out, tuple):
+            outs = ()
+            for i in range(len(out)):
+                y = out[i]
+                if isinstance(y, Tensor):
+                    y = ops.depend(y, self._msprobe_fout(ops.stop_gradient(y),
+                                                         ops.scalar_to_tensor(i, mstype.int32)))
+                    if i < MAX_SLOTS and _float(y):
+                        y = self._msprobe_gout[i](y)
+                outs = outs + (y,)
+            out = outs
+        return out
+
+    if jit:
+        import mindspore as ms
+
+        construct = ms.jit(construct)
+    found = _CLASSES[key] = type(cls.__name__, (cls,), {"construct": construct, "__module__": cls.__module__,
+                                                         "__qualname__": cls.__qualname__, _TAPPED: cls})
+    return found
+
+
+def _grad_tap(tap, slot: int):
+    """The function of an InsertGradientOf: taps the gradient, returns it unchanged."""
+    code = Tensor(slot, mstype.int32)
+
+    def tap_gradient(grad):
+        return ops.depend(grad, tap(ops.stop_gradient(grad), code))
+    return tap_gradient
+
+
+class GraphCells:
+    """The taps of one debugger's cells and what they saw in the current step. `writer` is the StepWriter the
+    entries go to and `recorder` turns values into records (both set by the debugger before a step records)."""
+
+    def __init__(self, config, errors):
+        self.config = config
+        self.errors = errors
+        self.writer = None
+        self.recorder = None
+        self.active = False
+        self.installed: list = []       # (cell, original class)
+        self.skipped: list = []         # paths of cells left untapped, and why
+        self._lock = threading.Lock()
+        self.arrived = 0                # tensors seen while recording, over all steps
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.counts: dict = {}      # (prefix, kind, slot) -> calls seen
+            self.latest: dict = {}      # (prefix, direction) -> index of the latest call
+            self.entries: OrderedDict = OrderedDict()   # name -> {section: {slot: record}}
+            self.parents: dict = {}
+
+    # ------------------------------------------------------------------ install
+    def install(self, models, indexed: bool = False, jit_only: bool = False) -> int:
+        """Tap the sub-cells of the models (all of them, or with `jit_only` the @ms.jit cells and the cells inside
+        them); the number of cells tapped. Cells tapped before (an earlier start()) are left as they are."""
+        from msprobe.mindspore.cells import is_jit_cell
+
+        count = 0
+        for index, model in enumerate(models):
+            lead = f"{index}." if indexed else ""
+            for path, cell, parent in _walk(model, jit_only, is_jit_cell):
+                if getattr(type(cell), _TAPPED, None) is not None:
+                    continue
+                if cell.has_bprop:
+                    self.skipped.append(f"{lead}{path} (custom bprop)")
+                    continue
+                prefix = f"Cell.{lead}{path}.{type(cell).__name__}."
+                parent_prefix = f"Cell.{lead}{parent[0]}.{type(parent[1]).__name__}." if parent else None
+                self._tap(cell, prefix, parent_prefix, jit_only and is_jit_cell(cell))
+                count += 1
+        return count
+
+    def _tap(self, cell, prefix: str, parent_prefix, jit: bool) -> None:
+        taps = {kind: self._host_op(prefix, parent_prefix, kind) for kind in KINDS}
+        original = type(cell)
+        object.__setattr__(cell, "_msprobe_fin", taps["fin"])
+        object.__setattr__(cell, "_msprobe_fout", taps["fout"])
+        object.__setattr__(cell, "_msprobe_gin", tuple(ops.InsertGradientOf(_grad_tap(taps["bout"], i))
+                                                       for i in range(MAX_SLOTS)))
+        object.__setattr__(cell, "_msprobe_gout", tuple(ops.InsertGradientOf(_grad_tap(taps["bin"], i))
+                                                        for i in range(MAX_SLOTS)))
+        cell.__class__ = _tapped_class(original, jit)
+        self.installed.append((cell, original))
+
+    def _host_op(self, prefix: str, parent_prefix, kind: str):
+        def host(values, slot):
+            self.arrive(prefix, parent_prefix, kind, int(slot), values)
+            return slot
+        return ops.Custom(host, out_shape=lambda _values, slot: slot, out_dtype=lambda _values, slot: slot,
+                          func_type="pyfunc")
+
+    def uninstall(self) -> None:
+        """Give the cells back their own classes (a graph compiled with the taps keeps them)."""
+        for cell, original in self.installed:
+            cell.__class__ = original
+            for attr in ("_msprobe_fin", "_msprobe_fout", "_msprobe_gin", "_msprobe_gout"):
+                cell.__dict__.pop(attr, None)
+        self.installed = []
+
+    # ------------------------------------------------------------------ run time (host callbacks)
+    def arrive(self, prefix: str, parent_prefix, kind: str, slot: int, values) -> None:
+        """One tensor from a tap. Never raises: the graph's run must go on."""
+        if not self.active:
+            return
+        direction, section = KINDS[kind]
+        try:
+            with self._lock:
+                key = (prefix, kind, slot)
+                index = self.counts.get(key, 0)
+                self.counts[key] = index + 1
+                latest = (prefix, direction)
+                if self.latest.get(latest, -1) < index:
+                    self.latest[latest] = index
+                name = f"{prefix}{direction}.{index}"
+                entry = self.entries.get(name)
+                if entry is None:
+                    entry = self.entries[name] = {}
+                    parent_index = self.latest.get((parent_prefix, direction)) if parent_prefix else None
+                    self.parents[name] = None if parent_index is None else f"{parent_prefix}{direction}.{parent_index}"
+                else:
+                    self.entries.move_to_end(name)
+                self.arrived += 1
+            config = self.config
+            io = "input" if section in ("input_args", "input") else "output"
+            if not (filters.selected(config, name) and filters.direction_ok(config, direction)
+                    and filters.section_ok(config, io)):
+                return
+            array = np.asarray(values)
+            record = self.recorder.array(array, dtype_name(array.dtype), f"{name}.{io}.{slot}")
+            with self._lock:
+                entry.setdefault(section, {})[slot] = record
+        except Exception as exc:  # noqa: BLE001 - the user's training must go on
+            self.errors.once((type(exc).__name__, "graph tap"), "a graph-mode tap failed at %s (%s); its value is "
+                             "skipped and training continues", prefix, one_line(exc))
+
+    # ------------------------------------------------------------------ end of step
+    def flush(self) -> None:
+        """Wait for the graph's work of the step, then hand the entries to the writer."""
+        _synchronize()
+        with self._lock:
+            entries, self.entries = self.entries, OrderedDict()
+            parents = self.parents
+        writer = self.writer
+        for name, sections in entries.items():
+            if not filters.selected(self.config, name) or not filters.direction_ok(self.config, name.split(".")[-2]):
+                continue
+            if self.config.level != "L1":
+                writer.add_construct(name, parents.get(name))
+            forward = ".forward." in name
+            body: dict = {}
+            for section in (("input_args", "output") if forward else ("input", "output")):
+                slots = sections.get(section)
+                if slots is None:
+                    if filters.section_ok(self.config, "input" if section.startswith("input") else "output"):
+                        body[section] = []
+                    continue
+                body[section] = [slots.get(i) for i in range(max(slots) + 1)]
+                if section == "input_args":
+                    body["input_kwargs"] = {}
+            writer.add(name, body)
+
+
+def _walk(model, jit_only: bool, is_jit_cell):
+    """(path, cell, (parent path, parent cell) or None) of the sub-cells to tap, depth first: all of them, or with
+    `jit_only` the @ms.jit cells and every cell inside one."""
+    seen = {id(model)}
+    todo = [(name, child, None, False) for name, child in reversed(list(model._cells.items())) if child]
+    while todo:
+        path, cell, parent, inside_jit = todo.pop()
+        if id(cell) in seen:
+            continue
+        seen.add(id(cell))
+        jit = inside_jit or is_jit_cell(cell)
+        if not jit_only or jit:
+            yield path, cell, parent
+        children = [(f"{path}.{name}", child, (path, cell), jit) for name, child in cell._cells.items() if child]
+        todo.extend(reversed(children))
+
+
+def _synchronize() -> None:
+    """Wait until the graphs launched so far ran (their taps reported)."""
+    try:
+        from mindspore.common.api import _pynative_executor
+
+        _pynative_executor.sync()
+    except Exception:  # noqa: BLE001 - an older MindSpore: the step's outputs were read already
+        pass
+
+
+def graph_directory(dump_path: str, step: int, rank) -> str:
+    """Where a graph-mode step writes: <dump_path>/step<N>/rank (rank<R> in a distributed job), as the reference."""
+    return os.path.join(dump_path, f"step{step}", "rank" if rank is None else f"rank{rank}")
+
+
+class GraphRoute:
+    """The graph part of one PrecisionDebugger: in GRAPH_MODE every sub-cell of the model is tapped and the step
+    is written to <dump_path>/step<N>/rank; in PyNative the @ms.jit cells of the model (and the cells inside them)
+    are tapped at L0/mix and written to <dump_path>/graph/step<N>/rank, while the PyNative collector writes the
+    rest to <dump_path>/pynative/step<N>/rank<R> (the layout `msprobe compare` pairs half by half)."""
+
+    def __init__(self, debugger):
+        self.debugger = debugger
+        self.cells = GraphCells(debugger.config, debugger.errors)
+        self.graph_mode = False         # the debugger records a GRAPH_MODE network
+        self.split = False              # PyNative with jit cells: graph/ and pynative/ halves
+        self.writer = None              # the graph half's StepWriter (split only)
+        self.started = False
+        self._arrived_at_start = 0
+
+    # ------------------------------------------------------------------ start
+    def check(self, models: list) -> bool:
+        """At start(model): whether this start records a graph (GRAPH_MODE); raises MsprobeError for what the mode
+        cannot do."""
+        import mindspore as ms
+
+        from msprobe.errors import MsprobeError
+
+        if ms.get_context("mode") == ms.PYNATIVE_MODE:
+            return False
+        level = self.debugger.config.level
+        if level != "L0":
+            raise MsprobeError(f"level {level} is not recorded in GRAPH_MODE (the compiled graph hides the API "
+                               "calls): use level L0 (cells), level L2 (kernels), or PyNative mode")
+        if not models:
+            raise MsprobeError("GRAPH_MODE level L0 taps the model's cells before it is compiled: pass the model to "
+                               "PrecisionDebugger(model=...) or start(model)")
+        problem = device_problem(ms.get_context("device_target"))
+        if problem is not None:
+            raise MsprobeError(problem)
+        return True
+
+    def install(self, models: list, indexed: bool) -> bool:
+        """Tap the cells (once); True when the step is the graph's alone (GRAPH_MODE)."""
+        debugger = self.debugger
+        level = debugger.config.level
+        cells = self.cells
+        self.graph_mode = self.check(models)
+        if not self.started:
+            self.started = True
+            if self.graph_mode:
+                compiled = [type(m).__name__ for m in models if getattr(m, "_compile_cache", None)]
+                if compiled:
+                    debugger.errors.once("compiled", "%s ran as a graph before start(model): its compiled graph "
+                                         "has no taps and its cells are not recorded; create the debugger and "
+                                         "call start(model) before the first call of the network",
+                                         ", ".join(compiled))
+                cells.install(models, indexed)
+            elif level in ("L0", "mix") and cells.install(models, indexed, jit_only=True):
+                self.split = True
+                from msprobe.collect.writer import StepWriter
+
+                self.writer = StepWriter(debugger.framework, debugger.config.task, debugger.config.level,
+                                         save=debugger._save, suffix=debugger.suffix, errors=debugger.errors)
+            if cells.skipped:
+                debugger.errors.once("skipped", "cells not recorded in the graph (their backward is a custom "
+                                     "bprop): %s", ", ".join(cells.skipped[:5]))
+        if not (self.graph_mode or self.split):
+            return False
+        from msprobe.mindspore.records import Recorder
+
+        writer = debugger.writer if self.graph_mode else self.writer
+        if self.split:
+            config = debugger.config
+            writer.open(graph_directory(os.path.join(config.dump_path, "graph"), debugger.current_step, None))
+        cells.writer = writer
+        save = writer.save_tensor if debugger.config.task == "tensor" else None
+        cells.recorder = Recorder(debugger.config.summary_mode, save, debugger.errors.failed)
+        self._arrived_at_start = cells.arrived
+        cells.active = True
+        return self.graph_mode
+
+    def directory(self, default: str) -> str:
+        debugger = self.debugger
+        if self.graph_mode:
+            return graph_directory(debugger.config.dump_path, debugger.current_step, debugger._rank())
+        if self.split:
+            return os.path.join(debugger.config.dump_path, "pynative", os.path.relpath(default,
+                                                                                     debugger.config.dump_path))
+        return default
+
+    # ------------------------------------------------------------------ stop
+    def flush(self) -> None:
+        if not (self.graph_mode or self.split) or not self.cells.active:
+            return
+        self.cells.flush()
+        self.cells.active = False
+        if self.split and self.writer is not None:
+            self.writer.close(None)
+
+    def empty_reason(self) -> str | None:
+        """Why a GRAPH_MODE step recorded nothing (never a silent empty dump), or None."""
+        if not self.graph_mode or not self.cells.active:
+            return None
+        _synchronize()
+        if self.cells.arrived > self._arrived_at_start:
+            return None
+        reason = ("no tapped cell ran in this step: the network was compiled before start(model) (create the "
+                  "debugger and call start(model) before its first call), or was not called between start() and "
+                  "stop()")
+        self.debugger.errors.once(("empty graph step",), "GRAPH_MODE: %s", reason)
+        return reason
+
+    def pause(self) -> None:
+        self.cells.active = False
+
+    def reset(self) -> None:
+        self.cells.reset()
+
+
+def device_problem(device: str) -> str | None:
+    """Why cells cannot be tapped in a graph on `device`, or None."""
+    if device == "CPU":
+        return None
+    return (f"GRAPH_MODE level L0/mix taps cells with host callbacks (Custom pyfunc ops), which MindSpore runs on CPU "
+            f"only, not on {device}: dump this network at level L2 (kernel dump), or in PyNative mode "
+            "(mindspore.set_context(mode=mindspore.PYNATIVE_MODE))")
