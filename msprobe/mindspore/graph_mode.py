@@ -5,7 +5,7 @@ MindSpore's compiler parses each cell's `construct`, so no Python hook runs insi
 first called, every sub-cell of the model gets a subclass of its own class (same name) whose construct taps the
 cell's tensors and calls the class's own construct:
 
-* every tensor argument and output goes through `ops.depend(x, tap(ops.stop_gradient(x), slot))`, where `tap` is
+* every tensor argument and output goes through `_depend(x, tap(_stop_gradient(x), slot))`, where `tap` is
   a `Custom(func_type="pyfunc")` op whose Python function receives the values on the host and returns the slot
   number: the depend keeps the tap in the graph, the stop_gradient keeps it out of the backward pass, and the
   tensor the network goes on with is the tensor it had, so training is bit-identical with and without the taps;
@@ -40,16 +40,63 @@ from msprobe.collect.guard import one_line
 from msprobe.mindspore.records import dtype_name
 
 MAX_SLOTS = 32            # the gradient taps of a cell's first 32 tensor arguments and outputs
+SLOT_CODES = 1 << 16      # a forward tap's code: call token * SLOT_CODES + slot (token -1: a new call)
 FLOAT_TYPES = (mstype.float16, mstype.float32, mstype.float64, mstype.bfloat16)
 _TAPPED = "_msprobe_graph_tapped"
 # (direction, section of the entry) of each kind of tap
 KINDS = {"fin": ("forward", "input_args"), "fout": ("forward", "output"),
          "bin": ("backward", "input"), "bout": ("backward", "output")}
 _CLASSES: dict = {}       # (original class, jit) -> its tapped subclass
+# the taps' own ops, bound here: at mix/L1 the names in mindspore.ops are the API wrappers while a graph compiles
+_depend = ops.depend
+_stop_gradient = ops.stop_gradient
+_scalar_to_tensor = ops.scalar_to_tensor
+API_PREFIXES = ("Mint", "MintFunctional", "Functional")   # the functions a graph's parser resolves by name
+API_SLOTS = 4             # the gradient taps of an API call's first 4 tensor arguments and outputs
+
+
+TAP_ATTRS = ("_msprobe_fin", "_msprobe_fout", "_msprobe_gin", "_msprobe_gout")
 
 
 def _float(x) -> bool:
     return x.dtype in FLOAT_TYPES
+
+
+def _tap_inputs(fin, gin, args):
+    """(call token, the arguments tapped): every tensor argument through the forward tap (the first one opens the
+    call: its host function returns the call's index, which the later taps carry), every floating-point one
+    through its gradient tap. Parsed by the graph compiler."""
+    token = _scalar_to_tensor(-1, mstype.int32)
+    tapped = ()
+    for i in range(len(args)):
+        x = args[i]
+        if isinstance(x, Tensor):
+            token = fin(_stop_gradient(x), token * SLOT_CODES + i)
+            x = _depend(x, token)
+            if i < len(gin) and _float(x):
+                x = gin[i](x)
+        tapped = tapped + (x,)
+    return token, tapped
+
+
+def _tap_outputs(fout, gout, token, out):
+    """The outputs tapped (a tensor, or the tensors of a tuple), as _tap_inputs taps the arguments."""
+    if isinstance(out, Tensor):
+        out = _depend(out, fout(_stop_gradient(out), token * SLOT_CODES))
+        if _float(out):
+            out = gout[0](out)
+    elif isinstance(out, tuple):
+        outs = ()
+        for i in range(len(out)):
+            y = out[i]
+            if isinstance(y, Tensor):
+                token = fout(_stop_gradient(y), token * SLOT_CODES + i)
+                y = _depend(y, token)
+                if i < len(gout) and _float(y):
+                    y = gout[i](y)
+            outs = outs + (y,)
+        out = outs
+    return out
 
 
 def _tapped_class(cls, jit: bool):
@@ -61,31 +108,8 @@ def _tapped_class(cls, jit: bool):
     original = cls.construct
 
     def construct(self, *args):
-        tapped = ()
-        for i in range(len(args)):
-            x = args[i]
-            if isinstance(x, Tensor):
-                x = ops.depend(x, self._msprobe_fin(ops.stop_gradient(x), ops.scalar_to_tensor(i, mstype.int32)))
-                if i < MAX_SLOTS and _float(x):
-                    x = self._msprobe_gin[i](x)
-            tapped = tapped + (x,)
-        out = original(self, *tapped)
-        if isinstance(out, Tensor):
-            out = ops.depend(out, self._msprobe_fout(ops.stop_gradient(out), ops.scalar_to_tensor(0, mstype.int32)))
-            if _float(out):
-                out = self._msprobe_gout[0](out)
-        elif isinstance(out, tuple):
-            outs = ()
-            for i in range(len(out)):
-                y = out[i]
-                if isinstance(y, Tensor):
-                    y = ops.depend(y, self._msprobe_fout(ops.stop_gradient(y),
-                                                         ops.scalar_to_tensor(i, mstype.int32)))
-                    if i < MAX_SLOTS and _float(y):
-                        y = self._msprobe_gout[i](y)
-                outs = outs + (y,)
-            out = outs
-        return out
+        token, tapped = _tap_inputs(self._msprobe_fin, self._msprobe_gin, args)
+        return _tap_outputs(self._msprobe_fout, self._msprobe_gout, token, original(self, *tapped))
 
     if jit:
         import mindspore as ms
@@ -96,12 +120,21 @@ def _tapped_class(cls, jit: bool):
     return found
 
 
+def _api_wrapper(original, fin, fout, gin, gout):
+    """An API function whose calls inside a graph are tapped (parsed by the graph compiler in place of the API)."""
+    def wrapper(*args, **kwargs):
+        token, tapped = _tap_inputs(fin, gin, args)
+        return _tap_outputs(fout, gout, token, original(*tapped, **kwargs))
+    wrapper.__name__ = getattr(original, "__name__", "api")
+    return wrapper
+
+
 def _grad_tap(tap, slot: int):
     """The function of an InsertGradientOf: taps the gradient, returns it unchanged."""
     code = Tensor(slot, mstype.int32)
 
     def tap_gradient(grad):
-        return ops.depend(grad, tap(ops.stop_gradient(grad), code))
+        return _depend(grad, tap(_stop_gradient(grad), code))
     return tap_gradient
 
 
@@ -116,6 +149,8 @@ class GraphCells:
         self.recorder = None
         self.active = False
         self.installed: list = []       # (cell, original class)
+        self.patched: list = []         # (owner, attribute, original, wrapper) of the API wrappers in place
+        self.api_wrappers: dict = {}    # (id(owner), attribute) -> wrapper, made once (its taps are in graphs)
         self.skipped: list = []         # paths of cells left untapped, and why
         self._lock = threading.Lock()
         self.arrived = 0                # tensors seen while recording, over all steps
@@ -123,10 +158,11 @@ class GraphCells:
 
     def reset(self) -> None:
         with self._lock:
-            self.counts: dict = {}      # (prefix, kind, slot) -> calls seen
-            self.latest: dict = {}      # (prefix, direction) -> index of the latest call
-            self.entries: OrderedDict = OrderedDict()   # name -> {section: {slot: record}}
-            self.parents: dict = {}
+            self.calls: dict = {}       # prefix -> forward calls opened in this step
+            self.counts: dict = {}      # (prefix, kind, slot) -> backward values seen
+            self.latest: dict = {}      # (prefix, direction) -> index of its latest call
+            self.open: list = []        # forward calls of cells whose outputs have not arrived (mix: API parents)
+            self.entries: OrderedDict = OrderedDict()   # (prefix, direction, index) -> [sections, parent key]
 
     # ------------------------------------------------------------------ install
     def install(self, models, indexed: bool = False, jit_only: bool = False) -> int:
@@ -149,94 +185,163 @@ class GraphCells:
                 count += 1
         return count
 
-    def _tap(self, cell, prefix: str, parent_prefix, jit: bool) -> None:
+    def _taps(self, prefix: str, parent_prefix, slots: int) -> tuple:
+        """(forward input tap, forward output tap, gradient taps of the arguments, of the outputs)."""
         taps = {kind: self._host_op(prefix, parent_prefix, kind) for kind in KINDS}
+        return (taps["fin"], taps["fout"], tuple(ops.InsertGradientOf(_grad_tap(taps["bout"], i)) for i in range(slots)),
+                tuple(ops.InsertGradientOf(_grad_tap(taps["bin"], i)) for i in range(slots)))
+
+    def _tap(self, cell, prefix: str, parent_prefix, jit: bool) -> None:
         original = type(cell)
-        object.__setattr__(cell, "_msprobe_fin", taps["fin"])
-        object.__setattr__(cell, "_msprobe_fout", taps["fout"])
-        object.__setattr__(cell, "_msprobe_gin", tuple(ops.InsertGradientOf(_grad_tap(taps["bout"], i))
-                                                       for i in range(MAX_SLOTS)))
-        object.__setattr__(cell, "_msprobe_gout", tuple(ops.InsertGradientOf(_grad_tap(taps["bin"], i))
-                                                        for i in range(MAX_SLOTS)))
+        for attr, value in zip(TAP_ATTRS, self._taps(prefix, parent_prefix, MAX_SLOTS)):
+            object.__setattr__(cell, attr, value)
         cell.__class__ = _tapped_class(original, jit)
         self.installed.append((cell, original))
 
+    def install_apis(self) -> None:
+        """Put the API wrappers in place of the functions of mindspore.ops, mint and mint.nn.functional (until
+        uninstall_apis: a graph compiled meanwhile keeps its taps)."""
+        from msprobe.mindspore.apis import api_targets
+
+        if self.patched:
+            return
+        for owner, attr, prefix in api_targets():
+            if prefix not in API_PREFIXES:
+                continue
+            original = owner.__dict__.get(attr)
+            if original is None or not callable(original):
+                continue
+            wrapper = self.api_wrappers.get((id(owner), attr))
+            if wrapper is None:
+                taps = self._taps(f"{prefix}.{attr}.", None, API_SLOTS)
+                wrapper = self.api_wrappers[(id(owner), attr)] = _api_wrapper(original, *taps)
+            setattr(owner, attr, wrapper)
+            self.patched.append((owner, attr, original, wrapper))
+
+    def uninstall_apis(self) -> None:
+        for owner, attr, original, wrapper in reversed(self.patched):
+            if owner.__dict__.get(attr) is wrapper:
+                setattr(owner, attr, original)
+        self.patched = []
+
     def _host_op(self, prefix: str, parent_prefix, kind: str):
-        def host(values, slot):
-            self.arrive(prefix, parent_prefix, kind, int(slot), values)
-            return slot
-        return ops.Custom(host, out_shape=lambda _values, slot: slot, out_dtype=lambda _values, slot: slot,
+        def host(values, code):
+            return np.asarray(self.arrive(prefix, parent_prefix, kind, int(code), values), dtype=np.int32)
+        return ops.Custom(host, out_shape=lambda _values, code: code, out_dtype=lambda _values, code: code,
                           func_type="pyfunc")
 
     def uninstall(self) -> None:
         """Give the cells back their own classes (a graph compiled with the taps keeps them)."""
         for cell, original in self.installed:
             cell.__class__ = original
-            for attr in ("_msprobe_fin", "_msprobe_fout", "_msprobe_gin", "_msprobe_gout"):
+            for attr in TAP_ATTRS:
                 cell.__dict__.pop(attr, None)
         self.installed = []
 
     # ------------------------------------------------------------------ run time (host callbacks)
-    def arrive(self, prefix: str, parent_prefix, kind: str, slot: int, values) -> None:
-        """One tensor from a tap. Never raises: the graph's run must go on."""
-        if not self.active:
-            return
+    def arrive(self, prefix: str, parent_prefix, kind: str, code: int, values) -> int:
+        """One tensor from a tap; returns the forward call's token (a gradient tap's code, unchanged). Never
+        raises: the graph's run must go on."""
         direction, section = KINDS[kind]
+        if direction == "backward":
+            token = slot = code
+        elif code < 0:                  # the first tensor of a new call
+            token, slot = None, code + SLOT_CODES
+        else:
+            token, slot = divmod(code, SLOT_CODES)
+        if not self.active:
+            return 0 if token is None else token
         try:
             with self._lock:
-                key = (prefix, kind, slot)
-                index = self.counts.get(key, 0)
-                self.counts[key] = index + 1
+                if direction == "backward":
+                    count = (prefix, kind, slot)
+                    index = self.counts.get(count, 0)
+                    self.counts[count] = index + 1
+                elif token is None:
+                    index = token = self.calls.get(prefix, 0)
+                    self.calls[prefix] = index + 1
+                    if prefix.startswith("Cell."):
+                        self.open.append((prefix, index))
+                else:
+                    index = token
+                if kind == "fout" and (prefix, index) in self.open:
+                    self.open.remove((prefix, index))
                 latest = (prefix, direction)
                 if self.latest.get(latest, -1) < index:
                     self.latest[latest] = index
-                name = f"{prefix}{direction}.{index}"
-                entry = self.entries.get(name)
+                key = (prefix, direction, index)
+                entry = self.entries.get(key)
                 if entry is None:
-                    entry = self.entries[name] = {}
-                    parent_index = self.latest.get((parent_prefix, direction)) if parent_prefix else None
-                    self.parents[name] = None if parent_index is None else f"{parent_prefix}{direction}.{parent_index}"
+                    entry = self.entries[key] = [{}, self._parent(prefix, parent_prefix, direction)]
                 else:
-                    self.entries.move_to_end(name)
+                    self.entries.move_to_end(key)
                 self.arrived += 1
+            name = entry_name(prefix, direction, index)
             config = self.config
             io = "input" if section in ("input_args", "input") else "output"
-            if not (filters.selected(config, name) and filters.direction_ok(config, direction)
-                    and filters.section_ok(config, io)):
-                return
-            array = np.asarray(values)
-            record = self.recorder.array(array, dtype_name(array.dtype), f"{name}.{io}.{slot}")
-            with self._lock:
-                entry.setdefault(section, {})[slot] = record
+            if filters.selected(config, name) and filters.direction_ok(config, direction) and \
+                    filters.section_ok(config, io):
+                array = np.asarray(values)
+                record = self.recorder.array(array, dtype_name(array.dtype), f"{name}.{io}.{slot}")
+                with self._lock:
+                    entry[0].setdefault(section, {})[slot] = record
         except Exception as exc:  # noqa: BLE001 - the user's training must go on
             self.errors.once((type(exc).__name__, "graph tap"), "a graph-mode tap failed at %s (%s); its value is "
                              "skipped and training continues", prefix, one_line(exc))
+        return 0 if token is None else token
+
+    def _parent(self, prefix: str, parent_prefix, direction: str):
+        """The key of the call holding a new call: a cell's, the latest call of the cell holding it; an API's (mix),
+        the innermost cell call still open (forward only)."""
+        if prefix.startswith("Cell."):
+            index = self.latest.get((parent_prefix, direction)) if parent_prefix else None
+            return None if index is None else (parent_prefix, direction, index)
+        if direction == "forward" and self.open:
+            return (*self.open[-1][:1], "forward", self.open[-1][1])
+        return None
 
     # ------------------------------------------------------------------ end of step
     def flush(self) -> None:
-        """Wait for the graph's work of the step, then hand the entries to the writer."""
+        """Wait for the graph's work of the step, then hand the entries to the writer. A backward value is counted
+        as it arrives, and gradients arrive in the reverse order of the calls: backward n is renamed to the
+        backward of forward call n."""
         _synchronize()
         with self._lock:
             entries, self.entries = self.entries, OrderedDict()
-            parents = self.parents
+            calls = dict(self.calls)
+
+        def name(key):
+            if key is None:
+                return None
+            prefix, direction, index = key
+            if direction == "backward" and calls.get(prefix, 0) > index:
+                index = calls[prefix] - 1 - index
+            return entry_name(prefix, direction, index)
+
         writer = self.writer
-        for name, sections in entries.items():
-            if not filters.selected(self.config, name) or not filters.direction_ok(self.config, name.split(".")[-2]):
+        config = self.config
+        for key, (sections, parent) in entries.items():
+            entry = name(key)
+            direction = key[1]
+            if not filters.selected(config, entry) or not filters.direction_ok(config, direction):
                 continue
-            if self.config.level != "L1":
-                writer.add_construct(name, parents.get(name))
-            forward = ".forward." in name
+            if config.level != "L1":
+                writer.add_construct(entry, name(parent))
             body: dict = {}
-            for section in (("input_args", "output") if forward else ("input", "output")):
+            for section in (("input_args", "output") if direction == "forward" else ("input", "output")):
                 slots = sections.get(section)
-                if slots is None:
-                    if filters.section_ok(self.config, "input" if section.startswith("input") else "output"):
-                        body[section] = []
-                    continue
-                body[section] = [slots.get(i) for i in range(max(slots) + 1)]
-                if section == "input_args":
-                    body["input_kwargs"] = {}
-            writer.add(name, body)
+                if filters.section_ok(config, "input" if section.startswith("input") else "output"):
+                    body[section] = [] if not slots else [slots.get(i) for i in range(max(slots) + 1)]
+                    if section == "input_args":
+                        body["input_kwargs"] = {}
+            writer.add(entry, body)
+
+
+def entry_name(prefix: str, direction: str, index: int) -> str:
+    """`Cell.<path>.<Class>.forward.<n>` for a cell, `<Prefix>.<api>.<n>.forward` for an API."""
+    if prefix.startswith("Cell."):
+        return f"{prefix}{direction}.{index}"
+    return f"{prefix}{index}.{direction}"
 
 
 def _walk(model, jit_only: bool, is_jit_cell):
@@ -297,12 +402,12 @@ class GraphRoute:
         if ms.get_context("mode") == ms.PYNATIVE_MODE:
             return False
         level = self.debugger.config.level
-        if level != "L0":
-            raise MsprobeError(f"level {level} is not recorded in GRAPH_MODE (the compiled graph hides the API "
-                               "calls): use level L0 (cells), level L2 (kernels), or PyNative mode")
-        if not models:
-            raise MsprobeError("GRAPH_MODE level L0 taps the model's cells before it is compiled: pass the model to "
-                               "PrecisionDebugger(model=...) or start(model)")
+        if level not in ("L0", "mix", "L1"):
+            raise MsprobeError(f"level {level} is not recorded by the GRAPH_MODE cell and API taps: use level L0, "
+                               "mix or L1")
+        if level != "L1" and not models:
+            raise MsprobeError(f"GRAPH_MODE level {level} taps the model's cells before it is compiled: pass the model "
+                               "to PrecisionDebugger(model=...) or start(model)")
         problem = device_problem(ms.get_context("device_target"))
         if problem is not None:
             raise MsprobeError(problem)
@@ -323,7 +428,8 @@ class GraphRoute:
                                          "has no taps and its cells are not recorded; create the debugger and "
                                          "call start(model) before the first call of the network",
                                          ", ".join(compiled))
-                cells.install(models, indexed)
+                if level != "L1":
+                    cells.install(models, indexed)
             elif level in ("L0", "mix") and cells.install(models, indexed, jit_only=True):
                 self.split = True
                 from msprobe.collect.writer import StepWriter
@@ -341,6 +447,8 @@ class GraphRoute:
         if self.split:
             config = debugger.config
             writer.open(graph_directory(os.path.join(config.dump_path, "graph"), debugger.current_step, None))
+        if self.graph_mode and level in ("mix", "L1"):
+            cells.install_apis()
         cells.writer = writer
         save = writer.save_tensor if debugger.config.task == "tensor" else None
         cells.recorder = Recorder(debugger.config.summary_mode, save, debugger.errors.failed)
@@ -381,6 +489,7 @@ class GraphRoute:
 
     def pause(self) -> None:
         self.cells.active = False
+        self.cells.uninstall_apis()
 
     def reset(self) -> None:
         self.cells.reset()
