@@ -39,10 +39,12 @@ from msprobe.collect import filters
 from msprobe.collect.guard import one_line
 from msprobe.mindspore.records import dtype_name
 
-MAX_SLOTS = 32            # the gradient taps of a cell's first 32 tensor arguments and outputs
-SLOT_CODES = 1 << 16      # a forward tap's code: call token * SLOT_CODES + slot (token -1: a new call)
+SLOT_CODES = 1 << 12      # a tap's code: call token (or callee) * SLOT_CODES + slot
+CELL_SLOTS = (8, 4)       # gradient taps of a cell's first 8 tensor arguments (at most its parameters) and 4 outputs
+API_SLOTS = (0, 0)        # and none of an API call: an InsertGradientOf costs 1.6 ms to make, 900 APIs 6 s
 FLOAT_TYPES = (mstype.float16, mstype.float32, mstype.float64, mstype.bfloat16)
 _TAPPED = "_msprobe_graph_tapped"
+TAP_ATTRS = ("_msprobe_id", "_msprobe_fin", "_msprobe_fout", "_msprobe_gin", "_msprobe_gout")
 # (direction, section of the entry) of each kind of tap
 KINDS = {"fin": ("forward", "input_args"), "fout": ("forward", "output"),
          "bin": ("backward", "input"), "bout": ("backward", "output")}
@@ -52,45 +54,44 @@ _depend = ops.depend
 _stop_gradient = ops.stop_gradient
 _scalar_to_tensor = ops.scalar_to_tensor
 API_PREFIXES = ("Mint", "MintFunctional", "Functional")   # the functions a graph's parser resolves by name
-API_SLOTS = 4             # the gradient taps of an API call's first 4 tensor arguments and outputs
-
-
-TAP_ATTRS = ("_msprobe_fin", "_msprobe_fout", "_msprobe_gin", "_msprobe_gout")
 
 
 def _float(x) -> bool:
     return x.dtype in FLOAT_TYPES
 
 
-def _tap_inputs(fin, gin, args):
-    """(call token, the arguments tapped): every tensor argument through the forward tap (the first one opens the
-    call: its host function returns the call's index, which the later taps carry), every floating-point one
-    through its gradient tap. Parsed by the graph compiler."""
-    token = _scalar_to_tensor(-1, mstype.int32)
+def _tap_inputs(callee, fin, gin, args):
+    """(the code base of the call's later taps, the arguments tapped). Every tensor argument goes through the forward
+    tap: the first one's code names the callee and opens a new call, whose token the host returns and the later
+    taps carry; every floating-point one of the first len(gin) goes through its gradient tap. Parsed by the graph
+    compiler."""
+    base = _scalar_to_tensor(-(callee + 1) * SLOT_CODES, mstype.int64)
     tapped = ()
     for i in range(len(args)):
         x = args[i]
         if isinstance(x, Tensor):
-            token = fin(_stop_gradient(x), token * SLOT_CODES + i)
+            token = fin(_stop_gradient(x), base + i)
+            base = token * SLOT_CODES
             x = _depend(x, token)
             if i < len(gin) and _float(x):
                 x = gin[i](x)
         tapped = tapped + (x,)
-    return token, tapped
+    return base, tapped
 
 
-def _tap_outputs(fout, gout, token, out):
+def _tap_outputs(fout, gout, base, out):
     """The outputs tapped (a tensor, or the tensors of a tuple), as _tap_inputs taps the arguments."""
     if isinstance(out, Tensor):
-        out = _depend(out, fout(_stop_gradient(out), token * SLOT_CODES))
-        if _float(out):
+        out = _depend(out, fout(_stop_gradient(out), base))
+        if len(gout) > 0 and _float(out):
             out = gout[0](out)
     elif isinstance(out, tuple):
         outs = ()
         for i in range(len(out)):
             y = out[i]
             if isinstance(y, Tensor):
-                token = fout(_stop_gradient(y), token * SLOT_CODES + i)
+                token = fout(_stop_gradient(y), base + i)
+                base = token * SLOT_CODES
                 y = _depend(y, token)
                 if i < len(gout) and _float(y):
                     y = gout[i](y)
@@ -108,8 +109,8 @@ def _tapped_class(cls, jit: bool):
     original = cls.construct
 
     def construct(self, *args):
-        token, tapped = _tap_inputs(self._msprobe_fin, self._msprobe_gin, args)
-        return _tap_outputs(self._msprobe_fout, self._msprobe_gout, token, original(self, *tapped))
+        base, tapped = _tap_inputs(self._msprobe_id, self._msprobe_fin, self._msprobe_gin, args)
+        return _tap_outputs(self._msprobe_fout, self._msprobe_gout, base, original(self, *tapped))
 
     if jit:
         import mindspore as ms
@@ -120,27 +121,45 @@ def _tapped_class(cls, jit: bool):
     return found
 
 
-def _api_wrapper(original, fin, fout, gin, gout):
+def _api_wrapper(original, callee: int, fin, fout, gin, gout):
     """An API function whose calls inside a graph are tapped (parsed by the graph compiler in place of the API)."""
     def wrapper(*args, **kwargs):
-        token, tapped = _tap_inputs(fin, gin, args)
-        return _tap_outputs(fout, gout, token, original(*tapped, **kwargs))
+        base, tapped = _tap_inputs(callee, fin, gin, args)
+        return _tap_outputs(fout, gout, base, original(*tapped, **kwargs))
     wrapper.__name__ = getattr(original, "__name__", "api")
     return wrapper
 
 
-def _grad_tap(tap, slot: int):
+def _grad_tap(tap, code: int):
     """The function of an InsertGradientOf: taps the gradient, returns it unchanged."""
-    code = Tensor(slot, mstype.int32)
+    code = Tensor(code, mstype.int64)
 
     def tap_gradient(grad):
         return _depend(grad, tap(_stop_gradient(grad), code))
     return tap_gradient
 
 
+def _positional_count(cell) -> int:
+    """How many positional arguments the cell's construct takes (its gradient taps), at most CELL_SLOTS[0]."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(type(cell).construct).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return CELL_SLOTS[0]
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return CELL_SLOTS[0]
+    return min(CELL_SLOTS[0], sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters))
+
+
 class GraphCells:
-    """The taps of one debugger's cells and what they saw in the current step. `writer` is the StepWriter the
-    entries go to and `recorder` turns values into records (both set by the debugger before a step records)."""
+    """The taps of one debugger's cells and APIs and what they saw in the current step. `writer` is the StepWriter
+    the entries go to and `recorder` turns values into records (both set by the debugger before a step records).
+
+    Four host ops serve every tap: forward input, forward output, gradient of an output (backward input), gradient
+    of an argument (backward output). A tap's code says whose value it is: the first forward tap of a call carries
+    its callee (a cell or an API, by number) and gets the call's token back, which the call's later forward taps
+    carry; a gradient tap carries its callee and slot."""
 
     def __init__(self, config, errors):
         self.config = config
@@ -149,22 +168,46 @@ class GraphCells:
         self.recorder = None
         self.active = False
         self.installed: list = []       # (cell, original class)
-        self.patched: list = []         # (owner, attribute, original, wrapper) of the API wrappers in place
-        self.api_wrappers: dict = {}    # (id(owner), attribute) -> wrapper, made once (its taps are in graphs)
         self.skipped: list = []         # paths of cells left untapped, and why
+        self.callees: list = []         # callee number -> (entry prefix, prefix of the cell holding it or None)
+        self.patched: list = []         # (owner, attribute, original, wrapper) of the API wrappers in place
+        self.made: dict = {}            # (prefix, attribute) -> wrapper, made once (its taps are in graphs)
+        self.taps: dict = {}            # kind -> its host op
         self._lock = threading.Lock()
-        self.arrived = 0                # tensors seen while recording, over all steps
+        self.arrived = 0                # values seen while recording, over all steps
         self.reset()
 
     def reset(self) -> None:
         with self._lock:
-            self.calls: dict = {}       # prefix -> forward calls opened in this step
-            self.counts: dict = {}      # (prefix, kind, slot) -> backward values seen
+            self.tokens: list = []      # call token -> (callee, index), for this step
+            self.calls: dict = {}       # callee -> forward calls opened in this step
+            self.counts: dict = {}      # (callee, kind, slot) -> backward values seen
             self.latest: dict = {}      # (prefix, direction) -> index of its latest call
             self.open: list = []        # forward calls of cells whose outputs have not arrived (mix: API parents)
             self.entries: OrderedDict = OrderedDict()   # (prefix, direction, index) -> [sections, parent key]
 
     # ------------------------------------------------------------------ install
+    def _host_ops(self) -> dict:
+        if not self.taps:
+            for kind in KINDS:
+                self.taps[kind] = ops.Custom(self._host(kind), out_shape=lambda _values, code: code,
+                                             out_dtype=lambda _values, code: code, func_type="pyfunc")
+        return self.taps
+
+    def _host(self, kind: str):
+        def host(values, code):
+            return np.asarray(self.arrive(kind, int(code), values), dtype=np.int64)
+        return host
+
+    def _callee(self, prefix: str, parent_prefix, slots: tuple) -> tuple:
+        """(number, gradient taps of the arguments, gradient taps of the outputs) of a new callee."""
+        taps = self._host_ops()
+        callee = len(self.callees)
+        self.callees.append((prefix, parent_prefix))
+        base = callee * SLOT_CODES
+        return (callee, tuple(ops.InsertGradientOf(_grad_tap(taps["bout"], base + i)) for i in range(slots[0])),
+                tuple(ops.InsertGradientOf(_grad_tap(taps["bin"], base + i)) for i in range(slots[1])))
+
     def install(self, models, indexed: bool = False, jit_only: bool = False) -> int:
         """Tap the sub-cells of the models (all of them, or with `jit_only` the @ms.jit cells and the cells inside
         them); the number of cells tapped. Cells tapped before (an earlier start()) are left as they are."""
@@ -185,36 +228,32 @@ class GraphCells:
                 count += 1
         return count
 
-    def _taps(self, prefix: str, parent_prefix, slots: int) -> tuple:
-        """(forward input tap, forward output tap, gradient taps of the arguments, of the outputs)."""
-        taps = {kind: self._host_op(prefix, parent_prefix, kind) for kind in KINDS}
-        return (taps["fin"], taps["fout"], tuple(ops.InsertGradientOf(_grad_tap(taps["bout"], i)) for i in range(slots)),
-                tuple(ops.InsertGradientOf(_grad_tap(taps["bin"], i)) for i in range(slots)))
-
     def _tap(self, cell, prefix: str, parent_prefix, jit: bool) -> None:
         original = type(cell)
-        for attr, value in zip(TAP_ATTRS, self._taps(prefix, parent_prefix, MAX_SLOTS)):
+        callee, gin, gout = self._callee(prefix, parent_prefix, (_positional_count(cell), CELL_SLOTS[1]))
+        taps = self.taps
+        for attr, value in zip(TAP_ATTRS, (callee, taps["fin"], taps["fout"], gin, gout)):
             object.__setattr__(cell, attr, value)
         cell.__class__ = _tapped_class(original, jit)
         self.installed.append((cell, original))
 
     def install_apis(self) -> None:
-        """Put the API wrappers in place of the functions of mindspore.ops, mint and mint.nn.functional (until
-        uninstall_apis: a graph compiled meanwhile keeps its taps)."""
+        """Put the tapped wrappers in place of the functions of mindspore.ops, mint and mint.nn.functional, until
+        uninstall_apis (a graph compiled meanwhile keeps its taps)."""
         from msprobe.mindspore.apis import api_targets
 
         if self.patched:
             return
         for owner, attr, prefix in api_targets():
-            if prefix not in API_PREFIXES:
-                continue
-            original = owner.__dict__.get(attr)
+            original = owner.__dict__.get(attr) if prefix in API_PREFIXES else None
             if original is None or not callable(original):
                 continue
-            wrapper = self.api_wrappers.get((id(owner), attr))
+            key = (prefix, attr)
+            wrapper = self.made.get(key)
             if wrapper is None:
-                taps = self._taps(f"{prefix}.{attr}.", None, API_SLOTS)
-                wrapper = self.api_wrappers[(id(owner), attr)] = _api_wrapper(original, *taps)
+                callee, gin, gout = self._callee(f"{prefix}.{attr}.", None, API_SLOTS)
+                wrapper = self.made[key] = _api_wrapper(original, callee, self.taps["fin"], self.taps["fout"], gin,
+                                                        gout)
             setattr(owner, attr, wrapper)
             self.patched.append((owner, attr, original, wrapper))
 
@@ -223,12 +262,6 @@ class GraphCells:
             if owner.__dict__.get(attr) is wrapper:
                 setattr(owner, attr, original)
         self.patched = []
-
-    def _host_op(self, prefix: str, parent_prefix, kind: str):
-        def host(values, code):
-            return np.asarray(self.arrive(prefix, parent_prefix, kind, int(code), values), dtype=np.int32)
-        return ops.Custom(host, out_shape=lambda _values, code: code, out_dtype=lambda _values, code: code,
-                          func_type="pyfunc")
 
     def uninstall(self) -> None:
         """Give the cells back their own classes (a graph compiled with the taps keeps them)."""
@@ -239,33 +272,36 @@ class GraphCells:
         self.installed = []
 
     # ------------------------------------------------------------------ run time (host callbacks)
-    def arrive(self, prefix: str, parent_prefix, kind: str, code: int, values) -> int:
-        """One tensor from a tap; returns the forward call's token (a gradient tap's code, unchanged). Never
-        raises: the graph's run must go on."""
+    def arrive(self, kind: str, code: int, values) -> int:
+        """One value from a tap; returns the forward call's token (a gradient tap's code, unchanged). Never raises:
+        the graph's run must go on."""
         direction, section = KINDS[kind]
-        if direction == "backward":
-            token = slot = code
-        elif code < 0:                  # the first tensor of a new call
-            token, slot = None, code + SLOT_CODES
-        else:
-            token, slot = divmod(code, SLOT_CODES)
+        high, slot = divmod(code, SLOT_CODES)
         if not self.active:
-            return 0 if token is None else token
+            return code if direction == "backward" else max(high, 0)
         try:
             with self._lock:
                 if direction == "backward":
-                    count = (prefix, kind, slot)
+                    callee, token = high, code
+                    count = (callee, kind, slot)
                     index = self.counts.get(count, 0)
                     self.counts[count] = index + 1
-                elif token is None:
-                    index = token = self.calls.get(prefix, 0)
-                    self.calls[prefix] = index + 1
-                    if prefix.startswith("Cell."):
-                        self.open.append((prefix, index))
-                else:
-                    index = token
-                if kind == "fout" and (prefix, index) in self.open:
-                    self.open.remove((prefix, index))
+                elif high < 0:                  # the first tensor of a new call
+                    callee = -high - 1
+                    index = self.calls.get(callee, 0)
+                    self.calls[callee] = index + 1
+                    token = len(self.tokens)
+                    self.tokens.append((callee, index))
+                    if self.callees[callee][0].startswith("Cell."):
+                        self.open.append(token)
+                elif high < len(self.tokens):
+                    token = high
+                    callee, index = self.tokens[token]
+                else:                           # a call opened before this step's reset
+                    return high
+                if kind == "fout" and token in self.open:
+                    self.open.remove(token)
+                prefix, parent_prefix = self.callees[callee]
                 latest = (prefix, direction)
                 if self.latest.get(latest, -1) < index:
                     self.latest[latest] = index
@@ -286,9 +322,10 @@ class GraphCells:
                 with self._lock:
                     entry[0].setdefault(section, {})[slot] = record
         except Exception as exc:  # noqa: BLE001 - the user's training must go on
-            self.errors.once((type(exc).__name__, "graph tap"), "a graph-mode tap failed at %s (%s); its value is "
-                             "skipped and training continues", prefix, one_line(exc))
-        return 0 if token is None else token
+            self.errors.once((type(exc).__name__, "graph tap"), "a graph-mode tap failed (%s); its value is "
+                             "skipped and training continues", one_line(exc))
+            return max(high, 0) if direction == "forward" else code
+        return token
 
     def _parent(self, prefix: str, parent_prefix, direction: str):
         """The key of the call holding a new call: a cell's, the latest call of the cell holding it; an API's (mix),
@@ -297,7 +334,8 @@ class GraphCells:
             index = self.latest.get((parent_prefix, direction)) if parent_prefix else None
             return None if index is None else (parent_prefix, direction, index)
         if direction == "forward" and self.open:
-            return (*self.open[-1][:1], "forward", self.open[-1][1])
+            callee, index = self.tokens[self.open[-1]]
+            return (self.callees[callee][0], "forward", index)
         return None
 
     # ------------------------------------------------------------------ end of step
@@ -308,7 +346,7 @@ class GraphCells:
         _synchronize()
         with self._lock:
             entries, self.entries = self.entries, OrderedDict()
-            calls = dict(self.calls)
+            calls = {self.callees[callee][0]: count for callee, count in self.calls.items()}
 
         def name(key):
             if key is None:
