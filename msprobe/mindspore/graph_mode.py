@@ -184,7 +184,8 @@ class GraphCells:
             self.counts: dict = {}      # (callee, kind, slot) -> backward values seen
             self.latest: dict = {}      # (prefix, direction) -> index of its latest call
             self.open: list = []        # forward calls of cells whose outputs have not arrived (mix: API parents)
-            self.entries: OrderedDict = OrderedDict()   # (prefix, direction, index) -> [sections, parent key]
+            # (prefix, direction, index) -> [sections, parent key, selected by scope/list]
+            self.entries: OrderedDict = OrderedDict()
 
     # ------------------------------------------------------------------ install
     def _host_ops(self) -> dict:
@@ -306,17 +307,17 @@ class GraphCells:
                 if self.latest.get(latest, -1) < index:
                     self.latest[latest] = index
                 key = (prefix, direction, index)
+                name = entry_name(prefix, direction, index)
                 entry = self.entries.get(key)
                 if entry is None:
-                    entry = self.entries[key] = [{}, self._parent(prefix, parent_prefix, direction)]
+                    entry = self.entries[key] = [{}, self._parent(prefix, parent_prefix, direction),
+                                                 filters.selected(self.config, name, self._enclosing())]
                 else:
                     self.entries.move_to_end(key)
                 self.arrived += 1
-            name = entry_name(prefix, direction, index)
             config = self.config
             io = "input" if section in ("input_args", "input") else "output"
-            if filters.selected(config, name) and filters.direction_ok(config, direction) and \
-                    filters.section_ok(config, io):
+            if entry[2] and filters.direction_ok(config, direction) and filters.section_ok(config, io):
                 array = np.asarray(values)
                 record = self.recorder.array(array, dtype_name(array.dtype), f"{name}.{io}.{slot}")
                 with self._lock:
@@ -326,6 +327,14 @@ class GraphCells:
                              "skipped and training continues", one_line(exc))
             return max(high, 0) if direction == "forward" else code
         return token
+
+    def _enclosing(self) -> list:
+        """The names of the cell calls open now (`list` at mix selects the APIs called inside a listed cell)."""
+        names = []
+        for token in self.open:
+            callee, index = self.tokens[token]
+            names.append(entry_name(self.callees[callee][0], "forward", index))
+        return names
 
     def _parent(self, prefix: str, parent_prefix, direction: str):
         """The key of the call holding a new call: a cell's, the latest call of the cell holding it; an API's (mix),
@@ -358,10 +367,10 @@ class GraphCells:
 
         writer = self.writer
         config = self.config
-        for key, (sections, parent) in entries.items():
+        for key, (sections, parent, selected) in entries.items():
             entry = name(key)
             direction = key[1]
-            if not filters.selected(config, entry) or not filters.direction_ok(config, direction):
+            if not selected or not filters.direction_ok(config, direction):
                 continue
             if config.level != "L1":
                 writer.add_construct(entry, name(parent))
