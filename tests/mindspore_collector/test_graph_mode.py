@@ -324,3 +324,34 @@ def test_jit_cells_in_pynative_are_dumped_into_the_graph_half(tmp_path, level):
     assert labels[:2] == ["graph/step0/rank", "graph/step1/rank"] and labels[2].startswith("pynative/step0/")
     names = result.column("NPU Name")
     assert "Cell.block.fc1.Dense.forward.0.input.0" in names and "Cell.inp.Dense.forward.0.input.0" in names
+
+
+# ---------------------------------------------------------------------------------------------- the walk-through
+@pytest.mark.slow
+def test_the_walkthrough_runs(tmp_path):
+    """docs/mindspore_walkthrough.md, static-graph part: its script and commands give what the page shows."""
+    import re
+
+    from conftest import run_cli
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "mindspore_walkthrough.md").read_text()
+    (script,) = re.findall(r"```python\n(.*?)```", page, re.S)
+    (tmp_path / "walk.py").write_text(script)        # MindSpore compiles graphs from source files
+
+    def python(*args):
+        done = subprocess.run([sys.executable, "walk.py", *args], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    python()
+    assert sorted(p.name for p in (tmp_path / "target_dump").iterdir()) == ["step0", "step1"]
+    analysis = msprobe.diff_analyze(tmp_path / "target_dump" / "step0", tmp_path / "golden_dump" / "step0")
+    assert analysis.op_name == "Cell.head.Head.forward.0"
+    assert run_cli(["compare", "-tp", tmp_path / "target_dump" / "step0", "-gp", tmp_path / "golden_dump" / "step0",
+                    "-da", "-o", tmp_path / "out"]) == 0
+    (config,) = (tmp_path / "out").glob("next_dump_*.json")
+    python(str(config))
+    result = msprobe.compare(tmp_path / "next_target" / "step0", tmp_path / "next_golden" / "step0")
+    rows = {row["NPU Name"]: row for row in result.pairs[0].rows}
+    assert rows["Functional.matmul.0.forward.output.0"]["NPU Dtype"] == "Float16"
+    assert rows["Cell.head.Head.forward.0.input.0"]["Result"] == "pass"
+    assert rows["Cell.head.Head.forward.0.output.0"]["Result"] == "warning"
