@@ -125,48 +125,54 @@ GRAPH_CASES = (("plain", ["--level", "none"]), ("L0 statistics", ["--level", "L0
                ("mix statistics", ["--level", "mix"]), ("L1 statistics", ["--level", "L1"]),
                ("L0 idle", ["--level", "L0", "--idle"]))
 _COMPILE = re.compile(r"^compile wall ([0-9.]+)s$", re.M)
+_CPU = re.compile(r"^train cpu ([0-9.]+)s$", re.M)
 GRAPH_STEPS = 10
 
 
 def graph_child(python: str, workdir: str, options: list) -> tuple:
-    """(timed-loop wall, compile wall) of one ms_graph_child.py run."""
+    """(timed-loop wall, compile wall, timed-loop CPU time) of one ms_graph_child.py run."""
     out = os.path.join(workdir, "out")
     shutil.rmtree(out, ignore_errors=True)
     args = [python, os.path.join(ROOT, "benchmarks", "ms_graph_child.py"), "--steps", str(GRAPH_STEPS), "--out", out,
             *options]
     env = dict(os.environ, GLOG_v="3", PYTHONWARNINGS="ignore")
     proc = subprocess.run(args, cwd=workdir, capture_output=True, text=True, env=env)
-    wall, compiled = _WALL.search(proc.stdout), _COMPILE.search(proc.stdout)
-    if proc.returncode != 0 or wall is None or compiled is None:
+    wall, compiled, cpu = _WALL.search(proc.stdout), _COMPILE.search(proc.stdout), _CPU.search(proc.stdout)
+    if proc.returncode != 0 or wall is None or compiled is None or cpu is None:
         raise RuntimeError(f"ms_graph_child.py {' '.join(options)} failed (rc {proc.returncode}):\n"
                            f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return float(wall.group(1)), float(compiled.group(1))
+    return float(wall.group(1)), float(compiled.group(1)), float(cpu.group(1))
 
 
 def graph_main(args) -> int:
     walls: dict = {label: [] for label, _ in GRAPH_CASES}
     compiles: dict = {label: [] for label, _ in GRAPH_CASES}
+    cpus: dict = {label: [] for label, _ in GRAPH_CASES}
     with tempfile.TemporaryDirectory(prefix="bench_ms_graph_") as workdir:
         for repeat in range(args.repeats):
             for label, options in GRAPH_CASES:
-                wall, compiled = graph_child(args.python, workdir, options)
+                wall, compiled, cpu = graph_child(args.python, workdir, options)
                 walls[label].append(wall)
                 compiles[label].append(compiled)
-                print(f"  run {repeat + 1}/{args.repeats} {label:<15} {wall:.3f} s (compile {compiled:.3f} s)",
-                      flush=True)
-    plain = min(walls["plain"])
+                cpus[label].append(cpu)
+                print(f"  run {repeat + 1}/{args.repeats} {label:<15} {wall:.3f} s, cpu {cpu:.3f} s (compile "
+                      f"{compiled:.3f} s)", flush=True)
+    plain, plain_cpu = min(walls["plain"]), min(cpus["plain"])
     figures: dict = {"steps": GRAPH_STEPS, "repeats": args.repeats}
     print()
     print(f"GRAPH_MODE MLP (8 x Dense 256/BatchNorm1d/ReLU, batch 64), {GRAPH_STEPS} timed steps; fastest of "
           f"{args.repeats} runs (median in brackets)")
-    print("| case | loop | per step | overhead/step | compile (step 0) |")
-    print("|---|---|---|---|---|")
+    print("| case | loop wall | per step | overhead/step | CPU per step | CPU overhead/step | compile (step 0) |")
+    print("|---|---|---|---|---|---|---|")
     for label, _ in GRAPH_CASES:
         fastest, median = min(walls[label]), statistics.median(walls[label])
+        cpu = min(cpus[label])
         figures[label] = {"loop_s": fastest, "loop_median_s": median, "compile_s": min(compiles[label]),
-                          "overhead_per_step_s": (fastest - plain) / GRAPH_STEPS}
+                          "overhead_per_step_s": (fastest - plain) / GRAPH_STEPS, "cpu_s": cpu,
+                          "cpu_overhead_per_step_s": (cpu - plain_cpu) / GRAPH_STEPS}
         print(f"| {label} | {fastest:.3f} s ({median:.3f}) | {fastest / GRAPH_STEPS * 1e3:.1f} ms | "
-              f"{(fastest - plain) / GRAPH_STEPS * 1e3:+.1f} ms | {min(compiles[label]):.2f} s |")
+              f"{(fastest - plain) / GRAPH_STEPS * 1e3:+.1f} ms | {cpu / GRAPH_STEPS * 1e3:.1f} ms | "
+              f"{(cpu - plain_cpu) / GRAPH_STEPS * 1e3:+.1f} ms | {min(compiles[label]):.2f} s |")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(figures, handle, indent=2)

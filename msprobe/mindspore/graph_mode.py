@@ -311,7 +311,8 @@ class GraphCells:
                 entry = self.entries.get(key)
                 if entry is None:
                     entry = self.entries[key] = [{}, self._parent(prefix, parent_prefix, direction),
-                                                 filters.selected(self.config, name, self._enclosing())]
+                                                 filters.selected(self.config, name, self._enclosing()),
+                                                 token if direction == "forward" else None]
                 else:
                     self.entries.move_to_end(key)
                 self.arrived += 1
@@ -349,31 +350,50 @@ class GraphCells:
 
     # ------------------------------------------------------------------ end of step
     def flush(self) -> None:
-        """Wait for the graph's work of the step, then hand the entries to the writer. A backward value is counted
-        as it arrives, and gradients arrive in the reverse order of the calls: backward n is renamed to the
-        backward of forward call n."""
+        """Wait for the graph's work of the step, then hand the entries to the writer in the order PyNative writes
+        them: the forward calls in the order they opened, each cell after the calls inside it, then the backward
+        calls in the reverse order (the taps of independent ops run in any order the graph allows). A backward value
+        is counted as it arrives, and gradients arrive in the reverse order of the calls: backward n is renamed to
+        the backward of forward call n."""
         _synchronize()
         with self._lock:
             entries, self.entries = self.entries, OrderedDict()
             calls = {self.callees[callee][0]: count for callee, count in self.calls.items()}
 
-        def name(key):
-            if key is None:
-                return None
+        def renamed(key):
             prefix, direction, index = key
             if direction == "backward" and calls.get(prefix, 0) > index:
                 index = calls[prefix] - 1 - index
-            return entry_name(prefix, direction, index)
+            return prefix, direction, index
 
+        final = {renamed(key): (sections, renamed(parent) if parent else None, selected, token)
+                 for key, (sections, parent, selected, token) in entries.items()}
+        opened = {key: found[3] for key, found in final.items() if key[1] == "forward"}
+        children: dict = {}
+        for key, found in final.items():
+            children.setdefault(found[1] if found[1] in final else None, []).append(key)
+
+        def rank(key):
+            return opened.get((key[0], "forward", key[2]), -1)
+
+        def post_order(keys, reverse):
+            for key in sorted(keys, key=rank, reverse=reverse):
+                yield from post_order(children.get(key, ()), reverse)
+                yield key
+
+        roots = children.get(None, [])
+        sequence = [*post_order([k for k in roots if k[1] == "forward"], False),
+                    *post_order([k for k in roots if k[1] == "backward"], True)]
         writer = self.writer
         config = self.config
-        for key, (sections, parent, selected) in entries.items():
-            entry = name(key)
+        for key in sequence:
+            sections, parent, selected, _token = final[key]
             direction = key[1]
             if not selected or not filters.direction_ok(config, direction):
                 continue
+            entry = entry_name(*key)
             if config.level != "L1":
-                writer.add_construct(entry, name(parent))
+                writer.add_construct(entry, entry_name(*parent) if parent else None)
             body: dict = {}
             for section in (("input_args", "output") if direction == "forward" else ("input", "output")):
                 slots = sections.get(section)

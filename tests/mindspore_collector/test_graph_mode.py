@@ -355,3 +355,73 @@ def test_the_walkthrough_runs(tmp_path):
     assert rows["Functional.matmul.0.forward.output.0"]["NPU Dtype"] == "Float16"
     assert rows["Cell.head.Head.forward.0.input.0"]["Result"] == "pass"
     assert rows["Cell.head.Head.forward.0.output.0"]["Result"] == "warning"
+
+
+# ---------------------------------------------------------------------------------------------- dtypes, call order
+class _Cast(nn.Cell):
+    def construct(self, x):
+        return x.astype(ms.bfloat16) * 2
+
+
+class _Back(nn.Cell):
+    def construct(self, x):
+        return x.astype(ms.float32)
+
+
+class _Mixed(nn.Cell):
+    """Integer ids, a bfloat16 section and a cell called twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.cast = _Cast()
+        self.back = _Back()
+        self.act = nn.Tanh()
+        self.fc = nn.Dense(4, 1)
+
+    def construct(self, ids):
+        return self.fc(self.act(self.act(self.back(self.cast(self.emb(ids)))))).sum()
+
+
+@pytest.mark.slow
+def test_integers_bfloat16_and_a_cell_called_twice(tmp_path):
+    ids = Tensor(np.array([[1, 2], [3, 4]], np.int32))
+
+    def run(root):
+        with graph_mode_on():
+            ms.set_seed(0)
+            net = _Mixed()
+            debugger = PrecisionDebugger(dump_path=str(root), level="L0", task="tensor") if root else None
+            grad_fn = ms.value_and_grad(net, None, net.trainable_params())
+            if debugger:
+                debugger.start(net)
+            loss, grads = grad_fn(ids)
+            if debugger:
+                debugger.stop()
+            return loss.asnumpy(), [g.asnumpy() for g in grads]
+
+    plain = run(None)
+    got = run(tmp_path)
+    assert np.array_equal(plain[0], got[0]) and all(np.array_equal(a, b) for a, b in zip(plain[1], got[1]))
+    dump = load(tmp_path)["data"]
+    assert list(dump) == [
+        "Cell.emb.Embedding.forward.0", "Cell.cast._Cast.forward.0", "Cell.back._Back.forward.0",
+        "Cell.act.Tanh.forward.0", "Cell.act.Tanh.forward.1", "Cell.fc.Dense.forward.0", "Cell.fc.Dense.backward.0",
+        "Cell.act.Tanh.backward.1", "Cell.act.Tanh.backward.0", "Cell.back._Back.backward.0",
+        "Cell.cast._Cast.backward.0", "Cell.emb.Embedding.backward.0"]
+    assert [r["dtype"] for r in dump["Cell.emb.Embedding.forward.0"]["input_args"]] == ["Int32"]
+    assert dump["Cell.cast._Cast.forward.0"]["output"][0]["dtype"] == "BFloat16"
+    files = tmp_path / "step0" / "rank" / "dump_tensor_data"
+
+    def tensor(name, section, slot=0):
+        return np.load(files / dump[name][section][slot]["data_name"])
+
+    np.testing.assert_array_equal(tensor("Cell.emb.Embedding.forward.0", "input_args"), ids.asnumpy())
+    # call 1 takes call 0's output; the gradient at call 1's input is the one at call 0's output
+    np.testing.assert_array_equal(tensor("Cell.act.Tanh.forward.1", "input_args"),
+                                  tensor("Cell.act.Tanh.forward.0", "output"))
+    np.testing.assert_array_equal(tensor("Cell.act.Tanh.backward.0", "input"),
+                                  tensor("Cell.act.Tanh.backward.1", "output"))
+    y0 = tensor("Cell.act.Tanh.forward.0", "output")
+    np.testing.assert_allclose(tensor("Cell.act.Tanh.backward.0", "output"),
+                               tensor("Cell.act.Tanh.backward.0", "input") * (1 - y0 ** 2), rtol=1e-5, atol=1e-7)
