@@ -60,43 +60,35 @@ def _float(x) -> bool:
     return x.dtype in FLOAT_TYPES
 
 
-def _tap_inputs(callee, fin, gin, args):
-    """(the code base of the call's later taps, the arguments tapped). Every tensor argument goes through the forward
-    tap: the first one's code names the callee and opens a new call, whose token the host returns and the later
-    taps carry; every floating-point one of the first len(gin) goes through its gradient tap. Parsed by the graph
+def _tap_sequence(tap, grads, base, values):
+    """(the code base of the call's later taps, the values tapped). Every tensor goes through the forward tap: the
+    call's first tap carries the callee in a negative base and gets the new call's token back, which the later taps
+    carry; each floating-point one of the first len(grads) also goes through its gradient tap. Parsed by the graph
     compiler."""
-    base = _scalar_to_tensor(-(callee + 1) * SLOT_CODES, mstype.int64)
     tapped = ()
-    for i in range(len(args)):
-        x = args[i]
+    for i in range(len(values)):
+        x = values[i]
         if isinstance(x, Tensor):
-            token = fin(_stop_gradient(x), base + i)
+            token = tap(_stop_gradient(x), base + i)
             base = token * SLOT_CODES
             x = _depend(x, token)
-            if i < len(gin) and _float(x):
-                x = gin[i](x)
+            if i < len(grads) and _float(x):
+                x = grads[i](x)
         tapped = tapped + (x,)
     return base, tapped
 
 
+def _tap_inputs(callee, fin, gin, args):
+    """(the code base of the call's output taps, the arguments tapped)."""
+    return _tap_sequence(fin, gin, _scalar_to_tensor(-(callee + 1) * SLOT_CODES, mstype.int64), args)
+
+
 def _tap_outputs(fout, gout, base, out):
-    """The outputs tapped (a tensor, or the tensors of a tuple), as _tap_inputs taps the arguments."""
+    """The outputs tapped: a tensor, or the tensors of a tuple."""
     if isinstance(out, Tensor):
-        out = _depend(out, fout(_stop_gradient(out), base))
-        if len(gout) > 0 and _float(out):
-            out = gout[0](out)
-    elif isinstance(out, tuple):
-        outs = ()
-        for i in range(len(out)):
-            y = out[i]
-            if isinstance(y, Tensor):
-                token = fout(_stop_gradient(y), base + i)
-                base = token * SLOT_CODES
-                y = _depend(y, token)
-                if i < len(gout) and _float(y):
-                    y = gout[i](y)
-            outs = outs + (y,)
-        out = outs
+        return _tap_sequence(fout, gout, base, (out,))[1][0]
+    if isinstance(out, tuple):
+        return _tap_sequence(fout, gout, base, out)[1]
     return out
 
 
