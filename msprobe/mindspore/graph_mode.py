@@ -100,9 +100,9 @@ def _tapped_class(cls, jit: bool):
         return found
     original = cls.construct
 
-    def construct(self, *args):
+    def construct(self, *args, **kwargs):
         base, tapped = _tap_inputs(self._msprobe_id, self._msprobe_fin, self._msprobe_gin, args)
-        return _tap_outputs(self._msprobe_fout, self._msprobe_gout, base, original(self, *tapped))
+        return _tap_outputs(self._msprobe_fout, self._msprobe_gout, base, original(self, *tapped, **kwargs))
 
     if jit:
         import mindspore as ms

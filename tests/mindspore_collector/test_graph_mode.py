@@ -425,3 +425,41 @@ def test_integers_bfloat16_and_a_cell_called_twice(tmp_path):
     y0 = tensor("Cell.act.Tanh.forward.0", "output")
     np.testing.assert_allclose(tensor("Cell.act.Tanh.backward.0", "output"),
                                tensor("Cell.act.Tanh.backward.0", "input") * (1 - y0 ** 2), rtol=1e-5, atol=1e-7)
+
+
+class _Two(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(4, 4)
+
+    def construct(self, x, scale=1.0):
+        y = self.fc(x)
+        return y * scale, y.sum(), 3
+
+
+class _TupleNet(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.two = _Two()
+
+    def construct(self, x):
+        a, b, c = self.two(x, scale=2.0)          # a keyword argument goes through the tapped construct
+        return a.sum() + b * c
+
+
+@pytest.mark.slow
+def test_tuple_outputs_and_keyword_arguments(tmp_path):
+    with graph_mode_on():
+        ms.set_seed(0)
+        net = _TupleNet()
+        debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
+        grad_fn = ms.value_and_grad(net, None, net.trainable_params())
+        debugger.start(net)
+        loss, _ = grad_fn(Tensor(np.ones((2, 4), np.float32)))
+        debugger.stop()
+    data = load(tmp_path)["data"]
+    two = data["Cell.two._Two.forward.0"]
+    assert [r["shape"] for r in two["input_args"]] == [[2, 4]]        # the keyword and the int are not tensors
+    assert [r["shape"] for r in two["output"]] == [[2, 4], []]
+    assert two["output"][1]["Max"] == pytest.approx(float(loss.asnumpy()) / 5, rel=1e-6)   # 2 y.sum() + 3 y.sum()
+    assert [r["shape"] for r in data["Cell.two._Two.backward.0"]["input"]] == [[2, 4], []]
