@@ -119,6 +119,7 @@ def _api_wrapper(original, callee: int, fin, fout, gin, gout):
         base, tapped = _tap_inputs(callee, fin, gin, args)
         return _tap_outputs(fout, gout, base, original(*tapped, **kwargs))
     wrapper.__name__ = getattr(original, "__name__", "api")
+    wrapper.__msprobe_original__ = original
     return wrapper
 
 
@@ -144,6 +145,42 @@ def _positional_count(cell) -> int:
     return min(CELL_SLOTS[0], sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters))
 
 
+def _idle(kind: str, code: int) -> int:
+    """What a tap returns when nothing records: a gradient tap its code, a forward tap a call token."""
+    return code if KINDS[kind][0] == "backward" else max(code // SLOT_CODES, 0)
+
+
+class _Registry:
+    """What compiled graphs hold on to for the life of the process: the four host ops, the callee table (callee
+    number -> entry prefix, prefix of the cell holding it) and the API wrappers. The host ops hand each value to the
+    GraphCells recording now (`sink`), so that a debugger made again (a notebook cell run twice) records through the
+    taps an earlier one compiled into the graph."""
+
+    def __init__(self):
+        self.ops: dict = {}
+        self.callees: list = []
+        self.made: dict = {}            # (prefix, attribute) -> API wrapper
+        self.sink = None
+
+    def host_ops(self) -> dict:
+        if not self.ops:
+            for kind in KINDS:
+                self.ops[kind] = ops.Custom(self._host(kind), out_shape=lambda _values, code: code,
+                                            out_dtype=lambda _values, code: code, func_type="pyfunc")
+        return self.ops
+
+    def _host(self, kind: str):
+        def host(values, code):
+            sink = self.sink
+            code = int(code)
+            token = _idle(kind, code) if sink is None else sink.arrive(kind, code, values)
+            return np.asarray(token, dtype=np.int64)
+        return host
+
+
+_REGISTRY = _Registry()
+
+
 class GraphCells:
     """The taps of one debugger's cells and APIs and what they saw in the current step. `writer` is the StepWriter
     the entries go to and `recorder` turns values into records (both set by the debugger before a step records).
@@ -158,13 +195,10 @@ class GraphCells:
         self.errors = errors
         self.writer = None
         self.recorder = None
-        self.active = False
         self.installed: list = []       # (cell, original class)
         self.skipped: list = []         # paths of cells left untapped, and why
-        self.callees: list = []         # callee number -> (entry prefix, prefix of the cell holding it or None)
+        self.callees = _REGISTRY.callees
         self.patched: list = []         # (owner, attribute, original, wrapper) of the API wrappers in place
-        self.made: dict = {}            # (prefix, attribute) -> wrapper, made once (its taps are in graphs)
-        self.taps: dict = {}            # kind -> its host op
         self._lock = threading.Lock()
         self.arrived = 0                # values seen while recording, over all steps
         self.reset()
@@ -179,22 +213,22 @@ class GraphCells:
             # (prefix, direction, index) -> [sections, parent key, selected by scope/list]
             self.entries: OrderedDict = OrderedDict()
 
+    @property
+    def active(self) -> bool:
+        """The taps report to this GraphCells (it records a step)."""
+        return _REGISTRY.sink is self
+
+    @active.setter
+    def active(self, on: bool) -> None:
+        if on:
+            _REGISTRY.sink = self
+        elif _REGISTRY.sink is self:
+            _REGISTRY.sink = None
+
     # ------------------------------------------------------------------ install
-    def _host_ops(self) -> dict:
-        if not self.taps:
-            for kind in KINDS:
-                self.taps[kind] = ops.Custom(self._host(kind), out_shape=lambda _values, code: code,
-                                             out_dtype=lambda _values, code: code, func_type="pyfunc")
-        return self.taps
-
-    def _host(self, kind: str):
-        def host(values, code):
-            return np.asarray(self.arrive(kind, int(code), values), dtype=np.int64)
-        return host
-
     def _callee(self, prefix: str, parent_prefix, slots: tuple) -> tuple:
         """(number, gradient taps of the arguments, gradient taps of the outputs) of a new callee."""
-        taps = self._host_ops()
+        taps = _REGISTRY.host_ops()
         callee = len(self.callees)
         self.callees.append((prefix, parent_prefix))
         base = callee * SLOT_CODES
@@ -203,28 +237,32 @@ class GraphCells:
 
     def install(self, models, indexed: bool = False, jit_only: bool = False) -> int:
         """Tap the sub-cells of the models (all of them, or with `jit_only` the @ms.jit cells and the cells inside
-        them); the number of cells tapped. Cells tapped before (an earlier start()) are left as they are."""
+        them); the number of cells tapped. A cell tapped before (an earlier start(), an earlier debugger) keeps its
+        taps, named as this model names it."""
         from msprobe.mindspore.cells import is_jit_cell
 
         count = 0
         for index, model in enumerate(models):
             lead = f"{index}." if indexed else ""
             for path, cell, parent in _walk(model, jit_only, is_jit_cell):
-                if getattr(type(cell), _TAPPED, None) is not None:
-                    continue
                 if cell.has_bprop:
                     self.skipped.append(f"{lead}{path} (custom bprop)")
                     continue
-                prefix = f"Cell.{lead}{path}.{type(cell).__name__}."
-                parent_prefix = f"Cell.{lead}{parent[0]}.{type(parent[1]).__name__}." if parent else None
-                self._tap(cell, prefix, parent_prefix, jit_only and is_jit_cell(cell))
+                own = getattr(type(cell), _TAPPED, None) or type(cell)
+                prefix = f"Cell.{lead}{path}.{own.__name__}."
+                parent_class = getattr(type(parent[1]), _TAPPED, None) or type(parent[1]) if parent else None
+                parent_prefix = f"Cell.{lead}{parent[0]}.{parent_class.__name__}." if parent else None
+                if own is type(cell):
+                    self._tap(cell, prefix, parent_prefix, jit_only and is_jit_cell(cell))
+                else:
+                    _REGISTRY.callees[cell.__dict__["_msprobe_id"]] = (prefix, parent_prefix)
                 count += 1
         return count
 
     def _tap(self, cell, prefix: str, parent_prefix, jit: bool) -> None:
         original = type(cell)
         callee, gin, gout = self._callee(prefix, parent_prefix, (_positional_count(cell), CELL_SLOTS[1]))
-        taps = self.taps
+        taps = _REGISTRY.ops
         for attr, value in zip(TAP_ATTRS, (callee, taps["fin"], taps["fout"], gin, gout)):
             object.__setattr__(cell, attr, value)
         cell.__class__ = _tapped_class(original, jit)
@@ -242,11 +280,11 @@ class GraphCells:
             if original is None or not callable(original):
                 continue
             key = (prefix, attr)
-            wrapper = self.made.get(key)
-            if wrapper is None:
+            wrapper = _REGISTRY.made.get(key)
+            if wrapper is None or wrapper.__msprobe_original__ is not original:
                 callee, gin, gout = self._callee(f"{prefix}.{attr}.", None, API_SLOTS)
-                wrapper = self.made[key] = _api_wrapper(original, callee, self.taps["fin"], self.taps["fout"], gin,
-                                                        gout)
+                wrapper = _REGISTRY.made[key] = _api_wrapper(original, callee, _REGISTRY.ops["fin"],
+                                                             _REGISTRY.ops["fout"], gin, gout)
             setattr(owner, attr, wrapper)
             self.patched.append((owner, attr, original, wrapper))
 
@@ -271,7 +309,7 @@ class GraphCells:
         direction, section = KINDS[kind]
         high, slot = divmod(code, SLOT_CODES)
         if not self.active:
-            return code if direction == "backward" else max(high, 0)
+            return _idle(kind, code)
         try:
             with self._lock:
                 if direction == "backward":

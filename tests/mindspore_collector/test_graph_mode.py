@@ -248,6 +248,26 @@ def test_a_debugger_started_after_compilation_says_so(tmp_path, caplog):
     assert "before the first call of the network" in caplog.text
 
 
+def test_a_second_debugger_records_through_the_taps_of_the_first(tmp_path):
+    """A notebook cell run again: the graph compiled with the first debugger's taps reports to the new one."""
+    with graph_mode_on():
+        ms.set_seed(0)
+        net = Net()
+        x, _ = data()
+        first = PrecisionDebugger(dump_path=str(tmp_path / "first"), level="L0")
+        first.start(net)
+        expected = net(x).asnumpy()
+        first.stop()
+        second = PrecisionDebugger(dump_path=str(tmp_path / "second"), level="L0")
+        second.start(net)
+        got = net(x).asnumpy()
+        second.stop()
+    assert np.array_equal(expected, got)
+    assert list(load(tmp_path / "second")["data"]) == list(load(tmp_path / "first")["data"]) == [
+        "Cell.conv.Conv2d.forward.0", "Cell.bn.BatchNorm2d.forward.0", "Cell.head.dense.Dense.forward.0",
+        "Cell.head.Head.forward.0"]
+
+
 def test_what_graph_mode_cannot_do_is_one_clear_error(tmp_path):
     with graph_mode_on():
         debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
