@@ -496,12 +496,9 @@ class GraphRoute:
 
         from msprobe.errors import MsprobeError
 
-        if ms.get_context("mode") == ms.PYNATIVE_MODE:
-            return False
         level = self.debugger.config.level
-        if level not in ("L0", "mix", "L1"):
-            raise MsprobeError(f"level {level} is not recorded by the GRAPH_MODE cell and API taps: use level L0, "
-                               "mix or L1")
+        if ms.get_context("mode") == ms.PYNATIVE_MODE or level not in ("L0", "mix", "L1"):
+            return False                # PyNative, or the kernel dump (L2), which is not this route's
         if level != "L1" and not models:
             raise MsprobeError(f"GRAPH_MODE level {level} taps the model's cells before it is compiled: pass the model "
                                "to PrecisionDebugger(model=...) or start(model)")
