@@ -12,7 +12,7 @@ import numpy as np
 from mindspore import nn
 
 from msprobe.collect.config import PYTORCH, load_config
-from msprobe.collect.debugger import DebuggerBase
+from msprobe.collect.debugger import DebuggerBase, _InstanceOrClass
 from msprobe.errors import MsprobeError
 from msprobe.mindspore.cells import CellHooks
 from msprobe.mindspore.collector import Collector
@@ -63,6 +63,12 @@ class PrecisionDebugger(DebuggerBase):
         col.cells = self.cells
         col.suspendables = (self.cells, self.primitives)
         self.graph = GraphRoute(self)           # GRAPH_MODE cells and @ms.jit cells (graph_mode.py)
+
+    @_InstanceOrClass
+    def start(self, model=None) -> None:
+        # GRAPH_MODE: the network compiles at its first call, recorded step or not, so the first start() taps it
+        self._quietly("start", lambda: self.graph.prepare(model))
+        DebuggerBase.__dict__["start"].method(self, model)
 
     def _models(self, model) -> list:
         models = super()._models(model)

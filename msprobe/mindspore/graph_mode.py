@@ -507,6 +507,21 @@ class GraphRoute:
             raise MsprobeError(problem)
         return True
 
+    def prepare(self, model) -> None:
+        """At every start(), before it asks whether the step is recorded: a GRAPH_MODE network compiles at its
+        first call, recorded or not, so the first start() taps it (and at mix/L1 puts the API wrappers in place
+        until step(): the graph compiles during this step)."""
+        import mindspore as ms
+
+        debugger = self.debugger
+        if self.started or ms.get_context("mode") == ms.PYNATIVE_MODE:
+            return
+        models = debugger._models(model if model is not None else debugger.model)
+        if self.check(models):
+            self._first(models, debugger.cells.indexed)
+            if debugger.config.level in ("mix", "L1"):
+                self.cells.install_apis()
+
     def install(self, models: list, indexed: bool) -> bool:
         """Tap the cells (once); True when the step is the graph's alone (GRAPH_MODE)."""
         debugger = self.debugger
@@ -514,25 +529,7 @@ class GraphRoute:
         cells = self.cells
         self.graph_mode = self.check(models)
         if not self.started:
-            self.started = True
-            if self.graph_mode:
-                compiled = [type(m).__name__ for m in models if getattr(m, "_compile_cache", None)]
-                if compiled:
-                    debugger.errors.once("compiled", "%s ran as a graph before start(model): its compiled graph "
-                                         "has no taps and its cells are not recorded; create the debugger and "
-                                         "call start(model) before the first call of the network",
-                                         ", ".join(compiled))
-                if level != "L1":
-                    cells.install(models, indexed)
-            elif level in ("L0", "mix") and cells.install(models, indexed, jit_only=True):
-                self.split = True
-                from msprobe.collect.writer import StepWriter
-
-                self.writer = StepWriter(debugger.framework, debugger.config.task, debugger.config.level,
-                                         save=debugger._save, suffix=debugger.suffix, errors=debugger.errors)
-            if cells.skipped:
-                debugger.errors.once("skipped", "cells not recorded in the graph (their backward is a custom "
-                                     "bprop): %s", ", ".join(cells.skipped[:5]))
+            self._first(models, indexed)
         if not (self.graph_mode or self.split):
             return False
         from msprobe.mindspore.records import Recorder
@@ -549,6 +546,34 @@ class GraphRoute:
         self._arrived_at_start = cells.arrived
         cells.active = True
         return self.graph_mode
+
+    def _first(self, models: list, indexed: bool) -> None:
+        """The taps, once: every sub-cell in GRAPH_MODE (not at L1), the jit cells in PyNative at L0/mix."""
+        import mindspore as ms
+
+        debugger = self.debugger
+        level = debugger.config.level
+        cells = self.cells
+        self.started = True
+        self.graph_mode = ms.get_context("mode") != ms.PYNATIVE_MODE
+        if self.graph_mode:
+            compiled = [type(m).__name__ for m in models if getattr(m, "_compile_cache", None)]
+            if compiled:
+                debugger.errors.once("compiled", "%s ran as a graph before start(model): its compiled graph "
+                                     "has no taps and its cells are not recorded; create the debugger and "
+                                     "call start(model) before the first call of the network",
+                                     ", ".join(compiled))
+            if level != "L1":
+                cells.install(models, indexed)
+        elif level in ("L0", "mix") and cells.install(models, indexed, jit_only=True):
+            self.split = True
+            from msprobe.collect.writer import StepWriter
+
+            self.writer = StepWriter(debugger.framework, debugger.config.task, debugger.config.level,
+                                     save=debugger._save, suffix=debugger.suffix, errors=debugger.errors)
+        if cells.skipped:
+            debugger.errors.once("skipped", "cells not recorded in the graph (their backward is a custom "
+                                 "bprop): %s", ", ".join(cells.skipped[:5]))
 
     def directory(self, default: str) -> str:
         debugger = self.debugger
@@ -586,7 +611,10 @@ class GraphRoute:
         self.cells.uninstall_apis()
 
     def reset(self) -> None:
+        """A new step: the graph of the first one compiled, the API wrappers put in place for it go."""
         self.cells.reset()
+        if not self.cells.active:
+            self.cells.uninstall_apis()
 
 
 def device_problem(device: str) -> str | None:

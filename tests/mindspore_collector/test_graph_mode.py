@@ -268,6 +268,25 @@ def test_a_second_debugger_records_through_the_taps_of_the_first(tmp_path):
         "Cell.head.Head.forward.0"]
 
 
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_a_later_step_is_recorded_though_the_graph_compiled_in_step_0(tmp_path, level):
+    relu = ops.relu
+    with graph_mode_on():
+        ms.set_seed(0)
+        net = Net()
+        x, _ = data()
+        debugger = PrecisionDebugger(dump_path=str(tmp_path), level=level, step=[1])
+        for _ in range(2):
+            debugger.start(net)          # step 0 is not recorded, but compiles the graph: the taps go in first
+            net(x)
+            debugger.stop()
+            debugger.step()
+    assert ops.relu is relu
+    assert [p.name for p in tmp_path.iterdir()] == ["step1"]
+    data_ = load(tmp_path, 1)["data"]
+    assert "Cell.head.Head.forward.0" in data_ and ("Functional.relu.0.forward" in data_) == (level == "mix")
+
+
 def test_what_graph_mode_cannot_do_is_one_clear_error(tmp_path):
     with graph_mode_on():
         debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
