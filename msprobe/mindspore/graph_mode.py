@@ -508,19 +508,19 @@ class GraphRoute:
         return True
 
     def prepare(self, model) -> None:
-        """At every start(), before it asks whether the step is recorded: a GRAPH_MODE network compiles at its
-        first call, recorded or not, so the first start() taps it (and at mix/L1 puts the API wrappers in place
-        until step(): the graph compiles during this step)."""
-        import mindspore as ms
-
+        """At every start(), before it asks whether the step is recorded: a GRAPH_MODE network (or an @ms.jit cell)
+        compiles at its first call, recorded or not, so the first start() taps it (and at mix/L1 puts the API
+        wrappers in place until step(): the graph compiles during this step)."""
         debugger = self.debugger
-        if self.started or ms.get_context("mode") == ms.PYNATIVE_MODE:
+        level = debugger.config.level
+        if self.started or level not in ("L0", "mix", "L1"):
             return
         models = debugger._models(model if model is not None else debugger.model)
-        if self.check(models):
+        graph = self.check(models)
+        if graph or level != "L1":          # PyNative: the @ms.jit cells compile at their first call too
             self._first(models, debugger.cells.indexed)
-            if debugger.config.level in ("mix", "L1"):
-                self.cells.install_apis()
+        if graph and level in ("mix", "L1"):
+            self.cells.install_apis()
 
     def install(self, models: list, indexed: bool) -> bool:
         """Tap the cells (once); True when the step is the graph's alone (GRAPH_MODE)."""
