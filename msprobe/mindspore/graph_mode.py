@@ -195,7 +195,6 @@ class GraphCells:
         self.errors = errors
         self.writer = None
         self.recorder = None
-        self.installed: list = []       # (cell, original class)
         self.skipped: list = []         # paths of cells left untapped, and why
         self.callees = _REGISTRY.callees
         self.patched: list = []         # (owner, attribute, original, wrapper) of the API wrappers in place
@@ -266,7 +265,6 @@ class GraphCells:
         for attr, value in zip(TAP_ATTRS, (callee, taps["fin"], taps["fout"], gin, gout)):
             object.__setattr__(cell, attr, value)
         cell.__class__ = _tapped_class(original, jit)
-        self.installed.append((cell, original))
 
     def install_apis(self) -> None:
         """Put the tapped wrappers in place of the functions of mindspore.ops, mint and mint.nn.functional, until
@@ -293,14 +291,6 @@ class GraphCells:
             if owner.__dict__.get(attr) is wrapper:
                 setattr(owner, attr, original)
         self.patched = []
-
-    def uninstall(self) -> None:
-        """Give the cells back their own classes (a graph compiled with the taps keeps them)."""
-        for cell, original in self.installed:
-            cell.__class__ = original
-            for attr in TAP_ATTRS:
-                cell.__dict__.pop(attr, None)
-        self.installed = []
 
     # ------------------------------------------------------------------ run time (host callbacks)
     def arrive(self, kind: str, code: int, values) -> int:
@@ -565,7 +555,8 @@ class GraphRoute:
                                      ", ".join(compiled))
             if level != "L1":
                 cells.install(models, indexed)
-        elif level in ("L0", "mix") and cells.install(models, indexed, jit_only=True):
+        elif level in ("L0", "mix") and device_problem(ms.get_context("device_target")) is None and \
+                cells.install(models, indexed, jit_only=True):      # elsewhere a jit cell stays one Jit entry
             self.split = True
             from msprobe.collect.writer import StepWriter
 
