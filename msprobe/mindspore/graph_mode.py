@@ -1,28 +1,28 @@
-"""Cells compiled as graphs (GRAPH_MODE, and @ms.jit Cells in PyNative) at levels L0 and mix: host callbacks
-compiled into the graph hand the cells' tensors to the step writer.
+"""Cells and API calls compiled as graphs (GRAPH_MODE at levels L0, mix and L1, and the @ms.jit Cells of a PyNative
+model at L0 and mix): host callbacks compiled into the graph hand the tensors to the step writer.
 
 MindSpore's compiler parses each cell's `construct`, so no Python hook runs inside a graph. Before the network is
 first called, every sub-cell of the model gets a subclass of its own class (same name) whose construct taps the
-cell's tensors and calls the class's own construct:
+cell's tensors and calls the class's own construct; at mix and L1 the functions of `ops`, `mint` and
+`mint.nn.functional` are replaced by tapped wrappers while a graph compiles:
 
-* every tensor argument and output goes through `_depend(x, tap(_stop_gradient(x), slot))`, where `tap` is
-  a `Custom(func_type="pyfunc")` op whose Python function receives the values on the host and returns the slot
-  number: the depend keeps the tap in the graph, the stop_gradient keeps it out of the backward pass, and the
-  tensor the network goes on with is the tensor it had, so training is bit-identical with and without the taps;
-* every floating-point argument and output also goes through `ops.InsertGradientOf(fn)`, whose fn taps the
-  gradient the same way and returns it unchanged: the gradients of the outputs make the backward entry's `input`,
-  those of the arguments its `output`.
+* every tensor argument and output goes through `_depend(x, tap(_stop_gradient(x), code))`, where `tap` is a
+  `Custom(func_type="pyfunc")` op whose Python function receives the values on the host: the depend keeps the
+  tap in the graph, the stop_gradient keeps it out of the backward pass, and the network goes on with the tensor
+  it had, so training is bit-identical with and without the taps;
+* every floating-point argument and output of a cell also goes through `ops.InsertGradientOf(fn)`, whose fn taps
+  the gradient and returns it unchanged: the outputs' gradients make the backward entry's `input`, the arguments'
+  its `output` (API calls get no gradient taps: making one costs 1.6 ms).
 
-Calls are counted at run time: the n-th value a tap sees in a step belongs to call n of its cell, so a cell
-called twice gives `...forward.0` and `...forward.1` as in PyNative. An entry is written at stop(), in the order
-its last tensor arrived (a cell after the cells inside it, as PyNative writes them). The parent of a cell call in
-construct.json is the latest call of the cell that holds it. The taps stay compiled into the graph for the life
-of the process; between stop() and start(), or in a step not selected, they return at once.
+A tap's code names the cell or API (the callee) and the call: the call's first forward tap opens it and gets a
+token back, which its later taps carry, so a cell called twice gives `...forward.0` and `...forward.1` as in
+PyNative; gradients are counted as they arrive, in the reverse order of the calls. Entries are written at stop()
+in PyNative's order. Taps, host ops and callee table live with the graphs; idle, a tap returns at once.
 
-What is not seen: non-tensor arguments (graph constants), the cells' parameters and their gradients (no
-`parameters` / `parameters_grad` entries), keyword arguments, the root cell given to the debugger (as in PyNative)
-and cells with a custom `bprop` (their backward is the bprop, which no tap reaches). `pyfunc` ops exist on CPU
-only: on GPU and Ascend the debugger refuses GRAPH_MODE L0/mix with one line naming the routes that work there.
+Not seen: non-tensor and keyword arguments (graph constants), parameters and their gradients, the root cell given
+to the debugger (as in PyNative), cells with a custom `bprop` (no tap reaches it), and at mix/L1 the Primitives
+held by cells, Tensor methods and functions imported by name before start(). `pyfunc` ops run on CPU only: on GPU
+and Ascend GRAPH_MODE L0/mix/L1 is one error at start() naming the routes that work there (L2, PyNative).
 """
 
 from __future__ import annotations
