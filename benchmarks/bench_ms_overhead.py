@@ -10,6 +10,12 @@ of all configurations are interleaved so that a busy machine slows all of them a
 
     python benchmarks/bench_ms_overhead.py                                  # reference at /work/venvs/ref-ms
     python benchmarks/bench_ms_overhead.py --ref-python none --repeats 3    # ours only
+    python benchmarks/bench_ms_overhead.py --graph --repeats 3              # GRAPH_MODE taps (graph_mode.py)
+
+`--graph` measures the GRAPH_MODE collector instead (ours only: the reference's L0 needs TensorDump, which the
+CPU lacks): `ms_graph_child.py`, an MLP of 8 Dense/BatchNorm1d/ReLU blocks trained with TrainOneStepCell, 10 timed
+steps after the compiling one, at L0 (statistics, md5, tensor), mix and L1, and with the taps compiled in but no
+step recorded (`idle`); the compile time of step 0 is reported beside.
 
 Our interpreter needs mindspore 2.10 (numpy<2) and this msprobe (`pip install -e ".[mindspore]"`); the
 reference interpreter needs mindspore 2.10 and mindstudio-probe 26.2.0, and must not have ours installed.
@@ -59,7 +65,10 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5, help="child runs per configuration (the fastest taken)")
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--graph", action="store_true", help="measure the GRAPH_MODE collector (ms_graph_child.py)")
     args = ap.parse_args(argv)
+    if args.graph:
+        return graph_main(args)
     tools = {"ours": args.python}
     if args.ref_python.lower() != "none":
         if os.path.exists(args.ref_python):
@@ -105,6 +114,65 @@ def main(argv=None) -> int:
             figures.setdefault("ratio", {})[level] = ratio
             cells.append(f"{ratio:.2f} ({'ok' if ratio <= 1 / 3 else 'MISSED'}: goal <= 0.33)")
         print(f"| {level} | " + " | ".join(cells) + " |")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(figures, handle, indent=2)
+    return 0
+
+
+GRAPH_CASES = (("plain", ["--level", "none"]), ("L0 statistics", ["--level", "L0"]),
+               ("L0 md5", ["--level", "L0", "--task", "md5"]), ("L0 tensor", ["--level", "L0", "--task", "tensor"]),
+               ("mix statistics", ["--level", "mix"]), ("L1 statistics", ["--level", "L1"]),
+               ("L0 idle", ["--level", "L0", "--idle"]))
+_COMPILE = re.compile(r"^compile wall ([0-9.]+)s$", re.M)
+_CPU = re.compile(r"^train cpu ([0-9.]+)s$", re.M)
+GRAPH_STEPS = 10
+
+
+def graph_child(python: str, workdir: str, options: list) -> tuple:
+    """(timed-loop wall, compile wall, timed-loop CPU time) of one ms_graph_child.py run."""
+    out = os.path.join(workdir, "out")
+    shutil.rmtree(out, ignore_errors=True)
+    args = [python, os.path.join(ROOT, "benchmarks", "ms_graph_child.py"), "--steps", str(GRAPH_STEPS), "--out", out,
+            *options]
+    env = dict(os.environ, GLOG_v="3", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(args, cwd=workdir, capture_output=True, text=True, env=env)
+    wall, compiled, cpu = _WALL.search(proc.stdout), _COMPILE.search(proc.stdout), _CPU.search(proc.stdout)
+    if proc.returncode != 0 or wall is None or compiled is None or cpu is None:
+        raise RuntimeError(f"ms_graph_child.py {' '.join(options)} failed (rc {proc.returncode}):\n"
+                           f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return float(wall.group(1)), float(compiled.group(1)), float(cpu.group(1))
+
+
+def graph_main(args) -> int:
+    walls: dict = {label: [] for label, _ in GRAPH_CASES}
+    compiles: dict = {label: [] for label, _ in GRAPH_CASES}
+    cpus: dict = {label: [] for label, _ in GRAPH_CASES}
+    with tempfile.TemporaryDirectory(prefix="bench_ms_graph_") as workdir:
+        for repeat in range(args.repeats):
+            for label, options in GRAPH_CASES:
+                wall, compiled, cpu = graph_child(args.python, workdir, options)
+                walls[label].append(wall)
+                compiles[label].append(compiled)
+                cpus[label].append(cpu)
+                print(f"  run {repeat + 1}/{args.repeats} {label:<15} {wall:.3f} s, cpu {cpu:.3f} s (compile "
+                      f"{compiled:.3f} s)", flush=True)
+    plain, plain_cpu = min(walls["plain"]), min(cpus["plain"])
+    figures: dict = {"steps": GRAPH_STEPS, "repeats": args.repeats}
+    print()
+    print(f"GRAPH_MODE MLP (8 x Dense 256/BatchNorm1d/ReLU, batch 64), {GRAPH_STEPS} timed steps; fastest of "
+          f"{args.repeats} runs (median in brackets)")
+    print("| case | loop wall | per step | overhead/step | CPU per step | CPU overhead/step | compile (step 0) |")
+    print("|---|---|---|---|---|---|---|")
+    for label, _ in GRAPH_CASES:
+        fastest, median = min(walls[label]), statistics.median(walls[label])
+        cpu = min(cpus[label])
+        figures[label] = {"loop_s": fastest, "loop_median_s": median, "compile_s": min(compiles[label]),
+                          "overhead_per_step_s": (fastest - plain) / GRAPH_STEPS, "cpu_s": cpu,
+                          "cpu_overhead_per_step_s": (cpu - plain_cpu) / GRAPH_STEPS}
+        print(f"| {label} | {fastest:.3f} s ({median:.3f}) | {fastest / GRAPH_STEPS * 1e3:.1f} ms | "
+              f"{(fastest - plain) / GRAPH_STEPS * 1e3:+.1f} ms | {cpu / GRAPH_STEPS * 1e3:.1f} ms | "
+              f"{(cpu - plain_cpu) / GRAPH_STEPS * 1e3:+.1f} ms | {min(compiles[label]):.2f} s |")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(figures, handle, indent=2)

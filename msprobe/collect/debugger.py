@@ -136,6 +136,10 @@ class DebuggerBase:
         """Write one tensor file (task tensor)."""
         raise NotImplementedError
 
+    def _step_directory(self) -> str:
+        """Where the current step of this process is written."""
+        return step_directory(self.config.dump_path, self.current_step, self._rank())
+
     # ------------------------------------------------------------------ public
     @property
     def running(self) -> bool:
@@ -198,7 +202,7 @@ class DebuggerBase:
             except Exception:
                 self._quietly("start", self._uninstall)
                 raise
-            self.writer.open(step_directory(self.config.dump_path, self.current_step, self._rank()))
+            self.writer.open(self._step_directory())
             self._running = True
             _ACTIVE[:] = [self]
             if not _watch_process_end():

@@ -12,10 +12,11 @@ import numpy as np
 from mindspore import nn
 
 from msprobe.collect.config import PYTORCH, load_config, read_config_file
-from msprobe.collect.debugger import DebuggerBase
+from msprobe.collect.debugger import DebuggerBase, _InstanceOrClass
 from msprobe.errors import MsprobeError
 from msprobe.mindspore.cells import CellHooks
 from msprobe.mindspore.collector import Collector
+from msprobe.mindspore.graph_mode import GraphRoute
 from msprobe.mindspore.jit import JitHooks
 from msprobe.mindspore.primitives import PrimitiveHooks
 
@@ -80,6 +81,13 @@ class PrecisionDebugger(DebuggerBase):
         self.jit = JitHooks(col)
         col.cells = self.cells
         col.suspendables = (self.cells, self.primitives)
+        self.graph = GraphRoute(self)           # GRAPH_MODE cells and @ms.jit cells (graph_mode.py)
+
+    @_InstanceOrClass
+    def start(self, model=None) -> None:
+        # GRAPH_MODE: the network compiles at its first call, recorded step or not, so the first start() taps it
+        self._quietly("start", lambda: self.graph.prepare(model))
+        DebuggerBase.__dict__["start"].method(self, model)
 
     def _models(self, model) -> list:
         models = super()._models(model)
@@ -90,9 +98,7 @@ class PrecisionDebugger(DebuggerBase):
                                "PrecisionDebugger(...) or start(model)")
         if not all(isinstance(m, nn.Cell) for m in models):
             raise MsprobeError("start(model): model must be a mindspore.nn.Cell or a list of them")
-        if ms.get_context("mode") != ms.PYNATIVE_MODE:
-            raise MsprobeError("the MindSpore collector records in PyNative mode: call "
-                               "mindspore.set_context(mode=mindspore.PYNATIVE_MODE) before training")
+        self.graph.check(models)            # GRAPH_MODE: what it can record (usage errors raise)
         return models
 
     def _rank(self):
@@ -101,12 +107,14 @@ class PrecisionDebugger(DebuggerBase):
         return get_rank() if GlobalComm.INITED else None
 
     def _install(self, models: list) -> None:
+        if self.graph.install(models, self.cells.indexed):
+            return
         col = self.collector
         level = self.config.level
         if level in ("L0", "mix"):
             self.cells.install(models)
             col.cells_active = True
-            if self.cells.jit_cells:
+            if self.cells.jit_cells and not self.graph.split:
                 self.errors.once(("jit cells",), "%d cell(s) compiled with @ms.jit run as graphs (%s): they and "
                                  "their sub-cells have no Cell entries%s", len(self.cells.jit_cells),
                                  ", ".join(self.cells.jit_cells[:5]),
@@ -117,6 +125,7 @@ class PrecisionDebugger(DebuggerBase):
         self.jit.install()          # at every level: a graph must compile without our hooks
 
     def _uninstall(self) -> None:
+        self.graph.pause()
         col = self.collector
         col.cells_active = False
         col.uninstall_apis()
@@ -125,6 +134,7 @@ class PrecisionDebugger(DebuggerBase):
         self.jit.uninstall()
 
     def _flush_pending(self) -> None:
+        self.graph.flush()
         self.cells.flush()
         self.collector.settle_all()
 
@@ -133,6 +143,15 @@ class PrecisionDebugger(DebuggerBase):
         self.cells.reset()
         self.primitives.reset()
         self.jit.reset()
+        self.graph.reset()
+
+    def _end(self, incomplete: str | None) -> None:
+        if incomplete is None and self.running:
+            incomplete = self._quietly("stop", self.graph.empty_reason)
+        super()._end(incomplete)
+
+    def _step_directory(self) -> str:
+        return self.graph.directory(super()._step_directory())
 
     def _save(self, array, path: str) -> None:
         _save_npy(array, path)

@@ -56,7 +56,9 @@ class JitHooks:
 
         def call(executor_self, *args, **kwargs):
             col = hooks.col
-            if not col.api_active or col.depth or hooks.compiling:
+            if not col.api_active or col.depth or hooks.compiling or \
+                    getattr(type(getattr(executor_self, "obj", None)), "_msprobe_graph_tapped", None):
+                # a jit cell tapped by graph_mode.py is recorded from inside its graph (the graph/ half)
                 return original_call(executor_self, *args, **kwargs)
             return hooks.run(executor_self, original_call, args, kwargs)
         self.patched = [(executor, "compile", original_compile), (executor, "__call__", original_call)]

@@ -19,6 +19,16 @@ def host_array(tensor) -> np.ndarray:
     return np.asarray(tensor.asnumpy())
 
 
+def dtype_name(dtype: np.dtype) -> str:
+    """A numpy dtype as MindSpore prints the tensor dtype it comes from: Float32, UInt8, BFloat16, Bool."""
+    name = np.dtype(dtype).name
+    if name.startswith("uint"):
+        return "UInt" + name[4:]
+    if name.startswith("bfloat"):
+        return "BFloat" + name[6:]
+    return name[:1].upper() + name[1:]
+
+
 def saved_array(array: np.ndarray) -> np.ndarray:
     """What a .npy file and the CRC-32 hold: bfloat16 (not a numpy dtype) widened to float32 exactly, as the
     reference saves and hashes it."""
@@ -48,8 +58,12 @@ class Recorder:
         self.failed = failed
 
     def tensor(self, tensor, name: str) -> dict:
-        array = host_array(tensor)
-        record = {"type": "mindspore.Tensor", "dtype": str(tensor.dtype), "shape": list(tensor.shape)}
+        return self.array(host_array(tensor), str(tensor.dtype), name)
+
+    def array(self, array: np.ndarray, dtype: str, name: str) -> dict:
+        """The record of a MindSpore tensor of dtype `dtype` (as MindSpore prints it) whose values on the host are
+        `array` (a graph-mode host callback hands the values alone)."""
+        record = {"type": "mindspore.Tensor", "dtype": dtype, "shape": list(array.shape)}
         record.update(written_statistics(array))
         if self.summary_mode == "md5" or self.save is not None:
             array = saved_array(array)
