@@ -24,7 +24,10 @@ from collections import OrderedDict
 
 from mindspore import Tensor
 from mindspore._c_expression import HookType
-from mindspore.common.api import _pynative_executor
+try:                              # MindSpore 2.9+ (mindspore.common.api is deprecated there and says so on import)
+    from mindspore.graph.api import _pynative_executor
+except ImportError:               # MindSpore before 2.9
+    from mindspore.common.api import _pynative_executor
 from mindspore.ops.operations import _inner_ops as inner
 
 from msprobe.collect.guard import one_line
