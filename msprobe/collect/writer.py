@@ -304,8 +304,9 @@ class StepWriter:
                 self._closed["dump.json"] = (dump.finish(tail), dump.members)
                 return os.path.join(directory, "dump.json")
             except Exception as exc:  # noqa: BLE001 - the training goes on without this step's dump.json
-                self.errors.once(_failure_key(exc), "writing %s failed (%s); this step's dump.json is not "
-                                 "written and training continues", directory, _why(exc))
+                if not self._folder_gone(exc):
+                    self.errors.once(_failure_key(exc), "writing %s failed (%s); this step's dump.json is not "
+                                     "written and training continues", directory, _why(exc))
                 dump.discard()
                 self._closed = {}
                 return None
@@ -315,10 +316,21 @@ class StepWriter:
         try:
             write()
         except Exception as exc:  # noqa: BLE001 - dump.json matters more
-            self.errors.once(_failure_key(exc), "writing %s of %s failed (%s); dump.json is still written",
-                             name, self.directory, _why(exc))
+            if not self._folder_gone(exc):
+                self.errors.once(_failure_key(exc), "writing %s of %s failed (%s); dump.json is still written",
+                                 name, self.directory, _why(exc))
             if discard is not None:
                 discard()
+
+    def _folder_gone(self, exc: BaseException) -> bool:
+        """The step's folder was removed while the step was recorded: logged once as that (no file of the step
+        can be written there), not as the failure of each file."""
+        if os.path.isdir(self.directory):
+            return False
+        self.errors.once(("folder gone", self.directory), "the dump folder %s was removed while the step was "
+                         "recorded (%s); none of this step's files is written and training continues",
+                         self.directory, _why(exc))
+        return True
 
     def _discard(self) -> None:
         for stream in (self._dump, self._construct):
