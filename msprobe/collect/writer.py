@@ -219,6 +219,11 @@ class StepWriter:
         self.failure: str | None = None  # why writing stopped (a full disk ...)
         self.lost = 0                    # entries not written since then
 
+    @property
+    def entries(self) -> int:
+        """The entries of the step's dump.json as last closed."""
+        return self._closed.get("dump.json", (0, 0))[1]
+
     # ------------------------------------------------------------------ critical sections
     def forget(self) -> None:
         """In a forked child (os.fork, a DataLoader worker): drop the step without touching its files, which
