@@ -24,10 +24,6 @@ from collections import OrderedDict
 
 from mindspore import Tensor
 from mindspore._c_expression import HookType
-try:                              # MindSpore 2.9+ (mindspore.common.api is deprecated there and says so on import)
-    from mindspore.graph.api import _pynative_executor
-except ImportError:               # MindSpore before 2.9
-    from mindspore.common.api import _pynative_executor
 from mindspore.ops.operations import _inner_ops as inner
 
 from msprobe.collect.guard import one_line
@@ -35,6 +31,11 @@ from msprobe.collect.recording import Recording
 from msprobe.collect.stacks import stack_lines
 from msprobe.mindspore.apis import COLLECTIVE_PREFIXES, api_targets, is_float_dtype
 from msprobe.mindspore.records import Recorder
+
+try:                              # MindSpore 2.9+ (mindspore.common.api is deprecated there and says so on import)
+    from mindspore.graph.api import _pynative_executor
+except ImportError:               # MindSpore before 2.9
+    from mindspore.common.api import _pynative_executor
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _MISSING = object()
