@@ -375,12 +375,15 @@ class CompareResult:
         from msprobe.dump.paths import prepare_output_dir
         from msprobe.scale.stamp import claimed_stamp
 
+        path = os.fspath(output_dir) if isinstance(output_dir, (str, os.PathLike)) else None
+        if not isinstance(path, str):
+            raise UsageError(f"output_dir must be a path (str or os.PathLike of str), got {type(output_dir).__name__}.")
         if format not in FORMATS:
             raise UsageError(f"format must be one of {', '.join(FORMATS)}, got {format!r}.")
         if stamp is not None and not (isinstance(stamp, str) and len(stamp) == 14 and stamp.isascii() and stamp.isdigit()):
             raise UsageError(f"stamp must be 14 digits (YYYYmmddHHMMSS), got {stamp!r}.")
         with _quiet():
-            directory = prepare_output_dir(os.fspath(output_dir))
+            directory = prepare_output_dir(path)
             subdirs = sorted({pair._job.out_subdir for pair in self.pairs if pair._job.out_subdir})
             with contextlib.nullcontext(stamp) if stamp else \
                     claimed_stamp([directory] + [os.path.join(directory, d) for d in subdirs]) as claimed:
@@ -442,6 +445,8 @@ def _options(mode, fuzzy, api_mapping, cell_mapping, data_mapping, layer_mapping
 
     if mode not in (None, "auto"):
         raise UsageError(f"mode must be None or 'auto' (the mode follows the dumps), got {mode!r}.")
+    if not isinstance(fuzzy, bool):
+        raise UsageError(f"fuzzy must be True or False, got {fuzzy!r}.")
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
         raise UsageError(f"jobs must be an integer of at least 1, got {jobs!r}.")
     mapping = MappingOptions(_mapping_option(api_mapping, "api_mapping"), _mapping_option(cell_mapping, "cell_mapping"),
@@ -449,6 +454,11 @@ def _options(mode, fuzzy, api_mapping, cell_mapping, data_mapping, layer_mapping
                              _mapping_option(layer_mapping, "layer_mapping"))
     return CompareOptions(output_format="xlsx", jobs=jobs or os.cpu_count() or 1, fuzzy=bool(fuzzy), mapping=mapping,
                           write_output=False)
+
+
+def _labelled(label: str, message: str) -> str:
+    """A failure of one pair as the errors list it: `rank2: <message>`; a pair of files has no label."""
+    return f"{label}: {message}" if label else message
 
 
 def _locate(target, golden):
@@ -522,7 +532,7 @@ def compare(target: str | os.PathLike[str], golden: str | os.PathLike[str], *, m
                 pairs.append(PairResult(outcome, job))
         if not pairs:
             raise MsprobeError(f"no dump pair could be compared ({len(failures)} failed): "
-                               + "; ".join(f"{k}: {v}" for k, v in failures.items()))
+                               + "; ".join(_labelled(k, v) for k, v in failures.items()))
         return CompareResult(pairs, failures, list(located.problems), folders)
 
 
@@ -709,7 +719,7 @@ def diff_analyze(target: str | os.PathLike[str], golden: str | os.PathLike[str],
             groups.setdefault(job.out_subdir, []).append(outcome)
         if not groups:
             raise MsprobeError("no dump pair could be analysed: " + "; ".join(
-                f"{label}: {message}" for found in failures.values() for label, message in found.items()))
+                _labelled(label, message) for found in failures.values() for label, message in found.items()))
         analyses = {step: _analysis_of(step, find_origin(digests), failures.get(step, {}))
                     for step, digests in groups.items()}
         if len(analyses) == 1:

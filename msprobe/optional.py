@@ -13,7 +13,8 @@ from msprobe.version import DISTRIBUTION
 
 INSTALL = {
     "torch": "pip install torch==2.13.0 (the CPU build, before msprobe)",
-    "mindspore": 'pip install mindspore==2.10.0 "numpy<2" "pandas<2.3" "ml_dtypes<0.5" in its own environment',
+    "mindspore": f'pip install "{DISTRIBUTION}[mindspore]" in an environment of its own (it pins mindspore 2.10 and '
+                 'numpy<2)',
     "ray": f'pip install "{DISTRIBUTION}[ray]"',
     "pandas": f'pip install "{DISTRIBUTION}[pandas]"',
 }

@@ -304,7 +304,7 @@ def test_no_divergence():
     assert analysis.op_name is None and analysis.ops == () and analysis.record == {} and analysis.clean_ranks == (0,)
 
 
-def test_errors_are_the_commands(tmp_path):
+def test_errors_are_the_commands(tmp_path, monkeypatch):
     target, golden = fixture_pair("stats_mix_step0")
     with pytest.raises(PathError, match="does not exist"):
         msprobe.compare(tmp_path / "missing.json", golden)
@@ -325,6 +325,22 @@ def test_errors_are_the_commands(tmp_path):
     with pytest.raises(UsageError, match="stamp"):
         msprobe.compare(target, golden).write(tmp_path / "o", stamp="2026-11-24")
     assert not (tmp_path / "o").exists()
+    # issue 34: bytes or None as the folder was a bare TypeError (after creating the folder for bytes); a text as
+    # fuzzy was taken as true; a failing pair of files read "no dump pair could be analysed: : <message>"
+    monkeypatch.chdir(tmp_path)
+    for output_dir in (b"out", None, 3):
+        with pytest.raises(UsageError, match=r"^output_dir must be a path \(str or os.PathLike of str\), got "):
+            msprobe.compare(target, golden).write(output_dir)
+    assert sorted(os.listdir(tmp_path)) == ["dump.json"]
+    for function in (msprobe.compare, msprobe.diff_analyze):
+        with pytest.raises(UsageError, match="fuzzy must be True or False, got 'no'"):
+            function(target, golden, fuzzy="no")
+    other = json.loads(Path(target).read_text())
+    other["task"] = "tensor"
+    (tmp_path / "tensor.json").write_text(json.dumps(other))
+    with pytest.raises(MsprobeError, match="^no dump pair could be analysed: Please check the dump task"):
+        msprobe.diff_analyze(tmp_path / "tensor.json", golden)
+    os.remove(tmp_path / "tensor.json")
     with pytest.raises(DumpFormatError, match="not valid JSON"):
         msprobe.compare(tmp_path, tmp_path)                   # a rank folder: its pair is compared at once
     (tmp_path / "empty").mkdir()

@@ -40,7 +40,7 @@ def test_an_installed_module_failing_on_import_is_reported_with_its_error(tmp_pa
     with pytest.raises(MsprobeError) as caught:
         require("mindspore", "acc_check of a MindSpore dump")
     assert str(caught.value).startswith("acc_check of a MindSpore dump needs mindspore, which cannot be imported "
-                                        "here (RuntimeError: built against numpy 1.x): pip install mindspore==")
+                                        "here (RuntimeError: built against numpy 1.x): pip install \"msprobe-toolkit[mindspore]\"")
 
 
 HELP_WITHOUT = """

@@ -226,8 +226,15 @@ def load_config(config_path=None, spec: ConfigSpec = PYTORCH, **overrides) -> Du
     if summary_mode not in SUMMARY_MODES:
         raise DumpConfigError(f"config 'summary_mode' must be one of {', '.join(SUMMARY_MODES)}, "
                               f"got {summary_mode!r}")
+    if summary_mode != "statistics" and task != "statistics":
+        raise DumpConfigError(f"config 'summary_mode' {summary_mode!r} applies to task statistics only; task {task!r} "
+                              "records the statistics and saves every tensor: remove 'summary_mode' or use task "
+                              "statistics")
     async_dump = raw.get("async_dump", False)
-    if async_dump not in (False, None):
+    if async_dump is not None and not isinstance(async_dump, bool):
+        raise DumpConfigError(f"config 'async_dump' must be a boolean (true or false), got {async_dump!r} "
+                              f"({type(async_dump).__name__})")
+    if async_dump:
         raise DumpConfigError("config 'async_dump' true is not supported by this collector; set it to false")
     return DumpConfig(task=task, level=level, dump_path=check_dump_path(raw.get("dump_path", "./dump_path")),
                       step=Ranges.parse("step", raw.get("step")), rank=Ranges.parse("rank", raw.get("rank")),

@@ -27,16 +27,19 @@ import os
 import signal
 import threading
 import types
+import weakref
 
 from msprobe.collect.config import DumpConfig
 from msprobe.collect.guard import ErrorLog, one_line
 from msprobe.collect.paths import step_directory
 from msprobe.collect.writer import StepWriter
+from msprobe.log import get_logger, setup_logging
 
 _LOCK = threading.RLock()
 _ACTIVE: list = []                  # the debugger recording now, if any (at most one)
 _EXIT_REGISTERED: list = []
 _PREVIOUS_SIGTERM: list = []        # the SIGTERM handler ours replaced, while ours is installed
+_REPORTED: list = []                # weak references to the debuggers that wrote a step (named at the run's end)
 
 EXITED = "the process exited before stop() was called"
 TERMINATED = "the process received SIGTERM before stop() was called"
@@ -104,6 +107,8 @@ class DebuggerBase:
         self._running = False
         self._ending_thread = None
         self._after_end: list = []
+        self._folders: list = []       # the step folders written, in order
+        _console()
 
     # ------------------------------------------------------------------ framework hooks
     def _models(self, model) -> list:
@@ -220,7 +225,9 @@ class DebuggerBase:
             self._quietly("stop", self._flush_pending)
             self._running = False
             self._quietly("stop", self._uninstall)
-            self._quietly("stop", lambda: self.writer.close(incomplete))
+            path = self._quietly("stop", lambda: self.writer.close(incomplete))
+            if path:
+                self._quietly("stop", lambda: self._written(path, incomplete))
         finally:
             with _LOCK:
                 self._ending_thread = None
@@ -230,6 +237,23 @@ class DebuggerBase:
             work, self._after_end = self._after_end, []
             for job in work:
                 job()
+
+    def _written(self, path: str, incomplete: str | None) -> None:
+        """Say where a step went, once per step folder: the first at info level (with where the rest is said),
+        the next ones at debug level. The run's end names the dump root (_at_exit)."""
+        folder = os.path.dirname(path)
+        if folder in self._folders:
+            return
+        self._folders.append(folder)
+        state = f", incomplete: {incomplete}" if incomplete else ""
+        if len(self._folders) == 1:
+            _REPORTED.append(weakref.ref(self))
+            get_logger().info("msprobe dump: step %d written to %s (%d entries%s); the next steps are logged at "
+                              "debug level (MSPROBE_LOG_LEVEL=0)", self.current_step, folder, self.writer.entries,
+                              state)
+        else:
+            get_logger().debug("msprobe dump: step %d written to %s (%d entries%s)", self.current_step, folder,
+                               self.writer.entries, state)
 
     def _forked(self) -> None:
         """In the child of a fork made while recording: nothing is recorded there and the parent's files are left
@@ -290,6 +314,20 @@ def _at_exit() -> None:
     debugger = active_debugger()
     if debugger is not None:
         debugger._end(EXITED)
+    for reference in _REPORTED:
+        done = reference()
+        if done is not None and done._folders:
+            get_logger().info("msprobe dump: this run's dump is in %s (%d step folder%s)", done.config.dump_path,
+                              len(done._folders), "" if len(done._folders) == 1 else "s")
+
+
+def _console() -> None:
+    """The collector's log lines reach the console of a training script that configured no logging (as the
+    commands' do); a script's own logging set-up is left alone."""
+    import logging
+
+    if not logging.getLogger().handlers:
+        setup_logging()
 
 
 def _on_sigterm(signum, frame) -> None:

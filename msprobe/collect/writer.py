@@ -219,6 +219,11 @@ class StepWriter:
         self.failure: str | None = None  # why writing stopped (a full disk ...)
         self.lost = 0                    # entries not written since then
 
+    @property
+    def entries(self) -> int:
+        """The entries of the step's dump.json as last closed."""
+        return self._closed.get("dump.json", (0, 0))[1]
+
     # ------------------------------------------------------------------ critical sections
     def forget(self) -> None:
         """In a forked child (os.fork, a DataLoader worker): drop the step without touching its files, which
@@ -304,8 +309,9 @@ class StepWriter:
                 self._closed["dump.json"] = (dump.finish(tail), dump.members)
                 return os.path.join(directory, "dump.json")
             except Exception as exc:  # noqa: BLE001 - the training goes on without this step's dump.json
-                self.errors.once(_failure_key(exc), "writing %s failed (%s); this step's dump.json is not "
-                                 "written and training continues", directory, _why(exc))
+                if not self._folder_gone(exc):
+                    self.errors.once(_failure_key(exc), "writing %s failed (%s); this step's dump.json is not "
+                                     "written and training continues", directory, _why(exc))
                 dump.discard()
                 self._closed = {}
                 return None
@@ -315,10 +321,21 @@ class StepWriter:
         try:
             write()
         except Exception as exc:  # noqa: BLE001 - dump.json matters more
-            self.errors.once(_failure_key(exc), "writing %s of %s failed (%s); dump.json is still written",
-                             name, self.directory, _why(exc))
+            if not self._folder_gone(exc):
+                self.errors.once(_failure_key(exc), "writing %s of %s failed (%s); dump.json is still written",
+                                 name, self.directory, _why(exc))
             if discard is not None:
                 discard()
+
+    def _folder_gone(self, exc: BaseException) -> bool:
+        """The step's folder was removed while the step was recorded: logged once as that (no file of the step
+        can be written there), not as the failure of each file."""
+        if os.path.isdir(self.directory):
+            return False
+        self.errors.once(("folder gone", self.directory), "the dump folder %s was removed while the step was "
+                         "recorded (%s); none of this step's files is written and training continues",
+                         self.directory, _why(exc))
+        return True
 
     def _discard(self) -> None:
         for stream in (self._dump, self._construct):

@@ -12,7 +12,7 @@ from msprobe.compare.name_rules import golden_op, golden_suffix
 from msprobe.dump.flatten import Items
 from msprobe.dump.naming import BACKWARD, FORWARD, PARAMETERS_GRAD
 from msprobe.errors import MsprobeError
-from msprobe.names import counter
+from msprobe.names import counter, error_line
 
 ROOT_TYPE = "TopLayer"
 MODULE_PREFIXES = ("Cell.", "Module.")
@@ -145,17 +145,31 @@ def build_tree(scopes: dict) -> dict:
     return tree
 
 
+def _is_name(value) -> bool:
+    """A type or child name of a layer mapping: a text, or a number YAML read from a bare digit (`5: 0`)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
 def parse_layer_mapping(documents: list, path: str) -> dict:
+    """{type name: {target child: golden child}}. Every name must be a text (or a bare number): any other value
+    (a list, a mapping, nested aliases of a YAML "billion laughs") is refused before it is turned into text."""
     mapping: dict = {}
     for document in documents:
         if not isinstance(document, dict):
             raise MsprobeError(f"{path}: a layer mapping must map type names to {{target child: golden child}}.")
         for type_name, children in document.items():
+            if not _is_name(type_name):
+                raise MsprobeError(f"{path}: a type name must be a text, got a {type(type_name).__name__}.")
             if not isinstance(children, dict):
-                raise MsprobeError(f"{path}: the entry of {type_name!r} must map target children to golden children.")
+                raise MsprobeError(f"{path}: the entry of {error_line(str(type_name))!r} must map target children to "
+                                   "golden children.")
             key = ROOT_TYPE if type_name == "Cell" else str(type_name)
             table = mapping.setdefault(key, {})
             for child, value in children.items():
+                if not _is_name(child) or not _is_name(value):
+                    wrong = child if not _is_name(child) else value
+                    raise MsprobeError(f"{path}: the entry of {error_line(str(type_name))!r} must map child names to "
+                                       f"child names (texts), got a {type(wrong).__name__}.")
                 table[str(child)] = str(value).split("(", 1)[0].strip()
     return mapping
 

@@ -14,6 +14,7 @@ from msprobe.errors import MsprobeError
 from msprobe.io import write_text
 from msprobe.log import get_logger
 from msprobe.names import counter, printable
+from msprobe.substrings import SubstringIndex
 from msprobe.table.cells import NA
 
 DIRECTION_MARKERS = (".forward.", ".backward.", ".parameters_grad")
@@ -193,8 +194,42 @@ def parse_text_mapping(documents: list, path: str, what: str) -> dict:
     return mapping
 
 
-def map_cell_name(name: str, mapping: dict) -> str:
-    """Cell -> Module, then the yaml: the whole `{cell_path}.{Class}` first, else substrings (spec §3.9.3)."""
+class CellMapping:
+    """A cell mapping's table (target text: golden text) and how it renames a cell's `{cell_path}.{Class}`: the whole
+    text when it is a key, else every key occurring in it, in the table's order, each replacing its first occurrence
+    in the text as the keys before it left it (spec §3.9.3). The keys are found through a SubstringIndex and each
+    cell's result is kept: a lookup, not a pass over every key per item (a 50,000-key yaml cost ~3 ms per name)."""
+
+    def __init__(self, table: dict):
+        self.table = table
+        self.keys = [key for key in table if key]
+        self.rank = {key: i for i, key in enumerate(self.keys)}
+        self.index = SubstringIndex(self.keys)
+        self.done: dict = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.table)
+
+    def rename(self, cell: str) -> str:
+        if cell in self.table:
+            return self.table[cell]
+        renamed = self.done.get(cell)
+        if renamed is None:
+            renamed, last = cell, -1
+            while True:
+                later = [self.rank[key] for key in self.index.find(renamed) if self.rank[key] > last]
+                if not later:
+                    break
+                last = min(later)
+                key = self.keys[last]
+                renamed = renamed.replace(key, self.table[key], 1)
+            self.done[cell] = renamed
+        return renamed
+
+
+def map_cell_name(name: str, mapping) -> str:
+    """Cell -> Module, then the cell mapping (a CellMapping, or its table as a dict) on the `{cell_path}.{Class}`
+    part."""
     if not name.startswith("Cell."):
         return name
     renamed = "Module" + name[4:]
@@ -206,14 +241,8 @@ def map_cell_name(name: str, mapping: dict) -> str:
     if not stops:
         return renamed
     stop = min(stops)
-    cell = renamed[start:stop]
-    if cell in mapping:
-        cell = mapping[cell]
-    else:
-        for key, value in mapping.items():
-            if key and key in cell:
-                cell = cell.replace(key, value, 1)
-    return renamed[:start] + cell + renamed[stop:]
+    table = mapping if isinstance(mapping, CellMapping) else CellMapping(mapping)
+    return renamed[:start] + table.rename(renamed[start:stop]) + renamed[stop:]
 
 
 # Built-in mapping of the MindSpore cell and parameter names that differ from PyTorch's (-am and -cm without a
@@ -293,7 +322,7 @@ class MappingSet:
     api: bool = False
     api_rules: list = field(default_factory=list)
     cell: bool = False
-    cell_table: dict = field(default_factory=dict)
+    cell_table: CellMapping | dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
     generated: dict = field(default_factory=dict)   # the part of data that -lm generated
 
@@ -365,8 +394,8 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
     if options.cell is not None:
         mappings.cell = True
         if options.cell:
-            mappings.cell_table = parse_text_mapping(load_yaml(options.cell, "cell mapping file"), options.cell,
-                                                     "cell mapping")
+            mappings.cell_table = CellMapping(parse_text_mapping(load_yaml(options.cell, "cell mapping file"),
+                                                                 options.cell, "cell mapping"))
     data: dict = {}
     if options.layer is not None:
         from msprobe.compare.layer_mapping import generate_data_mapping, parse_layer_mapping

@@ -18,10 +18,12 @@ import json
 import os
 import re
 
+from msprobe.compare.layer_mapping import module_scope
 from msprobe.io import write_text
 
 LEVELS = ("L0", "L1", "mix")
 DUMP_PATH = "./next_dump"
+MODULES = ("Module.", "Cell.")
 
 
 def culprit_names(entry: str, target, golden_entry: str | None, golden, job) -> dict | None:
@@ -29,22 +31,27 @@ def culprit_names(entry: str, target, golden_entry: str | None, golden, job) -> 
     both sides, the dump's level, step and rank. None when the dump's level is not a collector level."""
     if target.level not in LEVELS:
         return None
-    sides = [_names(entry, target.construct)]
+    sides = [_names(entry, target)]
     if golden_entry is not None and golden_entry != entry:
-        sides.append(_names(golden_entry, golden.construct))
+        sides.append(_names(golden_entry, golden))
     rank = re.fullmatch(r"_rank(\d+)", job.suffix or "")
     return {"sides": sides, "level": target.level, "step": _step(job), "rank": [int(rank.group(1))] if rank else []}
 
 
-def _names(entry: str, construct: dict | None) -> dict:
+def _names(entry: str, dump) -> dict:
     """{"api": the API entry or None, "module": the entry of the innermost module holding it (or the module entry
-    itself) or None}."""
-    if entry.startswith(("Module.", "Cell.")):
+    itself) or None}. The parent construct.json gives is used only when it is a module's or cell's call entry of
+    that dump (`Module.conv2.Conv2d.forward.0`, an entry of construct.json itself): any other text ("Cell", a name
+    the dump lacks) would select more than the culprit."""
+    if entry.startswith(MODULES):
         return {"api": None, "module": entry}
-    parent = (construct or {}).get(entry)
+    construct = dump.construct or {}
+    parent = construct.get(entry)
     if isinstance(parent, list):
         parent = parent[0] if parent else None
-    return {"api": entry, "module": parent if isinstance(parent, str) and parent else None}
+    is_module = isinstance(parent, str) and parent.startswith(MODULES) and parent in construct \
+        and re.search(r"\.(forward|backward)\.\d+$", parent) is not None and module_scope(parent) is not None
+    return {"api": entry, "module": parent if is_module else None}
 
 
 def _step(job) -> list:
@@ -77,7 +84,10 @@ def _call(api: str) -> str:
 
 
 def module_prefix(module: str) -> str:
-    """`Module.conv2.Conv2d.forward.0` -> `Module.conv2.Conv2d.` (its forward, backward and parameter gradients)."""
+    """`Module.conv2.Conv2d.forward.0` -> `Module.conv2.Conv2d.` (its forward, backward and parameter gradients);
+    a name without a module path and class (`Cell.forward.0`) is kept whole: its prefix would be every cell."""
+    if module_scope(module) is None:
+        return module
     if ".parameters_grad" in module:
         return module.split(".parameters_grad")[0] + "."
     head, _, index = module.rpartition(".")

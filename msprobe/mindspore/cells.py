@@ -14,6 +14,7 @@ parameters, written when the last of them arrived.
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 
 from mindspore import Parameter
@@ -47,11 +48,12 @@ def walk_cells(model):
 
 
 def _add_forward_hook(cell, hook):
-    """`hook` as the cell's first forward hook (with kwargs). Cell.register_forward_hook ignores a cell with a
+    """`hook` as the cell's first forward hook (with kwargs, also called when the construct raises, with the
+    output None, inside MindSpore's exception handler: the cell is closed). Cell.register_forward_hook ignores a cell with a
     custom `bprop` (it returns an empty handle), so such a cell gets the hook in its hook dict directly, as the
     reference does; the handle removes it either way."""
     if not cell.has_bprop:
-        return cell.register_forward_hook(hook, with_kwargs=True, prepend=True)
+        return cell.register_forward_hook(hook, with_kwargs=True, prepend=True, always_call=True)
     from mindspore.common.hook_handle import HookHandle
 
     handle = HookHandle(cell._forward_hook, extra_dict=[cell._forward_hook_with_kwargs,
@@ -59,7 +61,20 @@ def _add_forward_hook(cell, hook):
     cell._forward_hook[handle.handle_id] = hook
     cell._forward_hook.move_to_end(handle.handle_id, last=False)
     cell._forward_hook_with_kwargs[handle.handle_id] = True
+    cell._forward_hook_always_called[handle.handle_id] = True
     return handle
+
+
+def _raised_in(cell):
+    """The exception that the cell's call raised, when its forward hook runs in MindSpore's handler of it (the
+    handler's frame, which belongs to the cell, is on its traceback); else None (a cell returning None)."""
+    exc = sys.exc_info()[1]
+    trace = exc.__traceback__ if exc is not None else None
+    while trace is not None:
+        if trace.tb_frame.f_locals.get("self") is cell:
+            return exc
+        trace = trace.tb_next
+    return None
 
 
 def own_parameters(cell) -> dict:
@@ -89,7 +104,7 @@ class CellHooks:
 
     def reset(self) -> None:
         self.counts: dict = {}
-        self.seqs: dict = {}            # cell prefix -> forward position of its latest call
+        self.calls: dict = {}           # cell prefix -> [(index, forward position)] of its calls not returned
         self.stack: list = []
         self.queue: OrderedDict = OrderedDict()
         self.bindings: dict = {}
@@ -201,8 +216,9 @@ class CellHooks:
         col = self.col
 
         def work(cell, args, kwargs):
-            index = self.counts[prefix] = self.counts.get(prefix, -1) + 1
-            self.seqs[prefix] = seq = col.next_seq()
+            index = col.count(self.counts, prefix)
+            seq = col.next_seq()
+            self.calls.setdefault(prefix, []).append((index, seq))     # the post-hook of this call reads it back
             forward = f"{prefix}forward.{index}"
             self._enter(forward)
             if col.selected(forward) and col.direction_ok("forward"):
@@ -225,21 +241,28 @@ class CellHooks:
         col = self.col
 
         def work(cell, args, kwargs, output):
-            index = self.counts.get(prefix, 0)
+            calls = self.calls.get(prefix)
+            if not calls:
+                return None             # its pre-hook did not run (the cell was called before recording started)
+            index, seq = calls.pop()   # this call's own (the innermost open call of a recursive cell)
             forward = f"{prefix}forward.{index}"
             self._leave(forward)
+            raised = _raised_in(cell) if output is None else None
             waiting = self.pending.pop(forward, None)
             if waiting is not None:
                 body, stack = waiting
-                col.record_outputs(forward, body, output)
+                if raised is not None:      # the construct raised: the entry keeps its inputs and says so
+                    body["dump_error"] = f"the call raised {one_line(raised)}"
+                else:
+                    col.record_outputs(forward, body, output)
                 self._add_parameters(forward, body, cell)
                 col.writer.add(forward, body, stack)
-            if not col.grads_wanted():
+            binding = self.bindings.pop(forward, None)
+            if raised is not None or not col.grads_wanted():
                 return None
             self._hook_params(prefix, cell)
-            binding = self.bindings.pop(forward, None)
             if binding is None:
-                binding = self._pre_binding(f"{prefix}backward.{index}", cell, self.seqs.get(prefix, 0))
+                binding = self._pre_binding(f"{prefix}backward.{index}", cell, seq)
             return binding.outputs(output)
         return self._shielded("hook", work)
 

@@ -24,7 +24,6 @@ from collections import OrderedDict
 
 from mindspore import Tensor
 from mindspore._c_expression import HookType
-from mindspore.common.api import _pynative_executor
 from mindspore.ops.operations import _inner_ops as inner
 
 from msprobe.collect.guard import one_line
@@ -32,6 +31,11 @@ from msprobe.collect.recording import Recording
 from msprobe.collect.stacks import stack_lines
 from msprobe.mindspore.apis import COLLECTIVE_PREFIXES, api_targets, is_float_dtype
 from msprobe.mindspore.records import Recorder
+
+try:                              # MindSpore 2.9+ (mindspore.common.api is deprecated there and says so on import)
+    from mindspore.graph.api import _pynative_executor
+except ImportError:               # MindSpore before 2.9
+    from mindspore.common.api import _pynative_executor
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _MISSING = object()
@@ -155,6 +159,7 @@ class Collector(Recording):
         save = writer.save_tensor if config.task == "tensor" else None
         self.recorder = Recorder(config.summary_mode, save, errors.failed)
         self._tls = threading.local()
+        self._count_lock = threading.Lock()
         self.api_active = False
         self.cells_active = False
         self.cells = None                # the CellHooks: construct.json parents
@@ -189,9 +194,11 @@ class Collector(Recording):
         self.generation += 1
 
     def count(self, counts: dict, key: str) -> int:
-        index = counts.get(key, 0)
-        counts[key] = index + 1
-        return index
+        """The next number of `key` in `counts`: each call its own, also when threads call at once."""
+        with self._count_lock:
+            index = counts.get(key, 0)
+            counts[key] = index + 1
+            return index
 
     # ------------------------------------------------------------------ recording (collect.recording)
     def enclosing(self):
@@ -230,8 +237,9 @@ class Collector(Recording):
 
     def next_seq(self) -> int:
         """The forward order of a recorded call (its backward hooks carry it)."""
-        self.seq += 1
-        return self.seq
+        with self._count_lock:
+            self.seq += 1
+            return self.seq
 
     def settle_waiting(self, seq: int) -> None:
         """The backward of a call made at forward position `seq` runs: every waiting entry of a later call is

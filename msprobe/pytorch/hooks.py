@@ -37,7 +37,7 @@ squeeze unsqueeze reshape reshape_as view view_as flatten unflatten expand expan
 tile transpose permute moveaxis movedim swapaxes swapdims chunk unsafe_chunk split split_with_sizes
 unsafe_split unsafe_split_with_sizes tensor_split hsplit vsplit dsplit unbind stack cat concat concatenate
 hstack vstack dstack column_stack row_stack align_as align_to atleast_1d atleast_2d atleast_3d ravel clamp
-unfold type_as to float double int long half bfloat16 byte char bool cfloat numpy empty empty_like zeros
+unfold type type_as to float double int long half bfloat16 byte char bool cfloat numpy empty empty_like zeros
 zeros_like ones ones_like full full_like arange linspace logspace eye identity diag diagflat diag_embed triu
 tril triu_indices tril_indices clone __bool__ stride
 """.split())
@@ -111,15 +111,30 @@ def functional_apis() -> dict:
     return result
 
 
-def _first_grad_fn(value, depth=0):
+def _first_grad_tensor(value, depth=0):
+    """The first tensor of a call's result with a grad_fn (the node its backward hook goes on), or None."""
     if isinstance(value, torch.Tensor):
-        return value.grad_fn
+        return value if value.grad_fn is not None else None
     if depth < 4 and isinstance(value, (list, tuple)):
         for item in value:
-            found = _first_grad_fn(item, depth + 1)
+            found = _first_grad_tensor(item, depth + 1)
             if found is not None:
                 return found
     return None
+
+
+def _first_grad_fn(value):
+    tensor = _first_grad_tensor(value)
+    return tensor.grad_fn if tensor is not None else None
+
+
+def _returns_an_input(out, args, kwargs) -> bool:
+    """The call's first output tensor is one of its argument tensors itself (`F.dropout(x, p=0)` in training,
+    `x.contiguous()` of a contiguous x): it made no autograd node, and a hook on that tensor's grad_fn would
+    record the backward of the op that produced the argument. Such a call has no backward entry (as the
+    reference)."""
+    first = _first_grad_tensor(out)
+    return first is not None and any(first is value for value in (*args, *kwargs.values()))
 
 
 class _ApiMode(TorchFunctionMode):
@@ -331,7 +346,8 @@ class Collector(Recording):
                 raise
             if forward_ok:
                 self.record_outputs(forward, body, (*args, *kwargs.values()) if collective else out)
-            if dump_backward and not collective and self.direction_ok("backward") and torch.is_grad_enabled():
+            if dump_backward and not collective and self.direction_ok("backward") and torch.is_grad_enabled() \
+                    and not _returns_an_input(out, args, kwargs):
                 self.guard(forward, body, "backward hook",
                            lambda: self._hook_api_backward(f"{key}.{index}.backward", parent, out))
             if forward_ok:

@@ -128,6 +128,12 @@ def test_a_nul_in_dump_path_or_config_path_is_a_config_error(tmp_path):
     ({"data_mode": ["sideways"]}, "data_mode"),
     ({"summary_mode": "xor"}, "summary_mode"),
     ({"async_dump": True}, "async_dump"),
+    # issue 34: a text is named with the type expected (it read "'async_dump' true is not supported")
+    ({"async_dump": "false"}, r"'async_dump' must be a boolean \(true or false\), got 'false' \(str\)"),
+    ({"async_dump": 0}, r"must be a boolean .*got 0 \(int\)"),
+    # md5 is a statistics task's mode: a tensor task given it was accepted silently
+    ({"task": "tensor", "summary_mode": "md5"}, "'summary_mode' 'md5' applies to task statistics only"),
+    ({"task": "tensor", "tensor": {"summary_mode": "md5"}}, "applies to task statistics only"),
     ({"scope": "linear"}, "scope"),
 ])
 def test_invalid_values(tmp_path, content, message):

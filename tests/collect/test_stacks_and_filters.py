@@ -43,6 +43,22 @@ def test_filters(tmp_path):
     assert selected(culprit, "Torch.add.3.forward", inside) and not selected(culprit, "Torch.add.3.forward")
     l1 = load_config(dump_path=str(tmp_path), level="L1", list=["Module.conv2.Conv2d."])
     assert not selected(l1, "Torch.add.3.forward", inside)           # only at mix
+    # a full name selects that entry only, a prefix starts the name (issue 34: `Functional.silu.0.forward` also
+    # dumped MintFunctional.silu.0, and `Distributed.` MintDistributed's collectives)
+    exact = load_config(dump_path=str(tmp_path), level="mix",
+                        list=["Functional.silu.0.forward", "Distributed.all_reduce.0.backward", "Cell.a.Dense.",
+                              "Module.b.Linear.forward.0", "Module.c.Linear.parameters_grad"])
+    for other in ("MintFunctional.silu.0.forward", "MintDistributed.all_reduce.0.backward", "Cell.x.Cell.a.Dense.forward.0",
+                  "Module.b.Linear.forward.01", "Module.xc.Linear.parameters_grad", "Functional.silu.0.forward.x"):
+        assert not selected(exact, other), other
+    assert not selected(exact, "Mint.add.0.forward", ["Cell.x.Cell.a.Dense.forward.0"])
+    for own in ("Functional.silu.0.forward", "Distributed.all_reduce.0.backward", "Cell.a.Dense.backward.0",
+                "Module.b.Linear.forward.0", "Module.c.Linear.parameters_grad"):
+        assert selected(exact, own), own
+    assert selected(exact, "Mint.add.0.forward", ["Cell.a.Dense.forward.0"])
+    # keywords are still substrings, as the reference reads them
+    keywords = load_config(dump_path=str(tmp_path), list=["relu", "conv."])
+    assert all(selected(keywords, n) for n in ("Functional.leaky_relu.0.forward", "Torch.conv.0.forward"))
     assert direction_ok(config, "backward") and not direction_ok(config, "forward")
     assert section_ok(config, "input") and not section_ok(config, "output")
     everything = load_config(dump_path=str(tmp_path))

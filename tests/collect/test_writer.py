@@ -179,3 +179,23 @@ def test_writing_after_close_or_before_open_is_ignored(tmp_path):
     writer.add_construct("A.0.forward", None)
     writer.complete(writer.reserve("B", {}))
     assert writer.close() is None and os.listdir(tmp_path) == []
+
+
+def test_a_step_folder_removed_mid_step_is_said_so_once(tmp_path, msprobe_records):
+    """The folder deleted while the step runs: the log said "writing construct.json ... failed; dump.json is still
+    written", and nothing was (dump.json's own failure was the same kind, so it was not logged)."""
+    import shutil
+
+    folder = tmp_path / "step0" / "proc1"
+    folder.mkdir(parents=True)
+    writer = new_writer()
+    writer.open(str(folder))
+    writer.add("A.0.forward", {"output": [None]}, ("File a.py, line 1",))
+    writer.add_construct("A.0.forward", None)
+    shutil.rmtree(tmp_path / "step0")
+    assert writer.close() is None
+    messages = [r.getMessage() for r in msprobe_records]
+    assert not any("still written" in m for m in messages), messages
+    assert sum(f"the dump folder {folder} was removed while the step was recorded" in m and
+               "none of this step's files is written" in m for m in messages) == 1, messages
+    assert not (tmp_path / "step0").exists()

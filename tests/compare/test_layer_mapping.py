@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from msprobe.compare.layer_mapping import (
     build_tree,
     entry_scopes,
@@ -10,6 +12,7 @@ from msprobe.compare.layer_mapping import (
     translate,
 )
 from msprobe.dump.flatten import flatten
+from msprobe.errors import MsprobeError
 
 
 def t(value=1.0):
@@ -126,3 +129,56 @@ def test_layer_mapping_reads_both_stacks_in_the_compare(tmp_path):
     rows = {row[0]: row[1] for row in read_csv(only_file(out, "compare_result_*.csv"))[1:]}
     assert rows["Tensor.__add__.1.forward.output.0"] == "Tensor.__add__.0.forward.output.0"
     assert rows["Tensor.__add__.0.forward.output.0"] == "N/A"
+
+
+BILLION_LAUGHS = "\n".join(
+    ["Linear:", "  fc1: c_fc", "  a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    + [f"  {b}: &{b} [{', '.join([f'*{a}'] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi")]) + "\n"
+
+
+def _limited_memory():
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+def test_a_layer_mapping_bomb_is_refused_in_one_line_in_seconds(tmp_path):
+    """A 'billion laughs' of nested aliases (under 600 bytes) was expanded by str() of each child value: the compare
+    hung or ran out of memory. Any child value that is not a name is refused, on the CLI and in the API."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import msprobe
+
+    bomb = tmp_path / "lm.yaml"
+    bomb.write_text(BILLION_LAUGHS)
+    assert len(BILLION_LAUGHS) < 600
+    for folder, framework in (("ms", "mindspore"), ("pt", "pytorch")):
+        (tmp_path / folder).mkdir()
+        name = "Tensor.add.0.forward"
+        (tmp_path / folder / "dump.json").write_text(json.dumps(
+            {"task": "statistics", "level": "mix", "framework": framework,
+             "data": {name: {"input_args": [t()], "output": [t()]}}}))
+        (tmp_path / folder / "construct.json").write_text(json.dumps({name: None}))
+    args = ["-tp", str(tmp_path / "ms" / "dump.json"), "-gp", str(tmp_path / "pt" / "dump.json"),
+            "-o", str(tmp_path / "out"), "-lm", str(bomb)]
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "msprobe", "compare", *args], capture_output=True, text=True,
+                          timeout=120, preexec_fn=_limited_memory, env=dict(os.environ, NO_COLOR="1"))
+    assert time.monotonic() - started < 60
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if str(bomb) in line]
+    assert "child names (texts), got a list" in line and len(line) < 400
+    with pytest.raises(MsprobeError, match="got a list"):
+        msprobe.compare(args[1], args[3], layer_mapping=str(bomb))
+
+
+def test_layer_mapping_names_may_be_bare_numbers():
+    assert parse_layer_mapping([{"layers": {5: 0}, 7: {"a": "b"}}], "x") == {"layers": {"5": "0"}, "7": {"a": "b"}}
+    for bad in ({"Linear": {"fc1": ["c_fc"]}}, {"Linear": {"fc1": None}}, {"Linear": {"fc1": True}},
+                {"Linear": {"fc1": {"x": "y"}}}, {("a",): {"fc1": "c"}}):
+        with pytest.raises(MsprobeError, match="x: "):
+            parse_layer_mapping([bad], "x")

@@ -97,3 +97,24 @@ def test_no_culprit_no_config(tmp_path):
     analysis = json.loads(only_file(tmp_path, "diff_analyze_*.json").read_text())
     assert analysis["culprit"]["op_name"] is None and "next_dump_config" not in analysis["culprit"]
     assert not list(tmp_path.glob("next_dump_*.json"))
+
+
+@pytest.mark.parametrize("parent", ["Cell", "Cell.", "Cell.forward.0", "Cell.layers.0.attn.Gone.forward.0", 7])
+def test_a_parent_that_is_no_cell_entry_of_the_dump_selects_nothing_more(tmp_path, parent):
+    """An adversarial construct.json whose parent of the culprit is not a cell call of the dump ("Cell" put `Cell.`
+    into the list: every cell and API of the next dump at mix): the list holds the culprit's API alone on that
+    side."""
+    for side in ("ms_mix", "golden"):
+        shutil.copytree(FIXTURES / "cross" / "ms_mix", tmp_path / side)
+    dump = tmp_path / "ms_mix" / "dump.json"
+    data = json.loads(dump.read_text())
+    data["data"]["Mint.matmul.0.forward"]["output"][0]["Max"] *= 3
+    dump.write_text(json.dumps(data))
+    for construct_path in (tmp_path / "ms_mix" / "construct.json", tmp_path / "golden" / "construct.json"):
+        construct = json.loads(construct_path.read_text())
+        construct["Mint.matmul.0.forward"] = parent
+        construct_path.write_text(json.dumps(construct))
+    out = tmp_path / "da"
+    assert run_cli(["compare", "-tp", dump, "-gp", tmp_path / "golden" / "dump.json", "-o", out, "-da"]) == 0
+    config = json.loads(only_file(out, "next_dump_*.json").read_text())
+    assert config["tensor"]["list"] == ["Mint.matmul.0.forward", "Mint.matmul.0.backward"]

@@ -446,7 +446,8 @@ def test_a_step_that_raises_keeps_what_was_recorded(tmp_path):
     assert dump["incomplete"].startswith("the step raised ValueError: bad batch")
     data = dump["data"]
     assert "Cell.fc1.Dense.forward.0" in data and "output" in data["Cell.fc1.Dense.forward.0"]
-    assert data["Cell.ln.LayerNorm.forward.0"]["dump_error"] == "the call did not return before stop()"
+    # the cell is closed where it raised, and its entry names the exception (issue 34)
+    assert data["Cell.ln.LayerNorm.forward.0"]["dump_error"] == "the call raised ValueError: bad batch"
     assert "input_args" in data["Cell.ln.LayerNorm.forward.0"]
     assert debugger.current_step == 1 and not model.fc1._forward_pre_hook
 

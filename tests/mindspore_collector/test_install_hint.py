@@ -38,3 +38,16 @@ def test_a_broken_mindspore_is_reported_with_its_own_error(tmp_path):
     printed = _run(f"sys.path.insert(0, {str(tmp_path)!r})")
     assert printed.startswith("ImportError: msprobe.mindspore (the MindSpore collector) needs mindspore, which cannot "
                               "be imported here (ImportError: numpy.core.multiarray failed to import): pip install")
+
+
+def test_importing_the_collector_prints_no_warning_of_mindspore():
+    """`import msprobe.mindspore` printed MindSpore 2.9+'s "Module 'mindspore.common.api' is deprecated" warning (our
+    import of it): what the user's own `import mindspore` prints is all that is printed."""
+    import pytest
+
+    pytest.importorskip("mindspore", reason="mindspore is not installed (the MindSpore collector tests run in the "
+                                            "separate environment of .ci/run)")
+    quiet = subprocess.run([sys.executable, "-c", "import mindspore"], capture_output=True, text=True)
+    ours = subprocess.run([sys.executable, "-c", "import mindspore, msprobe.mindspore"], capture_output=True, text=True)
+    assert ours.returncode == 0, ours.stderr[-2000:]
+    assert "deprecated" not in ours.stderr and ours.stderr == quiet.stderr
