@@ -46,8 +46,8 @@ class Head(nn.Module):
             x = self.hidden(x)
         x = F.gelu(x) * 1.02 if self.bug == "scale" else F.gelu(x)
         if self.bug == "nondet":
-            generator = torch.Generator().manual_seed(time.time_ns() % 2**31)
-            x = x * (torch.rand(x.shape, generator=generator) > 0.1) / 0.9
+            torch.manual_seed(time.time_ns() % 2**31)      # reseeded from the clock: each run drops other units
+            x = F.dropout(x, 0.1)
         if self.bug == "nan":
             x = torch.log(x)
         return self.out(x)

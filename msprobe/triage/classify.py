@@ -51,18 +51,20 @@ def classify(same_command: bool, target_record, golden_record, frameworks: tuple
     target_dtypes = [leaf[2] for leaf in target_args if leaf[3] is not None] + evidence.output_dtypes(target_record)
     golden_dtypes = [leaf[2] for leaf in golden_args if leaf[3] is not None] + evidence.output_dtypes(golden_record)
     cross = bool(frameworks[0] and frameworks[1] and frameworks[0] != frameworks[1])
-    if not cross and _dtype_names(target_dtypes) != _dtype_names(golden_dtypes):
-        return _cause(DTYPE, f"its tensors are {_list(target_dtypes)} in the target and {_list(golden_dtypes)} in "
-                             "the golden")
-    if cross and set(_dtype_names(target_dtypes)) != set(_dtype_names(golden_dtypes)):
-        return _cause(DTYPE, f"its tensors are {_list(target_dtypes)} in the target and {_list(golden_dtypes)} in "
-                             "the golden")
-    differences = _argument_differences(target_args, golden_args)
-    if differences and not cross:
-        return _cause(ARGUMENT, "its arguments differ: " + "; ".join(differences[:3]))
+    dtypes = (f"its tensors are {_list(target_dtypes)} in the target and {_list(golden_dtypes)} in the golden")
     if cross:
-        return _cause(CONVENTION, "same op in two frameworks with the same dtypes" +
-                      (f" (arguments: {'; '.join(differences[:2])})" if differences else ""))
+        if set(_dtype_names(target_dtypes)) != set(_dtype_names(golden_dtypes)):
+            return _cause(DTYPE, dtypes)
+        return _cause(CONVENTION, "the same op in two frameworks, with the same dtypes")
+    differences = _argument_differences(target_args, golden_args)
+    structural = len(target_args) != len(golden_args) or any(
+        t[1] != g[1] for t, g in zip(target_args, golden_args))
+    if structural:
+        return _cause(ARGUMENT, "its arguments differ: " + "; ".join(differences[:3]))
+    if _dtype_names(target_dtypes) != _dtype_names(golden_dtypes):
+        return _cause(DTYPE, dtypes)
+    if differences:
+        return _cause(ARGUMENT, "its arguments differ: " + "; ".join(differences[:3]))
     if replayed and replayed.get("status") in ("error", "warning"):
         return _cause(KERNEL, f"replayed on the target's inputs it fails the CPU high-precision benchmark "
                               f"({replayed['status']})")

@@ -1,0 +1,93 @@
+"""Cost and hit rate of `msprobe triage` (issue 35) on a zoo of small training scripts with planted bugs.
+
+The PyTorch zoo is examples/triage/train.py (a CNN, a transformer block, an LSTM; --bug picks the planted bug), the
+MindSpore PyNative zoo tests/mindspore_collector/triage_zoo_ms.py (the same models and bugs). Each script is copied
+into a fresh temporary folder and run as is (no msprobe in it): a triage of `--bug B` against the clean script
+must name the planted op, whose source line holds the bug's marker text; a triage of the clean script against
+itself must name nothing; `nondet` is triaged alone (the same command twice). Reported: the hit rate, the wall time
+of each triage and the number of runs per side.
+
+    python benchmarks/bench_triage.py                          # PyTorch zoo, every model and bug
+    python benchmarks/bench_triage.py --models cnn --bugs eps  # one case
+    python benchmarks/bench_triage.py --framework mindspore    # in an interpreter with mindspore
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = {"pytorch": os.path.join(ROOT, "examples", "triage", "train.py"),
+           "mindspore": os.path.join(ROOT, "tests", "mindspore_collector", "triage_zoo_ms.py")}
+MODELS = ("cnn", "transformer", "lstm")
+# bug -> text of the planted line (the culprit's source line must hold it)
+MARKERS = {"cast": ("half()", "float16"), "eps": ("layer_norm",), "bias": ("self.hidden.weight)",),
+           "softmax": ("softmax",), "scale": ("* 1.02",), "bf16acc": ("bfloat16",), "nondet": ("dropout",),
+           "nan": ("log(",)}
+BUGS = tuple(MARKERS)
+
+
+def hit(findings, bug: str) -> bool:
+    """The planted op is named: a culprit whose user source line holds the bug's marker."""
+    if bug == "none":
+        return findings.culprit is None
+    return findings.culprit is not None and any(marker in findings.source for marker in MARKERS[bug])
+
+
+def triage_case(framework: str, model: str, bug: str, work: str, python: str = sys.executable):
+    """One triage of the zoo in a fresh folder (the script copied there); (findings, seconds, runs per side)."""
+    import msprobe
+
+    folder = tempfile.mkdtemp(prefix=f"triage_{model}_{bug}_", dir=work)
+    script = os.path.join(folder, "train.py")
+    shutil.copy(SCRIPTS[framework], script)
+    command = f"{python} train.py --model {model}"
+    target = f"{command} --bug {bug}" if bug != "none" else command
+    golden = None if bug == "nondet" else command
+    start = time.perf_counter()
+    findings = msprobe.triage(target, golden, output_dir=os.path.join(folder, "out"), cwd=folder,
+                              framework=framework, timeout=300)
+    seconds = time.perf_counter() - start
+    runs = sum(len([r for r in found.get("runs", []) if r["side"] == "target"]) for found in findings.rounds)
+    return findings, seconds, runs, folder
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--framework", choices=sorted(SCRIPTS), default="pytorch")
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--bugs", nargs="+", default=["none", *BUGS])
+    parser.add_argument("--json", help="write the results here too")
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="bench_triage_")
+    results = []
+    print("| model | bug | culprit | category | source holds the bug | seconds | runs per side |")
+    print("|---|---|---|---|---|---|---|")
+    for model in args.models:
+        for bug in args.bugs:
+            findings, seconds, runs, _folder = triage_case(args.framework, model, bug, work)
+            ok = hit(findings, bug)
+            results.append({"model": model, "bug": bug, "culprit": findings.culprit, "category": findings.category,
+                            "source": findings.source, "hit": ok, "seconds": round(seconds, 1), "runs": runs})
+            print(f"| {model} | {bug} | {findings.culprit or '-'} | {findings.category or '-'} | "
+                  f"{'yes' if ok else 'NO: ' + (findings.source or '-')} | {seconds:.1f} | {runs} |", flush=True)
+    planted = [r for r in results if r["bug"] != "none"]
+    clean = [r for r in results if r["bug"] == "none"]
+    print(f"\nplanted bugs named: {sum(r['hit'] for r in planted)}/{len(planted)}; clean pairs with no culprit: "
+          f"{sum(r['hit'] for r in clean)}/{len(clean)}; median triage "
+          f"{sorted(r['seconds'] for r in results)[len(results) // 2]:.1f} s")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=2)
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
