@@ -20,42 +20,10 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = {"pytorch": os.path.join(ROOT, "examples", "triage", "train.py"),
-           "mindspore": os.path.join(ROOT, "tests", "mindspore_collector", "triage_zoo_ms.py")}
-MODELS = ("cnn", "transformer", "lstm")
-# bug -> text of the planted line (the culprit's source line must hold it)
-MARKERS = {"cast": ("half()", "float16"), "eps": ("layer_norm",), "bias": ("self.hidden.weight)",),
-           "softmax": ("softmax",), "scale": ("* 1.02",), "bf16acc": ("bfloat16",), "nondet": ("dropout",),
-           "nan": ("log(",)}
-BUGS = tuple(MARKERS)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "triage"))
 
-
-def hit(findings, bug: str) -> bool:
-    """The planted op is named: a culprit whose user source line holds the bug's marker."""
-    if bug == "none":
-        return findings.culprit is None
-    return findings.culprit is not None and any(marker in findings.source for marker in MARKERS[bug])
-
-
-def triage_case(framework: str, model: str, bug: str, work: str, python: str = sys.executable):
-    """One triage of the zoo in a fresh folder (the script copied there); (findings, seconds, runs per side)."""
-    import msprobe
-
-    folder = tempfile.mkdtemp(prefix=f"triage_{model}_{bug}_", dir=work)
-    script = os.path.join(folder, "train.py")
-    shutil.copy(SCRIPTS[framework], script)
-    command = f"{python} train.py --model {model}"
-    target = f"{command} --bug {bug}" if bug != "none" else command
-    golden = None if bug == "nondet" else command
-    start = time.perf_counter()
-    findings = msprobe.triage(target, golden, output_dir=os.path.join(folder, "out"), cwd=folder,
-                              framework=framework, timeout=300)
-    seconds = time.perf_counter() - start
-    runs = sum(len([r for r in found.get("runs", []) if r["side"] == "target"]) for found in findings.rounds)
-    return findings, seconds, runs, folder
+from zoo import BUGS, MODELS, SCRIPTS, hit, triage_case  # noqa: E402
 
 
 def main() -> int:
@@ -71,7 +39,8 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|")
     for model in args.models:
         for bug in args.bugs:
-            findings, seconds, runs, _folder = triage_case(args.framework, model, bug, work)
+            findings, seconds, _folder = triage_case(args.framework, model, bug, work)
+            runs = sum(1 for found in findings.rounds for run in found.get("runs", []) if run["side"] == "target")
             ok = hit(findings, bug)
             results.append({"model": model, "bug": bug, "culprit": findings.culprit, "category": findings.category,
                             "source": findings.source, "hit": ok, "seconds": round(seconds, 1), "runs": runs})

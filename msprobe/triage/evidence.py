@@ -138,6 +138,26 @@ def first_non_finite(content: dict) -> str | None:
     return None
 
 
+def is_module(entry: str) -> bool:
+    return entry.startswith(("Module.", "Cell."))
+
+
+def extra_op_inside(target: dict, golden: dict, construct: dict, module: str) -> str | None:
+    """The first API forward entry of the target, inside `module` (by construct.json's parents), that the golden
+    dump does not hold: an op the golden run does not call (the compare leaves it unmatched and can only name the
+    module around it)."""
+    data, golden_data = target.get("data") or {}, golden.get("data") or {}
+    for name in data:
+        if not name.endswith(".forward") or is_module(name) or name in golden_data:
+            continue
+        parent, seen = construct.get(name), 0
+        while isinstance(parent, str) and seen < 1000:
+            if parent == module:
+                return name
+            parent, seen = construct.get(parent), seen + 1
+    return None
+
+
 def stack_of(dump_path: str, entry: str) -> list:
     """The source lines recorded for `entry` in the stack.json beside dump.json ([] when none)."""
     path = os.path.join(os.path.dirname(dump_path), "stack.json")

@@ -40,7 +40,8 @@ class Findings:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.outcome == CULPRIT else 0
+        """1 when a culprit is named or a run failed (a crash, a timeout, NaN/Inf: findings too), else 0."""
+        return 1 if self.outcome == CULPRIT or self.failures else 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -186,8 +187,8 @@ def _round1_record(options, first) -> dict:
         headline = ("nothing differs: the same command is deterministic at this step" if options.same_command
                     else "nothing differs: every compared output is identical")
     elif first.culprit:
-        headline = (f"culprit {first.culprit} ({first.culprit_result}, output relative error "
-                    f"{first.relative_error:.3g}); {first.summary}")
+        error = f", output relative error {first.relative_error:.3g}" if first.relative_error else ""
+        headline = f"culprit {first.culprit} ({first.culprit_result}{error}); {first.summary}"
     else:
         headline = f"the runs differ (first at {first.first_divergence}) but no op makes its own error; {first.summary}"
     return {"name": "round 1 (statistics)", "evidence": [headline, *first.analysis_lines], "runs": _runs_record(first.runs),

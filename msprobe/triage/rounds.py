@@ -185,11 +185,35 @@ def _compare_statistics(found: Statistics, options: Options, folder: str) -> Non
     golden_file = evidence.dump_file(found.golden_path, found.rank)
     target, golden = evidence.load_dump(target_file), evidence.load_dump(golden_file)
     found.frameworks = (target.get("framework", ""), golden.get("framework", ""))
+    if found.culprit and evidence.is_module(found.culprit) and found.frameworks[0] == found.frameworks[1]:
+        _drill_into_module(found, target, target_file, golden)
     found.non_finite = evidence.first_non_finite(target)
     found.golden_non_finite = evidence.first_non_finite(golden)
     if found.culprit and not found.stack:
         found.stack = evidence.stack_of(target_file, found.culprit)
     found.commands = _commands(options, found.runs, found.target_path, found.golden_path, out)
+
+
+def _drill_into_module(found: Statistics, target: dict, target_file: str, golden: dict) -> None:
+    """A module named as the culprit, with an op inside that the golden run does not call (an extra scale, an
+    added activation): that op is the culprit, the module its module. The next dump then selects the op and the
+    module as -da's configuration does."""
+    construct_path = os.path.join(os.path.dirname(target_file), "construct.json")
+    construct = evidence.load_dump(construct_path) if os.path.isfile(construct_path) else {}
+    extra = evidence.extra_op_inside(target, golden, construct, found.culprit)
+    if extra is None:
+        return
+    module = found.culprit
+    found.analysis_lines.append(f"Inside the culprit module {module}: {extra} has no counterpart in the golden "
+                                "run (an op the golden does not call)")
+    found.culprit, found.module, found.golden_culprit, found.stack = extra, module, None, []
+    found.culprit_result, found.relative_error = "no counterpart in the golden", 0.0
+    if found.next_dump is not None:
+        call = evidence.call_of(extra)
+        for side, config in found.next_dump.items():
+            names = config["tensor"]["list"]
+            if side == "target":
+                config["tensor"]["list"] = [call + ".forward", call + ".backward", *names]
 
 
 def _commands(options: Options, runs: list, target_path: str, golden_path: str, out: str) -> list:

@@ -10,11 +10,12 @@ import sys
 
 import pytest
 
-from conftest import run_cli
 from msprobe.compare.next_dump import compare_command, side_configs
 from msprobe.triage import classify as cl
 from msprobe.triage import evidence
 from msprobe.triage.launch import SITE_DIR
+
+from conftest import run_cli
 
 
 def tensor(dtype="torch.float32", shape=(4, 8), top=1.0):
