@@ -21,9 +21,9 @@ import shutil
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "triage"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
-from zoo import BUGS, MODELS, SCRIPTS, hit, triage_case  # noqa: E402
+from triage_zoo import BUGS, MODELS, SCRIPTS, hit, triage_case  # noqa: E402
 
 
 def main() -> int:

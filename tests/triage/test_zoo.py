@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-import zoo  # noqa: E402
+import triage_zoo as zoo  # noqa: E402
 
 from msprobe.triage import classify as cl  # noqa: E402
 from msprobe.triage.launch import execute, prepare  # noqa: E402

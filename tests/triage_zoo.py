@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = {"pytorch": os.path.join(ROOT, "examples", "triage", "train.py"),
            "mindspore": os.path.join(ROOT, "tests", "mindspore_collector", "triage_zoo_ms.py")}
 MODELS = ("cnn", "transformer", "lstm")
