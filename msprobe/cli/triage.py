@@ -70,9 +70,16 @@ def _positive(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    import logging
+
     from msprobe.errors import MsprobeError
+    from msprobe.log import get_logger
     from msprobe.names import printable
     from msprobe.triage.loop import triage
+
+    # the rounds' compares log to the console; the triage's summary (or --json's one object) is the output, and the
+    # compares' details are in their files under -o
+    get_logger().setLevel(logging.ERROR)
 
     def progress(text: str) -> None:
         if sys.stderr.isatty():

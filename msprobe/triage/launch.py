@@ -138,17 +138,32 @@ def execute(runs: list, timeout: float | None, cwd: str | None = None) -> list:
 
 
 def _end_group(process: subprocess.Popen) -> int | None:
-    """SIGTERM to the run's process group (the collector writes the step it records), SIGKILL after the grace."""
-    for sig, wait in ((signal.SIGTERM, GRACE_SECONDS), (signal.SIGKILL, GRACE_SECONDS)):
+    """SIGTERM to the run's process group (the collector writes the step it records), SIGKILL to what is left after
+    the grace. Waits for the whole group, not only the shell: the training process may still be writing its step
+    when the shell has gone."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, sig)
+        deadline = time.monotonic() + GRACE_SECONDS
         try:
-            return process.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
+            while time.monotonic() < deadline:
+                process.poll()
+                if not _group_alive(process.pid):
+                    return process.wait()
+                time.sleep(0.05)
         except KeyboardInterrupt:          # a second Ctrl-C: no more grace
             continue
     return process.poll()
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def read_statuses(folder: str) -> list:

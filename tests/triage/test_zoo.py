@@ -155,7 +155,7 @@ def test_the_injection_changes_no_number(tiny):
     assert Path(run.log).read_text().split() == plain and len(plain) == 3
     assert sorted(os.listdir(Path(run.dump_root))) == ["step1"]       # only the chosen step
     (status,) = run.statuses
-    assert status["models"] == ["Sequential"] and status["steps_done"] == 3 and not status["errors"]
+    assert status["models"] == ["Sequential"] and status["finished"] and not status["errors"]
 
 
 def test_a_crash_a_hang_and_a_users_own_debugger(tiny):
