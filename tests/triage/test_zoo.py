@@ -184,3 +184,33 @@ def run_cli_findings(folder, name, target, golden, *extra) -> dict:
     found = json.loads((out / "triage.json").read_text())
     assert code == (1 if found["outcome"] == "culprit" or found["failures"] else 0)
     return found
+
+
+def test_ctrl_c_stops_the_runs_and_leaves_what_finished(tiny):
+    """Ctrl-C while both runs hang inside their step: exit 130, both process groups ended (SIGTERM first, so each
+    collector writes the step it was recording), the logs and partial dumps readable under -o."""
+    import signal
+    import subprocess
+    import time
+
+    from msprobe.io import process_alive
+    from msprobe.triage.launch import read_statuses
+
+    out = tiny / "interrupted"
+    command = f"{sys.executable} train.py --hang"
+    triage = subprocess.Popen([sys.executable, "-m", "msprobe", "triage", "--target", command, "--golden", command,
+                               "-o", str(out)], cwd=tiny, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    folders = [out / "round1_statistics" / side for side in ("target", "golden")]
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not all(
+            any(s.get("recorded") for s in read_statuses(str(folder))) for folder in folders):
+        time.sleep(0.5)
+    triage.send_signal(signal.SIGINT)
+    _stdout, stderr = triage.communicate(timeout=120)
+    assert triage.returncode == 130 and "interrupted" in stderr
+    for folder in folders:
+        (status,) = read_statuses(str(folder))
+        assert not process_alive(status["pid"])
+        (dump,) = (folder / "dump" / "step0").iterdir()
+        assert json.loads((dump / "dump.json").read_text())["data"]
+        assert (folder / "run.log").is_file()
