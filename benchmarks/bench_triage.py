@@ -26,6 +26,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from triage_zoo import BUGS, MODELS, SCRIPTS, hit, triage_case  # noqa: E402
 
 
+def plain_step(framework: str, model: str, work: str) -> float:
+    """Wall time of the script's own one-step run (no msprobe): the unit a triage's runs are measured in."""
+    import subprocess
+    import time
+
+    folder = tempfile.mkdtemp(prefix=f"plain_{model}_", dir=work)
+    shutil.copy(SCRIPTS[framework], os.path.join(folder, "train.py"))
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "train.py", "--model", model, "--steps", "1"], cwd=folder, check=True,
+                   capture_output=True)
+    return time.perf_counter() - start
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework", choices=sorted(SCRIPTS), default="pytorch")
@@ -35,17 +48,23 @@ def main() -> int:
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench_triage_")
     results = []
-    print("| model | bug | culprit | category | source holds the bug | seconds | runs per side |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | bug | culprit | category | source holds the bug | triage s | runs per side | runs' wall s | "
+          "one plain step s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for model in args.models:
+        plain = plain_step(args.framework, model, work)
         for bug in args.bugs:
             findings, seconds, _folder = triage_case(args.framework, model, bug, work)
-            runs = sum(1 for found in findings.rounds for run in found.get("runs", []) if run["side"] == "target")
+            rounds = [found.get("runs", []) for found in findings.rounds]
+            runs = sum(1 for found in rounds for run in found if run["side"] == "target")
+            wall = sum(max(run["seconds"] for run in found) for found in rounds if found)
             ok = hit(findings, bug)
             results.append({"model": model, "bug": bug, "culprit": findings.culprit, "category": findings.category,
-                            "source": findings.source, "hit": ok, "seconds": round(seconds, 1), "runs": runs})
+                            "source": findings.source, "hit": ok, "seconds": round(seconds, 1), "runs": runs,
+                            "runs_wall": round(wall, 1), "plain_step": round(plain, 1)})
             print(f"| {model} | {bug} | {findings.culprit or '-'} | {findings.category or '-'} | "
-                  f"{'yes' if ok else 'NO: ' + (findings.source or '-')} | {seconds:.1f} | {runs} |", flush=True)
+                  f"{'yes' if ok else 'NO: ' + (findings.source or '-')} | {seconds:.1f} | {runs} | {wall:.1f} | "
+                  f"{plain:.1f} |", flush=True)
     planted = [r for r in results if r["bug"] != "none"]
     clean = [r for r in results if r["bug"] == "none"]
     print(f"\nplanted bugs named: {sum(r['hit'] for r in planted)}/{len(planted)}; clean pairs with no culprit: "

@@ -91,27 +91,22 @@ def _plain(value):
 
 
 def output_dtypes(record) -> list:
-    return [leaf[1] for leaf in _leaves(record.get("output") if isinstance(record, dict) else None)]
+    return [leaf.get("dtype") for leaf in _records(record.get("output") if isinstance(record, dict) else None)]
 
 
-def _leaves(node) -> list:
+def _records(node) -> list:
+    """The argument records ({"type": ...}) of a nested input/output structure, in order."""
     if isinstance(node, dict) and "type" in node:
-        return [(node.get("type"), node.get("dtype"))]
+        return [node]
     if isinstance(node, dict):
-        return [leaf for key in sorted(node) for leaf in _leaves(node[key])]
+        return [leaf for key in sorted(node) for leaf in _records(node[key])]
     if isinstance(node, list):
-        return [leaf for value in node for leaf in _leaves(value)]
+        return [leaf for value in node for leaf in _records(value)]
     return []
 
 
 def _stats_of(node) -> list:
-    if isinstance(node, dict) and "type" in node:
-        return [node.get(key) for key in ("Max", "Min", "Mean", "Norm") if key in node]
-    if isinstance(node, dict):
-        return [value for key in sorted(node) for value in _stats_of(node[key])]
-    if isinstance(node, list):
-        return [value for item in node for value in _stats_of(item)]
-    return []
+    return [leaf[key] for leaf in _records(node) for key in ("Max", "Min", "Mean", "Norm") if key in leaf]
 
 
 def _non_finite(value) -> bool:
