@@ -146,3 +146,23 @@ def test_next_dump_commands_keep_each_run_apart(tmp_path):
     command = compare_command(info, str(tmp_path / "nd"), str(tmp_path / "cmp"))
     assert command == (f"msprobe compare -tp {tmp_path / 'nd' / 'target' / 'step3'} -gp "
                        f"{tmp_path / 'nd' / 'golden' / 'step3'} -o {tmp_path / 'cmp'} -da")
+
+
+def test_the_documented_commands_parse():
+    """docs/triage.md's and -h's `msprobe triage` commands use options the command has."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from msprobe.cli import triage as command
+    from msprobe.cli.main import build_parser
+
+    docs = (Path(__file__).parents[2] / "docs" / "triage.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", docs, re.S) + [command.EPILOG]
+    lines = [line.strip() for block in blocks for line in block.replace("\\\n", " ").splitlines()
+             if line.strip().startswith("msprobe triage")]
+    assert len(lines) >= 5
+    parser = build_parser()
+    for line in lines:
+        args = parser.parse_args(shlex.split(line)[1:])
+        assert args.command == "triage" and (args.target or args.target_path)
