@@ -48,12 +48,11 @@ def classify(same_command: bool, target_record, golden_record, frameworks: tuple
     if golden_record is None:
         return _cause(ARGUMENT, "the golden run does not call this op at this point")
     target_args, golden_args = evidence.signature(target_record), evidence.signature(golden_record)
-    target_dtypes = [leaf[2] for leaf in target_args if leaf[3] is not None] + evidence.output_dtypes(target_record)
-    golden_dtypes = [leaf[2] for leaf in golden_args if leaf[3] is not None] + evidence.output_dtypes(golden_record)
+    target_dtypes, golden_dtypes = evidence.tensor_dtypes(target_record), evidence.tensor_dtypes(golden_record)
     cross = bool(frameworks[0] and frameworks[1] and frameworks[0] != frameworks[1])
     dtypes = (f"its tensors are {_list(target_dtypes)} in the target and {_list(golden_dtypes)} in the golden")
     if cross:
-        if set(_dtype_names(target_dtypes)) != set(_dtype_names(golden_dtypes)):
+        if set(target_dtypes) != set(golden_dtypes):
             return _cause(DTYPE, dtypes)
         return _cause(CONVENTION, "the same op in two frameworks, with the same dtypes")
     differences = _argument_differences(target_args, golden_args)
@@ -61,7 +60,7 @@ def classify(same_command: bool, target_record, golden_record, frameworks: tuple
         t[1] != g[1] for t, g in zip(target_args, golden_args))
     if structural:
         return _cause(ARGUMENT, "its arguments differ: " + "; ".join(differences[:3]))
-    if _dtype_names(target_dtypes) != _dtype_names(golden_dtypes):
+    if target_dtypes != golden_dtypes:
         return _cause(DTYPE, dtypes)
     if differences:
         return _cause(ARGUMENT, "its arguments differ: " + "; ".join(differences[:3]))
@@ -78,13 +77,8 @@ def _cause(category: str, reason: str) -> Cause:
     return Cause(category, reason, ADVICE[category])
 
 
-def _dtype_names(dtypes) -> list:
-    """`torch.float32`, `Float32`, `float32` all as `float32`."""
-    return [str(d).rpartition(".")[2].lower() for d in dtypes if d]
-
-
 def _list(dtypes) -> str:
-    names = list(dict.fromkeys(_dtype_names(dtypes)))
+    names = list(dict.fromkeys(dtypes))
     return "/".join(names) or "?"
 
 

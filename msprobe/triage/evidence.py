@@ -90,6 +90,13 @@ def _plain(value):
     return SENTINELS.get(value, value) if isinstance(value, str) else value
 
 
+def tensor_dtypes(record) -> list:
+    """The dtypes of a forward entry's tensor arguments, then of its outputs, spelled without their framework
+    (`torch.float32`, `Float32` -> `float32`)."""
+    inputs = [leaf[2] for leaf in signature(record) if leaf[3] is not None]
+    return [str(d).rpartition(".")[2].lower() for d in inputs + output_dtypes(record) if d]
+
+
 def output_dtypes(record) -> list:
     return [leaf.get("dtype") for leaf in _records(record.get("output") if isinstance(record, dict) else None)]
 

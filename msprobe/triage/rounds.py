@@ -185,8 +185,12 @@ def _compare_statistics(found: Statistics, options: Options, folder: str) -> Non
     golden_file = evidence.dump_file(found.golden_path, found.rank)
     target, golden = evidence.load_dump(target_file), evidence.load_dump(golden_file)
     found.frameworks = (target.get("framework", ""), golden.get("framework", ""))
-    if found.culprit and evidence.is_module(found.culprit) and found.frameworks[0] == found.frameworks[1]:
-        _drill_into_module(found, target, target_file, golden)
+    if found.frameworks[0] == found.frameworks[1]:
+        construct_path = os.path.join(os.path.dirname(target_file), "construct.json")
+        construct = evidence.load_dump(construct_path) if os.path.isfile(construct_path) else {}
+        if found.culprit and evidence.is_module(found.culprit):
+            _drill_into_module(found, target, construct, golden, options.step)
+        _dtype_change_first(found, target, construct, golden, options.step)
     found.non_finite = evidence.first_non_finite(target)
     found.golden_non_finite = evidence.first_non_finite(golden)
     if found.culprit and not found.stack:
@@ -194,26 +198,48 @@ def _compare_statistics(found: Statistics, options: Options, folder: str) -> Non
     found.commands = _commands(options, found.runs, found.target_path, found.golden_path, out)
 
 
-def _drill_into_module(found: Statistics, target: dict, target_file: str, golden: dict) -> None:
+def _drill_into_module(found: Statistics, target: dict, construct: dict, golden: dict, step: int) -> None:
     """A module named as the culprit, with an op inside that the golden run does not call (an extra scale, an
-    added activation): that op is the culprit, the module its module. The next dump then selects the op and the
-    module as -da's configuration does."""
-    construct_path = os.path.join(os.path.dirname(target_file), "construct.json")
-    construct = evidence.load_dump(construct_path) if os.path.isfile(construct_path) else {}
+    added activation): that op is the culprit, the module its module."""
     extra = evidence.extra_op_inside(target, golden, construct, found.culprit)
-    if extra is None:
+    if extra is not None:
+        found.analysis_lines.append(f"Inside the culprit module {found.culprit}: {extra} has no counterpart in the "
+                                    "golden run (an op the golden does not call)")
+        _retarget(found, extra, found.culprit, target, step, "no counterpart in the golden")
+
+
+def _dtype_change_first(found: Statistics, target: dict, construct: dict, golden: dict, step: int) -> None:
+    """The first divergence is an op that runs in other dtypes than in the golden (a cast, a low-precision
+    accumulator) while the verdict names a later op or none (it counts that op's error as explained by its dtype):
+    the dtype change is the cause, so that op is the culprit."""
+    first = found.first_divergence
+    if not first or first == found.culprit or evidence.is_module(first) or not first.endswith(".forward"):
         return
-    module = found.culprit
-    found.analysis_lines.append(f"Inside the culprit module {module}: {extra} has no counterpart in the golden "
-                                "run (an op the golden does not call)")
-    found.culprit, found.module, found.golden_culprit, found.stack = extra, module, None, []
-    found.culprit_result, found.relative_error = "no counterpart in the golden", 0.0
-    if found.next_dump is not None:
-        call = evidence.call_of(extra)
-        for side, config in found.next_dump.items():
-            names = config["tensor"]["list"]
-            if side == "target":
-                config["tensor"]["list"] = [call + ".forward", call + ".backward", *names]
+    target_record, golden_record = (target.get("data") or {}).get(first), (golden.get("data") or {}).get(first)
+    if not golden_record or evidence.tensor_dtypes(target_record) == evidence.tensor_dtypes(golden_record):
+        return
+    found.analysis_lines.append(f"The first divergence {first} runs in other dtypes than in the golden run "
+                                f"({'/'.join(dict.fromkeys(evidence.tensor_dtypes(target_record)))} against "
+                                f"{'/'.join(dict.fromkeys(evidence.tensor_dtypes(golden_record)))}): the dtype "
+                                f"change is the cause" + (f" (the verdict's culprit {found.culprit} is downstream)"
+                                                           if found.culprit else ""))
+    parent = construct.get(first)
+    _retarget(found, first, parent if isinstance(parent, str) and evidence.is_module(parent) else None, target,
+              step, "dtype change")
+
+
+def _retarget(found: Statistics, entry: str, module: str | None, target: dict, step: int, why: str) -> None:
+    """Name `entry` as the culprit (the same op on both sides) and rebuild the next dump for it."""
+    from msprobe.compare.next_dump import side_configs
+
+    rank = (found.next_dump or {}).get("target", {}).get("rank")
+    if rank is None:
+        rank = [found.rank] if found.rank is not None and os.path.isdir(found.target_path) else []
+    found.culprit, found.module, found.golden_culprit, found.stack = entry, module, None, []
+    found.culprit_result, found.relative_error = why, 0.0
+    level = target.get("level") if target.get("level") in ("L0", "L1", "mix") else "mix"
+    info = {"sides": [{"api": entry, "module": module}], "level": level, "step": [step], "rank": rank}
+    found.next_dump = side_configs(info)
 
 
 def _commands(options: Options, runs: list, target_path: str, golden_path: str, out: str) -> list:
@@ -319,14 +345,16 @@ def _replay_one(dump_path: str, name: str) -> dict:
     try:
         dump = open_dump(dump_path)
         if name not in dump.names:
-            return {"status": "SKIP", "message": f"{name} is not in the tensor dump", "outputs": []}
+            recorded = f"{name}.forward" in dump.content["data"]
+            return {"status": "SKIP", "outputs": [],
+                    "message": f"acc_check does not replay {name}" if recorded else f"{name} is not in the tensor dump"}
         if not dump.backend.supported(name):
             return {"status": "SKIP", "message": f"acc_check does not replay {name}", "outputs": []}
         device = dump.backend.prepare(dump.options)
         tensor_dir = tensor_directory(dump.path, dump.content) if dump.real_data else None
         replayer = dump.backend.replayer(dump.content["data"], tensor_dir, device, dump.options)
         result = replayer.run(name, dump.names.index(name))
-    except MsprobeError as exc:
+    except MsprobeError as exc:          # no API acc_check replays, no framework to replay with, ...
         return {"status": "SKIP", "message": str(exc), "outputs": []}
     outputs = [{"dtype": output.device_dtype, "benchmark_dtype": output.bench_dtype, "status": output.status,
                 "cosine": output.metrics.get("余弦相似度"), "max_abs_err": output.metrics.get("最大绝对误差"),
