@@ -85,7 +85,7 @@ def test_the_same_command_twice_finds_the_nondeterministic_op(zoo_runs):
     assert findings.category == cl.NONDETERMINISM and "twice" in findings.reason
 
 
-def test_start_from_existing_statistics_dumps(zoo_runs, tmp_path):
+def test_start_from_existing_statistics_dumps(zoo_runs, tmp_path, capsys):
     """-tp/-gp: round 1 on the given dumps; without commands there is nothing to rerun."""
     _findings, _seconds, folder = zoo_runs[("transformer", "eps")]
     round1 = Path(folder) / "out" / "round1_statistics"
@@ -95,6 +95,7 @@ def test_start_from_existing_statistics_dumps(zoo_runs, tmp_path):
     code = run_cli(["triage", "-tp", target / "dump.json", "-gp", golden / "dump.json", "-o", out, "--json"])
     assert code == 1
     found = json.loads((out / "triage.json").read_text())
+    assert json.loads(capsys.readouterr().out) == found        # --json: one object on stdout, nothing else
     assert found["culprit"].startswith("Functional.layer_norm.") and found["category"] == cl.ARGUMENT
     assert found["rounds"][1]["evidence"][0].startswith("skipped: no training commands")
 
