@@ -166,3 +166,25 @@ def test_the_documented_commands_parse():
     for line in lines:
         args = parser.parse_args(shlex.split(line)[1:])
         assert args.command == "triage" and (args.target or args.target_path)
+
+
+def test_da_prints_one_config_per_run_and_the_compare_that_follows(tmp_path, caplog):
+    """Issue 34: -da's advice sent both runs into ./next_dump, where rank folders of the second run overwrite the
+    first's; now each run has its file and folder, and the exact compare is printed."""
+    import logging
+
+    from conftest import fixture_pair
+
+    target, golden = fixture_pair("stats_mix_step0")
+    with caplog.at_level(logging.INFO, logger="msprobe"):
+        assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path, "-da"]) == 0
+    advice = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("Next step"))
+    (target_file,) = tmp_path.glob("next_dump_*_target.json")
+    (golden_file,) = tmp_path.glob("next_dump_*_golden.json")
+    root = tmp_path.resolve() / "next_dump"
+    assert f"target run: PrecisionDebugger(config_path='{target_file}')" in advice
+    assert f"golden run: PrecisionDebugger(config_path='{golden_file}')" in advice
+    assert f"then:       msprobe compare -tp {root / 'target'} -gp {root / 'golden'} -o " in advice
+    assert "into ./next_dump" not in advice
+    folders = {json.loads(path.read_text())["dump_path"] for path in (target_file, golden_file)}
+    assert folders == {str(root / "target"), str(root / "golden")}
