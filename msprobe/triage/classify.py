@@ -38,7 +38,7 @@ class Cause:
 
 
 def classify(same_command: bool, target_record, golden_record, frameworks: tuple, replayed: dict | None,
-             inputs_differ: bool | None, non_finite: bool = False) -> Cause:
+             inputs_differ: bool | None, non_finite: bool = False, culprit: str = "") -> Cause:
     """target_record/golden_record: the culprit's forward entry in each dump (golden None when the golden has no
     such op); replayed: round 3's target replay ({"status": ...}) or None; inputs_differ: round 2's finding."""
     if non_finite:
@@ -64,6 +64,9 @@ def classify(same_command: bool, target_record, golden_record, frameworks: tuple
         return _cause(DTYPE, dtypes)
     if differences:
         return _cause(ARGUMENT, "its arguments differ: " + "; ".join(differences[:3]))
+    if culprit.startswith("Primitive.") and inputs_differ is False:
+        return _cause(ARGUMENT, "same inputs and dtypes, different outputs; a Primitive's attributes (epsilon, axis, "
+                                "...) are not recorded in the dump: compare how its cell is built")
     if replayed and replayed.get("status") in ("error", "warning"):
         return _cause(KERNEL, f"replayed on the target's inputs it fails the CPU high-precision benchmark "
                               f"({replayed['status']})")

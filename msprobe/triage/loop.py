@@ -156,7 +156,7 @@ def _conclude(findings: Findings, options, first, second, third, culprit: str, n
     golden_name = evidence.forward_of(first.golden_culprit or culprit)
     cause = classify(options.same_command, target_data.get(evidence.forward_of(culprit)),
                      golden_data.get(golden_name), first.frameworks, third.target, second.inputs_differ,
-                     non_finite=culprit == non_finite)
+                     non_finite=culprit == non_finite, culprit=culprit)
     findings.category, findings.reason, findings.advice = cause.category, cause.reason, cause.advice
     findings.stack = first.stack if culprit == first.culprit else evidence.stack_of(target_file, culprit)
     findings.source = evidence.user_line(findings.stack)

@@ -22,7 +22,7 @@ from msprobe.triage.launch import execute, prepare  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-CASES = {("cnn", "eps"): cl.KERNEL, ("transformer", "none"): None}      # the whole zoo: bench_triage.py
+CASES = {("cnn", "eps"): cl.ARGUMENT, ("transformer", "none"): None}      # the whole zoo: bench_triage.py
 
 
 @pytest.fixture(scope="module")

@@ -54,6 +54,10 @@ def test_the_category_follows_the_evidence():
     assert cause(golden, golden, same=True).category == cl.NONDETERMINISM
     assert cl.classify(False, golden, golden, ("pytorch", "pytorch"), None, False, non_finite=True).category == \
         cl.NON_FINITE
+    # a MindSpore Primitive (its attributes, such as LayerNorm's epsilon, are not recorded) with identical inputs
+    prim = cl.classify(False, golden, golden, ("mindspore", "mindspore"), None, False,
+                       culprit="Primitive.layer_norm.LayerNorm.0.forward")
+    assert prim.category == cl.ARGUMENT and "attributes" in prim.reason
     # same everything: the kernel; the replay's failure is named in the reason
     assert cause(golden, golden).category == cl.KERNEL
     assert "benchmark" in cause(golden, golden, replayed={"status": "error"}).reason
