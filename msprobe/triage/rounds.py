@@ -188,8 +188,7 @@ def _compare_statistics(found: Statistics, options: Options, folder: str) -> Non
     if found.frameworks[0] == found.frameworks[1]:
         construct_path = os.path.join(os.path.dirname(target_file), "construct.json")
         construct = evidence.load_dump(construct_path) if os.path.isfile(construct_path) else {}
-        if found.culprit and evidence.is_module(found.culprit):
-            _drill_into_module(found, target, construct, golden, options.step)
+        _extra_op(found, target, construct, golden, options.step)
         _dtype_change_first(found, target, construct, golden, options.step)
     found.non_finite = evidence.first_non_finite(target)
     found.golden_non_finite = evidence.first_non_finite(golden)
@@ -198,14 +197,25 @@ def _compare_statistics(found: Statistics, options: Options, folder: str) -> Non
     found.commands = _commands(options, found.runs, found.target_path, found.golden_path, out)
 
 
-def _drill_into_module(found: Statistics, target: dict, construct: dict, golden: dict, step: int) -> None:
-    """A module named as the culprit, with an op inside that the golden run does not call (an extra scale, an
-    added activation): that op is the culprit, the module its module."""
-    extra = evidence.extra_op_inside(target, golden, construct, found.culprit)
-    if extra is not None:
-        found.analysis_lines.append(f"Inside the culprit module {found.culprit}: {extra} has no counterpart in the "
-                                    "golden run (an op the golden does not call)")
-        _retarget(found, extra, found.culprit, target, step, "no counterpart in the golden")
+def _extra_op(found: Statistics, target: dict, construct: dict, golden: dict, step: int) -> None:
+    """The verdict names a module, a backward entry or nothing, and the target calls an op the golden does not (an
+    extra scale, an added activation) just before the first divergence (inside the module, for a module): that op
+    is the culprit."""
+    culprit = found.culprit
+    if culprit is not None and not evidence.is_module(culprit) and not culprit.endswith(".backward"):
+        return
+    if culprit is None and not found.differs:
+        return
+    module = culprit if culprit is not None and evidence.is_module(culprit) else None
+    extra = evidence.extra_op(target, golden, construct, None if module else found.first_divergence, module)
+    if extra is None:
+        return
+    where = f"inside the culprit module {module}" if module else f"before the first divergence {found.first_divergence}"
+    found.analysis_lines.append(f"{where[0].upper()}{where[1:]}: {extra} has no counterpart in the golden run (an op "
+                                "the golden does not call)")
+    parent = construct.get(extra)
+    _retarget(found, extra, module or (parent if isinstance(parent, str) and evidence.is_module(parent) else None),
+              target, step, "no counterpart in the golden")
 
 
 def _dtype_change_first(found: Statistics, target: dict, construct: dict, golden: dict, step: int) -> None:
