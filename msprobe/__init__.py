@@ -1,6 +1,6 @@
 """msprobe: precision debugging toolkit for deep-learning training dumps.
 
-The Python API (msprobe/api.py) is re-exported here and loaded on first use, so `import msprobe` stays light:
+The Python API (msprobe/api.py, and msprobe.triage(...)) is re-exported here and loaded on first use, so `import msprobe` stays light:
 
     import msprobe
     result = msprobe.compare("target/dump.json", "golden/dump.json")
@@ -20,7 +20,7 @@ from msprobe.version import __version__
 _API = ("compare", "diff_analyze", "read_dump", "CompareResult", "PairResult", "Summary", "DiffAnalysis",
         "DivergentOp", "DumpEntries", "DumpEntry")
 _ERRORS = ("MsprobeError", "UsageError", "DumpFormatError", "PathError")
-__all__ = ["compare", "diff_analyze", "read_dump", "CompareResult", "PairResult", "Summary", "DiffAnalysis",
+__all__ = ["compare", "diff_analyze", "read_dump", "triage", "CompareResult", "PairResult", "Summary", "DiffAnalysis",
            "DivergentOp", "DumpEntries", "DumpEntry", "MsprobeError", "UsageError", "DumpFormatError", "PathError",
            "__version__"]
 
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 def __getattr__(name: str):
     if name == "compare":
         value = _Compare()
+    elif name == "triage":      # the msprobe/triage/ package, callable: msprobe.triage(...) (docs/triage.md)
+        value = importlib.import_module("msprobe.triage")
     elif name in _API:
         from msprobe import api
 

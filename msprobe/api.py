@@ -655,10 +655,12 @@ class DiffAnalysis:
     record: dict                     # the content of diff_analyze_*.json ({} when nothing diverges)
     dtype_aware: dict | None = None  # the first divergence the dtypes do not explain, when the analysis gives one
     culprit: dict | None = None      # the compare's culprit (the advisor's): op_name None when no op makes one
-    next_dump: dict | None = None    # the collector configuration of the next dump (-da writes it as next_dump_*.json)
+    next_dump: dict | None = None    # the target run's collector configuration of the next dump (-da writes it as
+    #                                  next_dump_*_target.json; dump_path ./next_dump/target)
     step: str = ""
     failures: dict = field(default_factory=dict)   # label -> reason, for ranks that could not be analysed
     steps: dict = field(default_factory=dict)      # step -> DiffAnalysis, for a dump root of several steps
+    next_dump_golden: dict | None = None   # the golden run's configuration (next_dump_*_golden.json; ./next_dump/golden)
 
     def __str__(self) -> str:
         return "\n".join(self.lines)
@@ -672,7 +674,7 @@ def _divergent_op(digest, node, role: str) -> DivergentOp:
 
 def _analysis_of(step: str, finding, failures: dict) -> DiffAnalysis:
     from msprobe.compare.diff_analyze import analysis_record, describe
-    from msprobe.compare.next_dump import config
+    from msprobe.compare.next_dump import side_configs
 
     ops: list = []
     for digest in finding.origin:
@@ -688,11 +690,12 @@ def _analysis_of(step: str, finding, failures: dict) -> DiffAnalysis:
     first = finding.origin[0] if finding.origin else None
     culprit = record.get("culprit")
     next_dump = finding.culprit.next_dump if finding.origin and finding.culprit is not None else None
+    configs = side_configs(next_dump) if next_dump is not None else {}
     return DiffAnalysis(first.first.name if first else None, first.rank if first else None, tuple(ops),
                         tuple(d.rank for d in finding.clean), tuple(describe(finding)), record,
                         dtype_aware if isinstance(dtype_aware, dict) else None,
                         culprit if isinstance(culprit, dict) else None,
-                        config(next_dump) if next_dump is not None else None, step, failures)
+                        configs.get("target"), step, failures, next_dump_golden=configs.get("golden"))
 
 
 def diff_analyze(target: str | os.PathLike[str], golden: str | os.PathLike[str], *, fuzzy: bool = False,
@@ -727,7 +730,8 @@ def diff_analyze(target: str | os.PathLike[str], golden: str | os.PathLike[str],
         first = next((a for a in analyses.values() if a.op_name is not None), next(iter(analyses.values())))
         lines = tuple(line for step, found in analyses.items() for line in (f"{step}:", *found.lines))
         return DiffAnalysis(first.op_name, first.rank, first.ops, first.clean_ranks, lines, first.record,
-                            first.dtype_aware, first.culprit, first.next_dump, first.step, first.failures, analyses)
+                            first.dtype_aware, first.culprit, first.next_dump, first.step, first.failures, analyses,
+                            first.next_dump_golden)
 
 
 # ---------------------------------------------------------------------------------------------------------------

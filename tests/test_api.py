@@ -275,9 +275,14 @@ def test_diff_analyze_matches_the_commands_file(tmp_path, multirank_step0):
     before = set(Path(tmp_path).rglob("*"))
     analysis = msprobe.diff_analyze(target, golden, jobs=2)
     assert set(Path(tmp_path).rglob("*")) == before          # nothing written
-    config = written["culprit"].pop("next_dump_config")          # the file -da wrote beside its analysis
+    config = written["culprit"].pop("next_dump_config")          # the files -da wrote beside its analysis
+    golden_config = written["culprit"].pop("next_dump_golden_config")
     assert json.loads(json.dumps(analysis.record, default=str)) == written
-    assert analysis.next_dump == json.loads(Path(config).read_text())
+    # the same configurations; the API's dump into ./next_dump/<side>, the command's into <-o>/next_dump/<side>
+    for side, path, got in (("target", config, analysis.next_dump), ("golden", golden_config, analysis.next_dump_golden)):
+        on_disk = json.loads(Path(path).read_text())
+        assert on_disk["dump_path"] == str((tmp_path / "cli" / "next_dump" / side).resolve())
+        assert got == dict(on_disk, dump_path=os.path.join(".", "next_dump", side))
     assert analysis.culprit["op_name"] == "Functional.linear.2.forward" and analysis.culprit["rank"] == 1
     assert analysis.rank == 1 and analysis.ops[0].rank == 1 and analysis.ops[0].label == "rank1"
     received = [op for op in analysis.ops if op.role == "received through communication"]

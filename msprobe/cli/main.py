@@ -26,6 +26,8 @@ COMMANDS = {
     "multi_acc_check": ("msprobe.cli.multi_acc_check", "acc_check with the APIs split over devices (worker processes)"),
     "op_generate": ("msprobe.cli.op_generate", "write a standalone script replaying one dumped PyTorch API vs CPU"),
     "graph": ("msprobe.cli.graph", "build/compare hierarchical model graphs (.vis) for TensorBoard"),
+    "triage": ("msprobe.cli.triage", "run two training commands with the collector injected and find the culprit op, "
+               "its cause and evidence (statistics, tensors, replay)"),
     "code_mapping": ("msprobe.cli.code_mapping", "map MindSpore static-graph dump data to IR nodes and source lines"),
 }
 
@@ -35,6 +37,7 @@ EPILOG = """examples:
   msprobe compare -tp target/step0/rank0/dump.json -gp golden/step0/rank0/dump.json -o out
   msprobe merge_result -i compare_results -o merged -config merge_config.yaml
   msprobe acc_check -api_info dump_L1/step0/rank0/dump.json -o acc
+  msprobe triage --target "python train.py --bf16" --golden "python train.py" -o triage_out
   msprobe code_mapping --ir graph_build_0.ir --dump_data dump/rank_0/Net/0/0 -o out
   msprobe compare -h
   msprobe -f mindspore compare -i compare.json -o out      (the 1.x form, same engine)

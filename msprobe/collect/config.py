@@ -22,6 +22,9 @@ SECTION_KEYS = ("scope", "list", "data_mode", "summary_mode")
 IGNORED_KEYS = ("extra_info", "seed", "is_deterministic", "enable_dataloader", "framework", "precision",
                 "risk_level", "dump_enable", "custom_op_namespaces")
 # sections of the reference's other tasks: accepted (the reference's own config.json holds them), never read
+# a config.json that replaces the arguments of every PrecisionDebugger made in the process (`msprobe triage` sets
+# it, so that a training script with its own debugger dumps what the triage asks for)
+FORCED_CONFIG = "MSPROBE_DUMP_CONFIG"
 OTHER_SECTIONS = ("acc_check", "run_ut", "overflow_check", "free_benchmark", "grad_probe", "structure",
                   "exception_dump", "load")
 
@@ -197,7 +200,11 @@ def read_config_file(config_path) -> dict:
 
 def load_config(config_path=None, spec: ConfigSpec = PYTORCH, **overrides) -> DumpConfig:
     """Merge config.json (if given) with keyword overrides (None values ignored) and validate everything: unknown
-    keys at the top level, in the task sections and among the keyword arguments are errors."""
+    keys at the top level, in the task sections and among the keyword arguments are errors. When the environment
+    variable MSPROBE_DUMP_CONFIG names a config.json, that file replaces config_path and the keyword arguments."""
+    forced = os.environ.get(FORCED_CONFIG)
+    if forced:
+        config_path, overrides = forced, {}
     raw = read_config_file(config_path) if config_path is not None else {}
     _check_keys(raw, spec.top_keys, "the config file")
     _check_keys(overrides, spec.top_keys, "the keyword arguments")

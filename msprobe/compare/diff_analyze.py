@@ -368,26 +368,40 @@ def write_analysis(finding: Finding, output_dir: str) -> str | None:
     result = analysis_record(finding)
     stamp = f"{time.strftime('%Y%m%d%H%M%S')}_{time.time_ns() % 10**9:09d}"
     path = os.path.join(output_dir, f"diff_analyze_{stamp}.json")
-    config = _write_next_dump(finding, os.path.join(output_dir, f"next_dump_{stamp}.json"))
-    if config:
-        result["culprit"]["next_dump_config"] = config
+    configs = _write_next_dump(finding, os.path.join(output_dir, f"next_dump_{stamp}"))
+    if configs:
+        result["culprit"]["next_dump_config"] = configs["target"]
+        result["culprit"]["next_dump_golden_config"] = configs["golden"]
     write_text(path, json.dumps(result, indent=2, ensure_ascii=False, default=str))
     logger.info("The analyze result is saved in: %s", path)
-    if config:
-        from msprobe.compare.next_dump import DUMP_PATH, what
+    if configs:
+        from msprobe.compare.next_dump import compare_command, what
 
-        logger.info("Next step: dump the real tensors of %s only: PrecisionDebugger(config_path=%r) in both runs "
-                    "(into %s), then compare the two dumps.", what(finding.culprit.next_dump), config, DUMP_PATH)
+        info = finding.culprit.next_dump
+        logger.info("Next step: dump the real tensors of %s only, each run into its own folder (%s):\n"
+                    "  target run: PrecisionDebugger(config_path=%r)\n"
+                    "  golden run: PrecisionDebugger(config_path=%r)\n"
+                    "  then:       %s\n"
+                    "  (`msprobe triage --target CMD --golden CMD` runs the dumps and the compare for you)",
+                    what(info), _next_dump_root(output_dir), configs["target"], configs["golden"],
+                    compare_command(info, _next_dump_root(output_dir), os.path.join(output_dir, "next_compare")))
     return path
 
 
-def _write_next_dump(finding: Finding, path: str) -> str | None:
-    """The collector configuration of the next dump (compare/next_dump.py), when there is a culprit."""
+def _next_dump_root(output_dir: str) -> str:
+    """Where the next dumps go: `next_dump/target` and `next_dump/golden` in -da's output folder (absolute, so the
+    printed compare is exact wherever the runs start)."""
+    return os.path.join(os.path.abspath(output_dir), "next_dump")
+
+
+def _write_next_dump(finding: Finding, stem: str) -> dict | None:
+    """The collector configurations of the next dump, one per run (compare/next_dump.py), when there is a
+    culprit: {"target": path, "golden": path}."""
     if finding.culprit is None or finding.culprit.next_dump is None:
         return None
-    from msprobe.compare.next_dump import write_config
+    from msprobe.compare.next_dump import write_configs
 
-    return write_config(finding.culprit.next_dump, path)
+    return write_configs(finding.culprit.next_dump, stem, _next_dump_root(os.path.dirname(stem)))
 
 
 def record_key(digest: RankDigest) -> str:

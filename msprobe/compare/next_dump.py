@@ -7,9 +7,10 @@ its `step` and `rank`, `dump_path`, `async_dump`, and the task section's `scope`
 selection is a `list` of entry-name substrings that the reference's collector reads the same way: the culprit API's
 forward and backward entries (`Functional.conv2d.1.forward`, `Functional.conv2d.1.backward`) and its innermost
 module as a prefix (`Module.conv2.Conv2d.`, which matches its forward, backward and parameter-gradient entries; at
-level mix every API called inside it as well). The names are the target dump's and, when they differ (a MindSpore
-target against a PyTorch golden), the golden's too, so one file serves both runs: a MindSpore collector matches the
-`Mint.*`/`Cell.*` names, a PyTorch one the `Torch.*`/`Module.*` names.
+level mix every API called inside it as well). Each run gets its own file and its own dump folder (issue 34): `side_configs` gives the target run the target
+dump's names and `<dump root>/target`, the golden run the golden dump's names (the same when the names agree; a
+PyTorch golden of a MindSpore target gets its `Torch.*`/`Module.*` names) and `<dump root>/golden`, so that two
+runs never write into the same rank folders and the compare that follows has one folder per side (`commands`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from msprobe.io import write_text
 LEVELS = ("L0", "L1", "mix")
 DUMP_PATH = "./next_dump"
 MODULES = ("Module.", "Cell.")
+SIDES = ("target", "golden")
 
 
 def culprit_names(entry: str, target, golden_entry: str | None, golden, job) -> dict | None:
@@ -105,13 +107,36 @@ def what(info: dict) -> str:
     return f"{api} and its module {names['module']}" if names["module"] else api
 
 
-def config(info: dict) -> dict:
-    """The collector configuration of the next dump."""
-    return {"task": "tensor", "dump_path": DUMP_PATH, "rank": info["rank"], "step": info["step"],
+def config(info: dict, dump_path: str = DUMP_PATH) -> dict:
+    """The collector configuration of the next dump (the names of every side of `info`)."""
+    return {"task": "tensor", "dump_path": dump_path, "rank": info["rank"], "step": info["step"],
             "level": info["level"], "async_dump": False,
             "tensor": {"scope": [], "list": selection(info), "data_mode": ["all"]}}
 
 
-def write_config(info: dict, path: str) -> str:
-    write_text(path, json.dumps(config(info), indent=2, ensure_ascii=False) + "\n")
-    return path
+def side_configs(info: dict, dump_root: str = DUMP_PATH) -> dict:
+    """{"target": config, "golden": config}: each run's configuration, its own side's names only, writing into
+    `<dump_root>/target` and `<dump_root>/golden`."""
+    sides = info["sides"]
+    return {side: config(dict(info, sides=[sides[min(index, len(sides) - 1)]]), os.path.join(dump_root, side))
+            for index, side in enumerate(SIDES)}
+
+
+def write_configs(info: dict, stem: str, dump_root: str) -> dict:
+    """Write `<stem>_target.json` and `<stem>_golden.json`; {side: path}."""
+    paths = {}
+    for side, content in side_configs(info, dump_root).items():
+        paths[side] = f"{stem}_{side}.json"
+        write_text(paths[side], json.dumps(content, indent=2, ensure_ascii=False) + "\n")
+    return paths
+
+
+def compare_command(info: dict, dump_root: str, output_dir: str) -> str:
+    """The compare of the two next dumps, as a shell command (the step folder of each side when the step is
+    known; rank folders pair by rank, a single proc<pid> folder with the other side's)."""
+    import shlex
+
+    step = f"step{info['step'][0]}" if info["step"] else ""
+    target, golden = (os.path.join(dump_root, side, step) if step else os.path.join(dump_root, side) for side in SIDES)
+    return (f"msprobe compare -tp {shlex.quote(target)} -gp {shlex.quote(golden)} -o {shlex.quote(output_dir)} "
+            "-da")

@@ -353,6 +353,11 @@ def _asset(name: str) -> str:
         return handle.read()
 
 
+def stylesheet() -> str:
+    """The report's CSS, for other pages in its style (msprobe triage's)."""
+    return _asset("report.css")
+
+
 def render_page(data: dict, title: str) -> str:
     script, style = _asset("report.js"), _asset("report.css")
     for text in (script, style):

@@ -30,8 +30,8 @@ def test_single_process_file_pair(case, first, tmp_path):
     assert result["dtype_aware"]["op_name"] is None and result["dtype_aware"]["rank"] is None
     # the compare's culprit is where the precision drops, the first divergence itself
     assert result["culprit"]["op_name"] == first and result["culprit"]["result"] in ("error", "warning")
-    config = json.loads(only_file(tmp_path, "next_dump_*.json").read_text())
-    assert result["culprit"]["next_dump_config"] == str(only_file(tmp_path, "next_dump_*.json"))
+    config = json.loads(only_file(tmp_path, "next_dump_*_target.json").read_text())
+    assert result["culprit"]["next_dump_config"] == str(only_file(tmp_path, "next_dump_*_target.json"))
     # the fixtures lie in folders not named step<N>: every step
     assert config["task"] == "tensor" and config["step"] == [] and config["tensor"]["list"][0].startswith(
         first.rsplit(".", 2)[0] if first.startswith("Module.") else first)
@@ -109,7 +109,7 @@ def test_a_single_process_folder_is_named_alike_in_the_console_the_files_and_the
     assert list(result) == ["proc7437", "dtype_aware", "culprit"]
     assert result["proc7437"][0]["op_name"] == "Functional.linear.2.forward"
     # a proc<pid> folder is no rank: the next dump selects every rank
-    assert result["culprit"]["rank"] == 0 and json.loads(only_file(tmp_path / "out", "next_dump_*.json").read_text())[
+    assert result["culprit"]["rank"] == 0 and json.loads(only_file(tmp_path / "out", "next_dump_*_target.json").read_text())[
         "rank"] == []
     found = msprobe.diff_analyze(target, golden)
     assert list(found.record) == ["proc7437", "dtype_aware", "culprit"] and found.ops[0].label == "proc7437"

@@ -24,10 +24,16 @@ def next_dump_config(tmp_path, name: str, level: str):
     target, golden = culprits.dump_pair(name, tmp_path / "stats", "statistics", level)
     out = tmp_path / "da"
     assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", out, "-da"]) == 0
-    path = only_file(out, "next_dump_*.json")
+    path = only_file(out, "next_dump_*_target.json")
     analysis = json.loads(only_file(out, "diff_analyze_*.json").read_text())
     assert analysis["culprit"]["next_dump_config"] == str(path)
-    return json.loads(path.read_text()), path, analysis
+    golden = only_file(out, "next_dump_*_golden.json")
+    assert analysis["culprit"]["next_dump_golden_config"] == str(golden)
+    # one folder per run (issue 34: two runs into one folder overwrite each other's rank folders)
+    config, golden_config = json.loads(path.read_text()), json.loads(golden.read_text())
+    assert config["dump_path"] == str(out.resolve() / "next_dump" / "target")
+    assert golden_config == dict(config, dump_path=str(out.resolve() / "next_dump" / "golden"))
+    return config, path, analysis
 
 
 @pytest.mark.parametrize("name, level", [("cnn", "mix"), ("lstm", "mix"), ("attention", "L1"), ("cnn", "L0")])
@@ -44,10 +50,10 @@ def test_the_next_dump_holds_the_culprit_only(name, level, tmp_path, monkeypatch
     wanted = {"mix": [f"{head}.forward", f"{head}.backward", module_prefix(culprit.module)],
               "L1": [f"{head}.forward", f"{head}.backward"], "L0": [module_prefix(culprit.module)]}[level]
     assert config["tensor"]["list"] == wanted
-    # the same model, dumped again with the file as it was written (dump_path is relative: ./next_dump)
+    # the same model, dumped again with the file as it was written (into <-o>/next_dump/target)
     monkeypatch.chdir(tmp_path)
     culprits.train_step(name, True, PrecisionDebugger(config_path=str(path)))
-    (folder,) = (tmp_path / "next_dump" / "step0").iterdir()
+    (folder,) = (tmp_path / "da" / "next_dump" / "target" / "step0").iterdir()
     entries = json.loads((folder / "dump.json").read_text())["data"]
     prefix = module_prefix(culprit.module)
     inside = {"mix": {culprit.api, culprit.api.replace(".forward", ".backward")}, "L1": {culprit.api,
@@ -72,9 +78,11 @@ def test_cross_framework_names_serve_both_runs(tmp_path):
     analysis = json.loads(only_file(out, "diff_analyze_*.json").read_text())
     assert analysis["culprit"]["op_name"] == "Mint.matmul.0.forward"
     assert analysis["culprit"]["golden_op_name"] == "Torch.matmul.0.forward"
-    config = json.loads(only_file(out, "next_dump_*.json").read_text())
-    assert config["tensor"]["list"] == ["Mint.matmul.0.forward", "Mint.matmul.0.backward", "Cell.layers.0.attn.Attention.",
-                                        "Torch.matmul.0.forward", "Torch.matmul.0.backward",
+    # each run gets its own framework's names only (a PyTorch run must not select the MindSpore counters)
+    config = json.loads(only_file(out, "next_dump_*_target.json").read_text())
+    assert config["tensor"]["list"] == ["Mint.matmul.0.forward", "Mint.matmul.0.backward", "Cell.layers.0.attn.Attention."]
+    golden = json.loads(only_file(out, "next_dump_*_golden.json").read_text())
+    assert golden["tensor"]["list"] == ["Torch.matmul.0.forward", "Torch.matmul.0.backward",
                                         "Module.layers.0.attn.Attention."]
 
 

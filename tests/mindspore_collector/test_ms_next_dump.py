@@ -48,6 +48,8 @@ def test_the_next_dump_of_a_mindspore_culprit_holds_it_only(tmp_path, monkeypatc
     analysis = json.loads(only_file(out, "diff_analyze_*.json").read_text())
     assert analysis["culprit"]["op_name"] == f"{CULPRIT}.forward"
     config = json.loads(Path(analysis["culprit"]["next_dump_config"]).read_text())
+    assert config["dump_path"] == str((out / "next_dump" / "target").resolve())
+    config["dump_path"] = "./next_dump"
     assert config["level"] == "mix" and config["task"] == "tensor"
     assert config["tensor"]["list"] == [f"{CULPRIT}.forward", f"{CULPRIT}.backward", MODULE]
     # the same (faulty) model dumped again with that file, as written (dump_path ./next_dump)
