@@ -24,7 +24,7 @@ class Transformer(torch.nn.Module):
     """One pre-LN transformer block (4 heads) and a classifier head; the input carries an offset (mean 4)."""
 
     DEFAULT_SITES = {"ln1": F.layer_norm, "ln2": F.layer_norm, "scale": lambda a, s: a * s,
-                     "softmax": F.softmax, "fc1": F.linear, "gelu": F.gelu, "fc2": F.linear,
+                     "softmax": F.softmax, "qkv": F.linear, "fc1": F.linear, "gelu": F.gelu, "fc2": F.linear,
                      "loss": F.cross_entropy}
 
     def __init__(self, seed: int, d: int = 64, heads: int = 4, vocab: int = 32):
@@ -47,7 +47,7 @@ class Transformer(torch.nn.Module):
         b, t, d = x.shape
         hd = d // self.heads
         h = ops.ln1(x, (d,), weight=self.ln1_w, bias=self.ln1_b, eps=1e-5)
-        q, k, v = F.linear(h, self.qkv_w, self.qkv_b).split(d, dim=-1)
+        q, k, v = ops.qkv(h, self.qkv_w, self.qkv_b).split(d, dim=-1)
         q, k, v = (z.reshape(b, t, self.heads, hd).transpose(1, 2) for z in (q, k, v))
         scores = ops.scale(torch.matmul(q, k.transpose(-2, -1)), 1.0 / math.sqrt(hd))
         attn = ops.softmax(scores, dim=-1, _stacklevel=3, dtype=None)

@@ -164,3 +164,13 @@ def cross_entropy_fp16(logits, target, weight=None, size_average=None, ignore_in
         lse = torch.log(torch.exp(half).sum(-1))
         picked = half.gather(-1, target[:, None]).squeeze(-1)
         return (lse - picked).float().mean()
+
+
+def linear_without_bias(x, weight, bias=None):
+    """F.linear that drops its bias (a fused kernel ignoring the bias argument)."""
+    return F.linear(x, weight)
+
+
+def conv2d_transposed_weight(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """F.conv2d reading each 3x3 filter transposed (kernel rows and columns swapped: a layout bug)."""
+    return F.conv2d(x, weight.transpose(-1, -2), bias, stride, padding, dilation, groups)

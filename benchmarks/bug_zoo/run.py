@@ -50,6 +50,9 @@ BUGS = {
         ("GELU tanh for erf", "gelu", "Functional", "gelu", K.gelu_tanh),
         ("softmax over the wrong dim", "softmax", "Functional", "softmax", K.softmax_wrong_dim),
         ("fp16 overflow (cross_entropy)", "loss", "Functional", "cross_entropy", K.cross_entropy_fp16),
+        # issue 32: regressions of a hidden zoo (a bf16 accumulator in a short linear, a dropped qkv bias)
+        ("bf16 accumulation (fc1 linear, K=64)", "fc1", "Functional", "linear", K.linear_bf16_accumulation),
+        ("dropped bias (qkv linear)", "qkv", "Functional", "linear", K.linear_without_bias),
     ],
     "cnn": [
         ("bf16 accumulation (conv3)", "conv3", "Functional", "conv2d", K.conv2d_bf16_accumulation),
@@ -60,6 +63,7 @@ BUGS = {
         ("GELU tanh for erf", "gelu", "Functional", "gelu", K.gelu_tanh),
         ("mean over the wrong dim", "se_mean", "Tensor", "mean", K.mean_wrong_dim),
         ("fp16 overflow (cross_entropy)", "loss", "Functional", "cross_entropy", K.cross_entropy_fp16),
+        ("conv weight transposed (conv3)", "conv3", "Functional", "conv2d", K.conv2d_transposed_weight),
     ],
     "gru": [
         ("bf16 accumulation (fc2 linear)", "fc2", "Functional", "linear", K.linear_bf16_accumulation),

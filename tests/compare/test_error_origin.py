@@ -253,3 +253,20 @@ def test_an_op_that_cannot_amplify_makes_its_own_large_jump():
     assert unary((1.0, -1.0, 0.25, 4.0 * 1.45), t_in=t_in, name="Functional.relu.0.forward")[1] == "inherited"
     assert unary((1.0, -1.0, 0.25, 4.0 * 1.99), t_in=t_in, name="Functional.max_pool2d.0.forward")[1] == "introduced"
     assert unary((1.0, -1.0, 0.25, 4.0 * 1.99), t_in=t_in, name="Functional.gelu.0.forward")[1] == "inherited"
+
+
+def test_a_bfloat16_accumulator_behind_a_bfloat16_input_is_introduced():
+    """The bug zoo's transformer fc2 (K = 256) accumulating in bfloat16, probed in statistics mode: its input (the
+    gelu's bfloat16 output) differs by its own rounding only (e_in = 9.1e-4, below one bfloat16 unit), its output
+    by 0.0104. Such an input carries at most half a bfloat16 unit, not 8 x (the statistics slack) what its
+    statistics show, which had called the 0.0104 `dtype`; the clean twin's 0.0038 stays `dtype`."""
+    x_in = (1.0 + 9.1e-4, -1.0, 0.25, 4.0)
+
+    def fc2(t_max):
+        rows = [(0, "input", True, BF16, FP32, "[64, 256]", x_in, GOLDEN),
+                (0, "input", True, FP32, FP32, "[64, 256]", GOLDEN, GOLDEN),
+                (0, "output", True, BF16, FP32, "[64, 64]", (t_max, -1.0, 0.25, 4.0), GOLDEN)]
+        return judge(rows, ["Functional.linear.3.forward"])[2]
+
+    assert fc2(1.0104) == "introduced"
+    assert fc2(1.0038) == "dtype"
