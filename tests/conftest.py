@@ -195,3 +195,17 @@ class FullDisk:
         size = len(data) - max(0, grow - self.free)
         self.free -= min(grow, self.free)
         return self.real_write(fd, bytes(data[:size]))
+
+
+@pytest.fixture
+def fresh_logger():
+    """main() installs its log handler once, on the sys.stdout of that moment: drop it around a test that reads
+    the command's output with capsys."""
+    import logging
+
+    logger = logging.getLogger("msprobe")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    yield
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)

@@ -526,3 +526,21 @@ def test_printing_the_analysis_of_a_dump_root_shows_every_step(tmp_path, capsys)
     at = 0
     for line in printed:                        # in the same order
         at = console.index(line, at) + 1
+
+
+def _compare_in_a_pool_worker(paths):
+    import msprobe
+
+    result = msprobe.compare(*paths, jobs=2)
+    return [pair.label for pair in result.pairs], result.summary.rows
+
+
+def test_api_compare_of_a_rank_folder_inside_a_pool_worker(multirank_step0):
+    """Issue 28: a multiprocessing.Pool worker is daemonic and may not start processes; the ranks of a folder are
+    compared one after the other in it (it raised a bare AssertionError)."""
+    import multiprocessing
+
+    target, golden = multirank_step0
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        labels, rows = pool.apply(_compare_in_a_pool_worker, ((str(target), str(golden)),))
+    assert len(labels) >= 2 and rows > 0

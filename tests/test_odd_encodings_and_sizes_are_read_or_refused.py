@@ -1,5 +1,6 @@
-"""Hostile input, third round: inputs the earlier rounds did not try (integers too long for Python's int(),
-tensor files of unusual kinds, interrupted and concurrent runs, names of every kind).
+"""Inputs of odd encodings and sizes are read, or refused in one line: configurations nested too deeply or with a byte order
+mark, IRs that unpack beyond their limits, csv files not in UTF-8 or with a byte order mark, UTF-16/32 dumps, a NUL in
+a path, op_generate inputs it cannot rebuild.
 
 Every case keeps the contract of tests/test_bad_input.py: one error line and a non-zero exit, or a row that says
 why; never a traceback, a hang, a half-written output or a changed input.
@@ -7,17 +8,14 @@ why; never a traceback, a hang, a half-written output or a changed input.
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
 from helpers_bad_input import (
-    ENTRY,
     assert_outputs,
     assert_success,
     read_csv_rows,
     run_inproc,
-    stats_dump,
     write_json,
 )
 
@@ -34,134 +32,15 @@ def _fresh_logger():
 
 
 # ------------------------------------------------------------------ integers longer than Python's int() reads
-@pytest.mark.parametrize("key, raw", [("Max", "1" + "0" * 5000), ("Max", "-1" + "0" * 5000),
-                                      ("shape", "[1" + "0" * 5000 + "]")], ids=["max", "negative-max", "shape"])
-def test_an_integer_of_thousands_of_digits_is_an_infinity(tmp_path, capsys, key, raw):
-    """Python refuses to convert an integer of more than 4300 digits ("Exceeds the limit"): that was an internal
-    error (exit 3). Such an integer is far beyond the float range, and is read as the infinity of its sign, as
-    every integer beyond the float range is (docs/security.md, Numbers)."""
-    target = stats_dump()
-    target["data"][ENTRY]["input_args"][0][key] = "@@"
-    tp = tmp_path / "t" / "dump.json"
-    tp.parent.mkdir()
-    tp.write_text(json.dumps(target).replace('"@@"', raw))
-    gp = write_json(tmp_path / "g" / "dump.json", stats_dump())
-    run = run_inproc(["compare", "-tp", tp, "-gp", gp, "-o", tmp_path / "out", "--csv"], capsys)
-    assert_success(run)
-    row = read_csv_rows(assert_outputs(tmp_path / "out", "csv"))[0]
-    if key == "Max":
-        assert row["NPU max"].strip() == ("inf" if raw[0] == "1" else "-inf")
-        assert "nan/inf" in row["Err_message"]
-    else:
-        assert row["NPU Tensor Shape"] == "[inf]" and "shape" in row["Err_message"]
 
 
 # ------------------------------------------------------------------ .pt files that would run code
-class _RunsCode:
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (open, (self.marker, "w"))
-
-
-def _pt_side(side_dir, save):
-    """A PyTorch tensor-mode dump of ENTRY whose three .pt files are written by save(path)."""
-    tensor_dir = side_dir / "dump_tensor_data"
-    tensor_dir.mkdir(parents=True)
-    records = {}
-    for section, count in (("input", 2), ("output", 1)):
-        records[section] = []
-        for index in range(count):
-            name = f"{ENTRY}.{section}.{index}.pt"
-            save(tensor_dir / name)
-            records[section].append({"type": "torch.Tensor", "dtype": "torch.float32", "shape": [4], "Max": 1.0,
-                                     "Min": 0.0, "Mean": 0.5, "Norm": 1.0, "requires_grad": False,
-                                     "data_name": name})
-    content = {"task": "tensor", "level": "L1", "framework": "pytorch", "dump_data_dir": None,
-               "data": {ENTRY: {"input_args": records["input"], "input_kwargs": {}, "output": records["output"]}}}
-    return write_json(side_dir / "dump.json", content)
-
-
-@pytest.mark.parametrize("form", ["plain-pickle", "torch-save"])
-def test_a_pt_file_that_would_run_code_is_refused_quietly(tmp_path, capsys, form):
-    """torch.load(weights_only=True) refuses the pickle; torch's text advised weights_only=False (which runs the
-    code) and a plain pickle put a two-line UserWarning on stderr. The row now says the file is refused and why,
-    and stderr stays empty."""
-    import pickle
-
-    torch = pytest.importorskip("torch")
-    marker = tmp_path / "code-ran"
-
-    def hostile(path):
-        if form == "plain-pickle":
-            with open(path, "wb") as handle:
-                pickle.dump(_RunsCode(str(marker)), handle, protocol=4)
-        else:
-            torch.save({"x": _RunsCode(str(marker))}, path)
-
-    tp = _pt_side(tmp_path / "t", hostile)
-    gp = _pt_side(tmp_path / "g", lambda path: torch.save(torch.ones(4), path))
-    run = run_inproc(["compare", "-tp", tp, "-gp", gp, "-o", tmp_path / "out", "--csv"], capsys)
-    assert_success(run)
-    assert not marker.exists()
-    rows = read_csv_rows(assert_outputs(tmp_path / "out", "csv"))
-    assert len(rows) == 3
-    for row in rows:
-        assert "objects other than tensors, which are never unpickled: that could run code); refused" in \
-            row["Err_message"]
-        assert "weights_only" not in row["Err_message"]
 
 
 # ------------------------------------------------------------------ a line end inside a name forges no log line
-def test_a_line_end_in_an_output_path_forges_no_log_line(tmp_path, capsys, monkeypatch):
-    """An output folder named 'x\\n2026-… [ERROR] …' printed a log line the run never wrote: the log kept the line
-    ends of its arguments (the paths and names it shows). A line end inside a name is now '\\n' as every other
-    control character; the line ends msprobe's own messages hold stay."""
-    from helpers_bad_input import STATS_MIX
-
-    monkeypatch.chdir(tmp_path)
-    forged = "2026-01-01 00:00:00 (1) [ERROR] forged"
-    out = tmp_path / f"out\n{forged}"
-    run = run_inproc(["compare", "-tp", STATS_MIX / "target" / "dump.json", "-gp", STATS_MIX / "golden" / "dump.json",
-                      "-o", out, "--csv"], capsys)
-    assert_success(run)
-    assert not [line for line in run.out.splitlines() if line.startswith(forged)]
-    assert "out\\n2026-01-01" in run.out
-    assert_outputs(out, "csv")
-
-
-def test_the_log_keeps_line_ends_of_its_own_messages(capsys):
-    from msprobe.log import get_logger, setup_logging
-
-    setup_logging(take_over=True)
-    get_logger().warning("first line\nsecond line: %s", "a\nb")
-    out = capsys.readouterr().out
-    assert "first line\nsecond line: a\\nb" in out
 
 
 # ------------------------------------------------------------------ invisible characters and very long names
-def test_invisible_characters_of_a_name_are_shown():
-    """Two names that differ by a zero-width space, a word joiner or a BOM looked identical on the console."""
-    from msprobe.names import printable
-
-    assert printable("Functional.re\u200blu.0") == "Functional.re\\u200blu.0"
-    assert printable("a\u2060b\ufeffc\u200cd\u200de") == "a\\u2060b\\ufeffc\\u200cd\\u200de"
-
-
-def test_an_error_line_about_a_name_of_ten_thousand_characters_stays_short(tmp_path, capsys):
-    """The error line quoted a 10,000-character entry name whole: one error line, but not a readable one. Error
-    lines longer than names.LONGEST_LINE keep their start and end and say how much was left out."""
-    from msprobe.names import LONGEST_LINE
-
-    name = "=" + "x" * 10_000 + ".0.forward"
-    target = stats_dump({name: {"input_args": [], "input_kwargs": {}, "output": []}})
-    tp = write_json(tmp_path / "t" / "dump.json", target)
-    run = run_inproc(["compare", "-tp", tp, "-gp", tp, "-o", tmp_path / "out", "--csv"], capsys)
-    lines = [line for line in run.err.splitlines() if line.strip()]
-    assert run.code == 1 and len(lines) == 1
-    assert len(lines[0]) <= LONGEST_LINE + 40
-    assert lines[0].startswith("msprobe compare: error: ") and "characters left out" in lines[0]
 
 
 # ------------------------------------------------------------------ JSON configuration files
@@ -283,29 +162,6 @@ def test_csv_files_saved_with_a_byte_order_mark_are_read(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ a rank folder that is a symbolic link
-@pytest.mark.parametrize("where", ["rank1", "step1"])
-def test_a_rank_or_step_folder_that_is_a_link_is_named_as_one(tmp_path, capsys, where):
-    """A target rank1 linked to rank0 was skipped with 'rank1 exists only in the golden dump', which it does not:
-    the warning now says the folder is a symbolic link and is not compared."""
-    import shutil
-
-    from helpers_bad_input import STATS_MIX
-
-    for side, source in (("t", "target"), ("g", "golden")):
-        for step in ("step0", "step1"):
-            for rank in ("rank0", "rank1"):
-                linked = f"{step}/{rank}" == "step0/rank1" if where == "rank1" else step == "step1"
-                if side == "t" and linked:
-                    continue
-                shutil.copytree(STATS_MIX / source, tmp_path / side / step / rank)
-    link = tmp_path / "t" / ("step0" if where == "rank1" else "") / where
-    link.parent.mkdir(parents=True, exist_ok=True)
-    link.symlink_to("rank0" if where == "rank1" else "step0")
-    run = run_inproc(["compare", "-tp", tmp_path / "t", "-gp", tmp_path / "g", "-o", tmp_path / "out", "--csv"],
-                     capsys)
-    assert run.code == 0, run.err
-    assert "exists only in the golden dump" not in run.out
-    assert f"{where} of the target dump is a symbolic link; not compared" in run.out
 
 
 # ------------------------------------------------------------------ the Python API

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from helpers_bad_input import run_inproc, stat_record, stats_dump, write_json
+from helpers_bad_input import assert_outputs, assert_success, run_inproc, stat_record, stats_dump, write_json
 
 from msprobe.names import counter, printable
 
@@ -129,3 +129,56 @@ def test_kernel_compare_rank_and_step_of_other_digits_are_usage_errors(tmp_path,
         run = run_inproc(["compare", "-tp", tmp_path, "-gp", tmp_path, "-o", tmp_path / "o", option, value], capsys)
         assert run.code == 1 and "internal error" not in run.err, run.err
         assert f"{option} must be a comma-separated list of non-negative integers" in run.err
+
+
+@pytest.mark.usefixtures("fresh_logger")
+def test_a_line_end_in_an_output_path_forges_no_log_line(tmp_path, capsys, monkeypatch):
+    """An output folder named 'x\\n2026-… [ERROR] …' printed a log line the run never wrote: the log kept the line
+    ends of its arguments (the paths and names it shows). A line end inside a name is now '\\n' as every other
+    control character; the line ends msprobe's own messages hold stay."""
+    from helpers_bad_input import STATS_MIX
+
+    monkeypatch.chdir(tmp_path)
+    forged = "2026-01-01 00:00:00 (1) [ERROR] forged"
+    out = tmp_path / f"out\n{forged}"
+    run = run_inproc(["compare", "-tp", STATS_MIX / "target" / "dump.json", "-gp", STATS_MIX / "golden" / "dump.json",
+                      "-o", out, "--csv"], capsys)
+    assert_success(run)
+    assert not [line for line in run.out.splitlines() if line.startswith(forged)]
+    assert "out\\n2026-01-01" in run.out
+    assert_outputs(out, "csv")
+
+
+@pytest.mark.usefixtures("fresh_logger")
+def test_the_log_keeps_line_ends_of_its_own_messages(capsys):
+    from msprobe.log import get_logger, setup_logging
+
+    setup_logging(take_over=True)
+    get_logger().warning("first line\nsecond line: %s", "a\nb")
+    out = capsys.readouterr().out
+    assert "first line\nsecond line: a\\nb" in out
+
+
+@pytest.mark.usefixtures("fresh_logger")
+def test_invisible_characters_of_a_name_are_shown():
+    """Two names that differ by a zero-width space, a word joiner or a BOM looked identical on the console."""
+    from msprobe.names import printable
+
+    assert printable("Functional.re\u200blu.0") == "Functional.re\\u200blu.0"
+    assert printable("a\u2060b\ufeffc\u200cd\u200de") == "a\\u2060b\\ufeffc\\u200cd\\u200de"
+
+
+@pytest.mark.usefixtures("fresh_logger")
+def test_an_error_line_about_a_name_of_ten_thousand_characters_stays_short(tmp_path, capsys):
+    """The error line quoted a 10,000-character entry name whole: one error line, but not a readable one. Error
+    lines longer than names.LONGEST_LINE keep their start and end and say how much was left out."""
+    from msprobe.names import LONGEST_LINE
+
+    name = "=" + "x" * 10_000 + ".0.forward"
+    target = stats_dump({name: {"input_args": [], "input_kwargs": {}, "output": []}})
+    tp = write_json(tmp_path / "t" / "dump.json", target)
+    run = run_inproc(["compare", "-tp", tp, "-gp", tp, "-o", tmp_path / "out", "--csv"], capsys)
+    lines = [line for line in run.err.splitlines() if line.strip()]
+    assert run.code == 1 and len(lines) == 1
+    assert len(lines[0]) <= LONGEST_LINE + 40
+    assert lines[0].startswith("msprobe compare: error: ") and "characters left out" in lines[0]
