@@ -192,3 +192,26 @@ def test_da_prints_one_config_per_run_and_the_compare_that_follows(tmp_path, cap
     assert "into ./next_dump" not in advice
     folders = {json.loads(path.read_text())["dump_path"] for path in (target_file, golden_file)}
     assert folders == {str(root / "target"), str(root / "golden")}
+
+
+def test_a_mindspore_dump_against_a_pytorch_one_is_compared_with_the_layer_mapping(tmp_path):
+    """-tp/-gp of two frameworks (round 1 only): the twin pair names nothing; with one matmul's output made wrong
+    the culprit is that matmul, named in the target's framework, and the by-hand compare carries -lm."""
+    import shutil
+
+    import msprobe
+
+    from conftest import FIXTURES
+
+    for side in ("ms_mix", "pt_mix"):
+        shutil.copytree(FIXTURES / "cross" / side, tmp_path / side)
+    target, golden = tmp_path / "ms_mix" / "dump.json", tmp_path / "pt_mix" / "dump.json"
+    twin = msprobe.triage(target_dump=str(target), golden_dump=str(golden), output_dir=str(tmp_path / "twin"))
+    assert twin.culprit is None and twin.exit_code == 0
+    data = json.loads(target.read_text())
+    data["data"]["Mint.matmul.0.forward"]["output"][0]["Max"] *= 3
+    target.write_text(json.dumps(data))
+    found = msprobe.triage(target_dump=str(target), golden_dump=str(golden), output_dir=str(tmp_path / "bad"))
+    assert found.culprit == "Mint.matmul.0.forward" and found.module.startswith("Cell.layers.0.attn.")
+    assert found.rounds[0]["commands"][-1].endswith("-da -lm")
+    assert found.rounds[1]["evidence"][0].startswith("skipped: no training commands")
