@@ -250,3 +250,18 @@ def test_refinements_name_the_op_behind_the_verdicts_culprit():
     same = rounds.Statistics(differs=True, first_divergence="Functional.dense.0.forward", culprit=None)
     rounds._dtype_change_first(same, golden, {}, golden, 0)
     assert same.culprit is None
+
+
+def test_the_forced_config_replaces_a_debuggers_own_arguments(tmp_path, monkeypatch):
+    """MSPROBE_DUMP_CONFIG (set by the triage for its runs): a script's own PrecisionDebugger arguments give way."""
+    from msprobe.collect.config import FORCED_CONFIG, load_config
+
+    forced = tmp_path / "forced.json"
+    forced.write_text(json.dumps({"task": "statistics", "level": "mix", "step": [2], "dump_path": str(tmp_path / "d")}))
+    monkeypatch.setenv(FORCED_CONFIG, str(forced))
+    config = load_config(str(tmp_path / "missing.json"), task="tensor", level="L1", dump_path=str(tmp_path / "own"))
+    assert (config.task, config.level, list(config.step), config.dump_path) == ("statistics", "mix", [2],
+                                                                                str(tmp_path / "d"))
+    assert not (tmp_path / "own").exists()
+    monkeypatch.delenv(FORCED_CONFIG)
+    assert load_config(None, task="tensor", dump_path=str(tmp_path / "own")).task == "tensor"
