@@ -161,10 +161,11 @@ def _compare_statistics(found: Statistics, options: Options, folder: str) -> Non
     from msprobe import api
 
     out = os.path.join(folder, "compare")
-    result = api.compare(found.target_path, found.golden_path)
+    mapping = _mapping(found.target_path, found.golden_path)
+    result = api.compare(found.target_path, found.golden_path, **mapping)
     found.summary = str(result.summary)
     found.compare_files = result.write(out, "csv", html=True)
-    analysis = api.diff_analyze(found.target_path, found.golden_path)
+    analysis = api.diff_analyze(found.target_path, found.golden_path, **mapping)
     found.analysis_lines = list(analysis.lines)
     found.first_divergence = analysis.op_name
     found.differs = analysis.op_name is not None
@@ -252,13 +253,22 @@ def _retarget(found: Statistics, entry: str, module: str | None, target: dict, s
     found.next_dump = side_configs(info)
 
 
+def _mapping(target_path: str, golden_path: str) -> dict:
+    """A MindSpore run against a PyTorch one is compared with the built-in layer mapping (docs/cross_framework.md);
+    two runs of one framework by name."""
+    frameworks = {evidence.load_dump(evidence.dump_file(path, None)).get("framework") for path in
+                  (target_path, golden_path)}
+    return {"layer_mapping": True} if len(frameworks) > 1 else {}
+
+
 def _commands(options: Options, runs: list, target_path: str, golden_path: str, out: str) -> list:
     """The round by hand: each run with its collector configuration, then the compare."""
     lines = []
     for run in runs:
         lines.append(f"{_env_prefix(run)} {run.command}")
+    mapping = " -lm" if _mapping(target_path, golden_path) else ""
     lines.append(f"msprobe compare -tp {shlex.quote(target_path)} -gp {shlex.quote(golden_path)} -o "
-                 f"{shlex.quote(out)} -da")
+                 f"{shlex.quote(out)} -da{mapping}")
     return lines
 
 
@@ -294,7 +304,7 @@ def tensors(options: Options, first: Statistics, progress=None) -> Tensors:
     from msprobe import api
 
     out = os.path.join(folder, "compare")
-    result = api.compare(found.target_path, found.golden_path)
+    result = api.compare(found.target_path, found.golden_path, **_mapping(found.target_path, found.golden_path))
     found.compare_files = result.write(out, "csv", html=True)
     call = evidence.call_of(first.culprit)
     input_errors, output_errors = [], []

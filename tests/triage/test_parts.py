@@ -192,3 +192,76 @@ def test_da_prints_one_config_per_run_and_the_compare_that_follows(tmp_path, cap
     assert "into ./next_dump" not in advice
     folders = {json.loads(path.read_text())["dump_path"] for path in (target_file, golden_file)}
     assert folders == {str(root / "target"), str(root / "golden")}
+
+
+def test_a_mindspore_dump_against_a_pytorch_one_is_compared_with_the_layer_mapping(tmp_path):
+    """-tp/-gp of two frameworks (round 1 only): the twin pair names nothing; with one matmul's output made wrong
+    the culprit is that matmul, named in the target's framework, and the by-hand compare carries -lm."""
+    import shutil
+
+    import msprobe
+
+    from conftest import FIXTURES
+
+    for side in ("ms_mix", "pt_mix"):
+        shutil.copytree(FIXTURES / "cross" / side, tmp_path / side)
+    target, golden = tmp_path / "ms_mix" / "dump.json", tmp_path / "pt_mix" / "dump.json"
+    twin = msprobe.triage(target_dump=str(target), golden_dump=str(golden), output_dir=str(tmp_path / "twin"))
+    assert twin.culprit is None and twin.exit_code == 0
+    data = json.loads(target.read_text())
+    data["data"]["Mint.matmul.0.forward"]["output"][0]["Max"] *= 3
+    target.write_text(json.dumps(data))
+    found = msprobe.triage(target_dump=str(target), golden_dump=str(golden), output_dir=str(tmp_path / "bad"))
+    assert found.culprit == "Mint.matmul.0.forward" and found.module.startswith("Cell.layers.0.attn.")
+    assert found.rounds[0]["commands"][-1].endswith("-da -lm")
+    assert found.rounds[1]["evidence"][0].startswith("skipped: no training commands")
+
+
+def test_refinements_name_the_op_behind_the_verdicts_culprit():
+    """What the dumps show beyond the verdict: an op the golden does not call, just before the first divergence
+    (the verdict named a backward entry), and an op whose dtypes changed at the first divergence (the verdict counts
+    its error as explained by the dtype and names a later one); each rebuilds the next dump for that op."""
+    from msprobe.triage import rounds
+
+    x, x16 = tensor(), tensor("Float16")
+    golden = {"level": "mix", "data": {"Functional.dense.0.forward": record(x), "Functional.gelu.0.forward": record(x),
+                                       "Functional.dense.1.forward": record(x)}}
+    extra = {"level": "mix", "data": {"Functional.dense.0.forward": record(x), "Functional.gelu.0.forward": record(x),
+                                      "Tensor.__mul__.0.forward": record(x), "Functional.dense.1.forward": record(x)}}
+    construct = {"Tensor.__mul__.0.forward": "Cell.head.Head.forward.0", "Cell.head.Head.forward.0": None}
+    found = rounds.Statistics(differs=True, first_divergence="Functional.dense.1.forward",
+                              culprit="Tensor.__truediv__.1.backward")
+    rounds._extra_op(found, extra, construct, golden, 0)
+    assert (found.culprit, found.module) == ("Tensor.__mul__.0.forward", "Cell.head.Head.forward.0")
+    assert found.next_dump["target"]["tensor"]["list"][:2] == ["Tensor.__mul__.0.forward", "Tensor.__mul__.0.backward"]
+    # a forward culprit of the verdict stays
+    kept = rounds.Statistics(differs=True, first_divergence="Functional.dense.1.forward",
+                             culprit="Functional.dense.1.forward")
+    rounds._extra_op(kept, extra, construct, golden, 0)
+    assert kept.culprit == "Functional.dense.1.forward"
+    # the dtype change at the first divergence
+    cast = {"level": "mix", "data": dict(golden["data"], **{"Functional.dense.0.forward": record(
+        x16, out_dtype="Float16")})}
+    found = rounds.Statistics(differs=True, first_divergence="Functional.dense.0.forward",
+                              culprit="Tensor.__truediv__.1.backward")
+    rounds._dtype_change_first(found, cast, {}, golden, 2)
+    assert found.culprit == "Functional.dense.0.forward" and found.culprit_result == "dtype change"
+    assert found.next_dump["golden"]["step"] == [2] and "float16 against float32" in found.analysis_lines[-1]
+    same = rounds.Statistics(differs=True, first_divergence="Functional.dense.0.forward", culprit=None)
+    rounds._dtype_change_first(same, golden, {}, golden, 0)
+    assert same.culprit is None
+
+
+def test_the_forced_config_replaces_a_debuggers_own_arguments(tmp_path, monkeypatch):
+    """MSPROBE_DUMP_CONFIG (set by the triage for its runs): a script's own PrecisionDebugger arguments give way."""
+    from msprobe.collect.config import FORCED_CONFIG, load_config
+
+    forced = tmp_path / "forced.json"
+    forced.write_text(json.dumps({"task": "statistics", "level": "mix", "step": [2], "dump_path": str(tmp_path / "d")}))
+    monkeypatch.setenv(FORCED_CONFIG, str(forced))
+    config = load_config(str(tmp_path / "missing.json"), task="tensor", level="L1", dump_path=str(tmp_path / "own"))
+    assert (config.task, config.level, list(config.step), config.dump_path) == ("statistics", "mix", [2],
+                                                                                str(tmp_path / "d"))
+    assert not (tmp_path / "own").exists()
+    monkeypatch.delenv(FORCED_CONFIG)
+    assert load_config(None, task="tensor", dump_path=str(tmp_path / "own")).task == "tensor"
