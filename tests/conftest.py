@@ -209,3 +209,13 @@ def fresh_logger():
     yield
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The debuggers that tests made would name their dump roots at interpreter exit (one line each, after pytest's
+    closing line): a test session is not a training run, so they are forgotten here."""
+    import sys
+
+    debugger = sys.modules.get("msprobe.collect.debugger")
+    if debugger is not None:
+        debugger._REPORTED.clear()

@@ -387,9 +387,11 @@ def test_the_walkthrough_runs(tmp_path):
     assert analysis.op_name == "Cell.head.Head.forward.0"
     assert run_cli(["compare", "-tp", tmp_path / "target_dump" / "step0", "-gp", tmp_path / "golden_dump" / "step0",
                     "-da", "-o", tmp_path / "out"]) == 0
-    (config,) = (tmp_path / "out").glob("next_dump_*.json")
-    python(str(config))
-    result = msprobe.compare(tmp_path / "next_target" / "step0", tmp_path / "next_golden" / "step0")
+    (golden_config,) = (tmp_path / "out").glob("next_dump_*_golden.json")
+    (target_config,) = (tmp_path / "out").glob("next_dump_*_target.json")
+    python(str(golden_config), str(target_config))
+    next_dump = tmp_path / "out" / "next_dump"
+    result = msprobe.compare(next_dump / "target" / "step0", next_dump / "golden" / "step0")
     rows = {row["NPU Name"]: row for row in result.pairs[0].rows}
     assert rows["Functional.matmul.0.forward.output.0"]["NPU Dtype"] == "Float16"
     assert rows["Cell.head.Head.forward.0.input.0"]["Result"] == "pass"
