@@ -620,7 +620,7 @@ def test_long_decimal_and_template_searches_agree_with_their_patterns_and_stay_l
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
         assert _LONG_DECIMAL.findall(text) == old_decimal.findall(text), text
         assert _is_template_line(text) == bool(old_template.search(text)), text
-    started = time.perf_counter()
+    started = time.process_time()      # CPU time: a loaded machine must not fail it, a quadratic pattern would
     assert _LONG_DECIMAL.sub("", "1" * 200_000 + ".5") == "1" * 200_000 + ".5"
     assert not _is_template_line("A" * 200_000 + " Template(")
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 3.0

@@ -609,12 +609,12 @@ def test_unknown_config_keys_are_refused_before_training(tmp_path, config, key):
 def test_step_and_rank_ranges_stay_ranges(tmp_path):
     import time
 
-    started = time.perf_counter()
+    started = time.process_time()      # CPU time: a loaded machine must not fail it, a range made a list would
     debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L1", step=["0-100000000000"], rank=["0-3000000"])
     debugger.start()
     torch.ones(1) + 1
     debugger.stop()
-    assert time.perf_counter() - started < 5
+    assert time.process_time() - started < 5
     assert list(dump_of(tmp_path)["data"]) == ["Tensor.__add__.0.forward"]
 
 

@@ -245,7 +245,8 @@ HOSTILE_PARTS = {
 @pytest.mark.parametrize("part", list(HOSTILE_PARTS))
 def test_reader_reads_a_hostile_workbook_in_linear_time(tmp_path, part):
     """Every pattern the reader applies to a workbook runs in linear time: a part built of 100,000 element starts
-    that never close is refused (or read) in well under a second, where it took hours (quadratic)."""
+    that never close is refused (or read) in a few seconds of CPU at most, where it took hours (quadratic). CPU time
+    of this process, not wall time: a loaded machine must not fail it, and a quadratic pattern still would."""
     import time
 
     path = tmp_path / "book.xlsx"
@@ -256,12 +257,12 @@ def test_reader_reads_a_hostile_workbook_in_linear_time(tmp_path, part):
     else:
         with zipfile.ZipFile(path, "a") as archive:
             archive.writestr(member, content)
-    started = time.perf_counter()
+    started = time.process_time()
     try:
         readers.read_xlsx(str(path))
     except MsprobeError as exc:
         assert "not a readable xlsx workbook" in str(exc) or "not well-formed" in str(exc), exc
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 5.0
 
 
 # -- every workbook the project writes ----------------------------------------------------------------------------
