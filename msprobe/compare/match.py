@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from msprobe.compare.error_origin import forward_twin
 from msprobe.dump.flatten import Items
 from msprobe.dump.naming import BACKWARD
 from msprobe.frameworks.dtypes import dtype_rule_ok
@@ -75,13 +76,6 @@ def match_keys(target: Items, golden: Items, target_keys: list, golden_keys: lis
     return pairs
 
 
-def _forward_twin(entry_name: str) -> str:
-    """The forward entry of a backward entry's name (API `x.3.backward`, module `Module.a.B.backward.0`)."""
-    if entry_name.endswith(".backward"):
-        return entry_name[:-len(".backward")] + ".forward"
-    return entry_name.replace(".backward.", ".forward.")
-
-
 def _backward_twin(entry_name: str) -> str:
     if entry_name.endswith(".forward"):
         return entry_name[:-len(".forward")] + ".backward"
@@ -138,7 +132,7 @@ def _forward_entries(items: Items) -> np.ndarray:
     """Per entry of a dump: the index of the forward entry of a backward entry, -1 for others or when the dump
     does not record that forward."""
     index = {name: k for k, name in enumerate(items.entry_names)}
-    return np.fromiter((index.get(_forward_twin(name), -1) if parts is not None and parts.direction == BACKWARD
+    return np.fromiter((index.get(forward_twin(name), -1) if parts is not None and parts.direction == BACKWARD
                         else -1 for name, parts in zip(items.entry_names, items.entry_parts)),
                        dtype=np.int64, count=len(items.entry_names))
 
