@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from msprobe.compare.error_origin import forward_twin
 from msprobe.dump.flatten import Items
 from msprobe.dump.naming import BACKWARD
 from msprobe.frameworks.dtypes import dtype_rule_ok
@@ -75,13 +76,6 @@ def match_keys(target: Items, golden: Items, target_keys: list, golden_keys: lis
     return pairs
 
 
-def _forward_twin(entry_name: str) -> str:
-    """The forward entry of a backward entry's name (API `x.3.backward`, module `Module.a.B.backward.0`)."""
-    if entry_name.endswith(".backward"):
-        return entry_name[:-len(".backward")] + ".forward"
-    return entry_name.replace(".backward.", ".forward.")
-
-
 def _backward_twin(entry_name: str) -> str:
     if entry_name.endswith(".forward"):
         return entry_name[:-len(".forward")] + ".backward"
@@ -98,48 +92,49 @@ def backward_with_forward(pairs: Pairs, target: Items, golden: Items, pair_unmat
     that backward too (one framework: their items are named alike; across frameworks the mappings name them)."""
     if not len(pairs):
         return
-    backward = np.fromiter((parts is not None and parts.direction == BACKWARD for parts in target.entry_parts),
-                           dtype=bool, count=len(target.entry_parts))
+    t_forward = _forward_entries(target)
+    if not (t_forward >= 0).any():
+        return
+    g_forward = _forward_entries(golden)
     t_entry, g_entry = np.asarray(target.entry), np.asarray(golden.entry)
     rows_entry = t_entry[pairs.target]
-    candidates = np.flatnonzero(backward[rows_entry] & (True if pair_unmatched else pairs.golden >= 0)) \
-        if backward.any() else ()
-    if not len(candidates):
-        return
-    t_index = {name: k for k, name in enumerate(target.entry_names)}
-    g_index = {name: k for k, name in enumerate(golden.entry_names)}
-    partners: dict = {}          # target forward entry -> the golden entries its rows are paired with
     matched = pairs.golden >= 0
-    for entry, partner in zip(rows_entry[matched].tolist(), g_entry[pairs.golden[matched]].tolist()):
+    width = max(len(golden.entry_names), 1)
+    partner_keys = np.unique(rows_entry[matched] * width + g_entry[pairs.golden[matched]])
+    row_forward = t_forward[rows_entry]
+    partner_entry = np.where(matched, g_entry[np.where(matched, pairs.golden, 0)], -1)
+    partner_forward = np.where(matched, g_forward[np.maximum(partner_entry, 0)], -1)
+    agrees = (partner_forward < 0) | np.isin(row_forward * width + partner_forward, partner_keys)
+    wrong = (row_forward >= 0) & matched & ~agrees
+    if pair_unmatched:
+        wrong |= (row_forward >= 0) & ~matched
+    rows = np.flatnonzero(wrong)
+    if not len(rows):
+        return
+    partners: dict = {}          # target forward entry -> the golden entries its rows are paired with
+    for entry, partner in zip(rows_entry[matched].tolist(), partner_entry[matched].tolist()):
         partners.setdefault(entry, set()).add(partner)
-    g_items: dict | None = None
-    settled: dict = {}           # (target entry, golden entry) -> the pair agrees with the forwards' (or cannot)
-    for row, entry, partner in zip(candidates.tolist(), rows_entry[candidates].tolist(),
-                                   pairs.golden[candidates].tolist()):
-        key = (entry, g_entry[partner] if partner >= 0 else -1)
-        if settled.get(key):
-            continue
-        name = target.entry_names[entry]
-        forward = t_index.get(_forward_twin(name))
-        if forward is None:
-            settled[key] = True
-            continue
+    g_items = {item: k for k, item in enumerate(golden.name)}
+    for row in rows.tolist():
+        entry, partner = int(rows_entry[row]), int(pairs.golden[row])
         if partner >= 0:
-            golden_name = golden.entry_names[key[1]]
-            current = g_index.get(_forward_twin(golden_name))
-            if current is None or current in partners.get(forward, ()):
-                settled[key] = True
-                continue
-            suffix = golden.name[partner][len(golden_name):]
+            suffix = golden.name[partner][len(golden.entry_names[g_entry[partner]]):]
         else:
-            suffix = target.name[pairs.target[row]][len(name):]
-        right = partners.get(forward, ())
+            suffix = target.name[pairs.target[row]][len(target.entry_names[entry]):]
+        right = partners.get(int(t_forward[entry]), ())
         found = -1
         if len(right) == 1:
-            if g_items is None:
-                g_items = {item: k for k, item in enumerate(golden.name)}
             found = g_items.get(_backward_twin(golden.entry_names[next(iter(right))]) + suffix, -1)
         pairs.golden[row] = found
+
+
+def _forward_entries(items: Items) -> np.ndarray:
+    """Per entry of a dump: the index of the forward entry of a backward entry, -1 for others or when the dump
+    does not record that forward."""
+    index = {name: k for k, name in enumerate(items.entry_names)}
+    return np.fromiter((index.get(forward_twin(name), -1) if parts is not None and parts.direction == BACKWARD
+                        else -1 for name, parts in zip(items.entry_names, items.entry_parts)),
+                       dtype=np.int64, count=len(items.entry_names))
 
 
 def _join(target_keys: list, golden_index: dict) -> Pairs:

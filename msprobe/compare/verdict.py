@@ -273,27 +273,39 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     same_dtype, same_shape = same_dtype | one_sided | recorded, same_shape | one_sided | recorded
     unjudged = no_data | noise | recorded | _ignored(data, starts, lengths, entry_ops)
     enters = None if cross else _entering(data, states, matched, matched & tensor & ~unjudged & ~equal)
-    inherited = np.repeat(np.logical_or.reduceat(_dtype_from_earlier_op(data, stats_t, states, tensor, out), starts),
-                          lengths)
+    same_dtypes = _same_texts(data.dtypes)
+    inherited = np.repeat(np.logical_or.reduceat(_dtype_from_earlier_op(data, stats_t, same_dtypes, tensor, out),
+                                                  starts), lengths)
     # the rows before it are matched and identical (equal statistics, dtypes and shapes)
-    same = equal & matched & ~(t_null ^ g_null) & _same_texts(data.dtypes) & _same_texts(data.shapes)
+    same = equal & matched & ~(t_null ^ g_null) & same_dtypes & _same_texts(data.shapes)
     first_difference = int(np.argmin(same)) if not same.all() else None
     return RowFacts(unjudged, same_dtype, same_shape, identical_inputs, notes, enters,
                     first_difference=first_difference, dtype_inherited=inherited)
 
 
-def _dtype_from_earlier_op(data, stats_t, states: list, tensor: np.ndarray, out: np.ndarray) -> np.ndarray:
+def _dtype_from_earlier_op(data, stats_t, same_dtypes: np.ndarray, tensor: np.ndarray,
+                           out: np.ndarray) -> np.ndarray:
     """Per row: a tensor input whose two dtypes differ and whose target tensor an earlier output of the table holds
     (same dtype, shape and statistics, its dtypes differing too): its lower precision comes from a dumped op, the
     op reading it inherits it (a bfloat16 autocast run: every op after the first reads bfloat16)."""
     t_dtype, g_dtype = data.dtypes
     t_shape = data.shapes[0]
-    rows = len(states)
-    found = np.zeros(rows, dtype=bool)
-    differ = np.fromiter((isinstance(a, str) and isinstance(b, str) and canonical(a) != canonical(b)
-                          for a, b in zip(t_dtype, g_dtype)), dtype=bool, count=rows) & tensor
+    found = np.zeros(len(tensor), dtype=bool)
+    differ = ~same_dtypes & tensor
     if not differ.any():
         return found
+    produced: set = set()
+    picked = np.flatnonzero(differ)
+    columns = [values[picked].tolist() for values in stats_t]
+    for k, row in enumerate(picked.tolist()):
+        if not (isinstance(t_dtype[row], str) and isinstance(g_dtype[row], str)):
+            continue
+        key = (t_dtype[row], t_shape[row], columns[0][k], columns[1][k], columns[2][k], columns[3][k])
+        if out[row]:
+            produced.add(key)
+        elif key in produced:
+            found[row] = True
+    return found
     produced: set = set()
     for row in np.flatnonzero(differ).tolist():
         key = (canonical(t_dtype[row]), t_shape[row], *(float(values[row]) for values in stats_t))
@@ -306,8 +318,17 @@ def _dtype_from_earlier_op(data, stats_t, states: list, tensor: np.ndarray, out:
 
 def _same_texts(pair: tuple) -> np.ndarray:
     """Per row: the two sides' cells equal (dtypes compared by their canonical names)."""
-    return np.fromiter((a == b or (isinstance(a, str) and isinstance(b, str) and canonical(a) == canonical(b))
-                        for a, b in zip(*pair)), dtype=bool, count=len(pair[0]))
+    a, b = pair
+    same = np.fromiter((x == y for x, y in zip(a, b)), dtype=bool, count=len(a))
+    for row in np.flatnonzero(~same).tolist():
+        x, y = a[row], b[row]
+        same[row] = isinstance(x, str) and isinstance(y, str) and _canonical(x) == _canonical(y)
+    return same
+
+
+@lru_cache(maxsize=1024)
+def _canonical(dtype: str) -> str:
+    return canonical(dtype)
 
 
 def _with_saved_tensors(data, starts: np.ndarray, identical: np.ndarray) -> np.ndarray:
