@@ -9,11 +9,14 @@ import sys
 import traceback
 
 _COLLECT = os.path.dirname(os.path.abspath(__file__))
+# every file of the msprobe package: the collectors, and the hooks `msprobe triage` injects around the user's calls
+_PACKAGE = os.path.dirname(_COLLECT) + os.sep
 
 
 def stack_lines(cache: dict, own_directory: str, skip: int = 1) -> tuple:
     """The stack of the caller's caller (`skip` frames up from here), innermost first, without the frames of files
-    in `own_directory` (the collector's package) or in this package. Formatting (source lines included) is cached in `cache` per chain of (code, line)
+    in `own_directory` (the collector's package) or anywhere in the msprobe package (this one, the triage
+    injection's wrappers around the model's calls). Formatting (source lines included) is cached in `cache` per chain of (code, line)
     positions, since a training step calls the same sites again and again (at most 100,000 chains)."""
     key = []
     frame = sys._getframe(skip)
@@ -24,8 +27,12 @@ def stack_lines(cache: dict, own_directory: str, skip: int = 1) -> tuple:
     lines = cache.get(key)
     if lines is None:
         frames = [f for f in traceback.extract_stack(sys._getframe(skip))
-                  if os.path.dirname(os.path.abspath(f.filename)) not in (own_directory, _COLLECT)]
+                  if not _is_own(os.path.abspath(f.filename), own_directory)]
         lines = tuple(f"File {f.filename}, line {f.lineno}, in {f.name}, \n {f.line or ''}" for f in reversed(frames))
         if len(cache) < 100_000:
             cache[key] = lines
     return lines
+
+
+def _is_own(path: str, own_directory: str) -> bool:
+    return os.path.dirname(path) == own_directory or path.startswith(_PACKAGE)

@@ -44,7 +44,11 @@ def render(findings) -> str:
         parts.append("</section>")
     body = "\n".join(parts)
     return (f"<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n<title>msprobe triage</title>\n"
-            f"<style>\n{stylesheet()}\n</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
+            f"<style>\n{stylesheet()}\n{_WRAP}\n</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
+
+
+# long lines (source lines, commands with their environment) wrap inside the page instead of scrolling it sideways
+_WRAP = "pre { white-space: pre-wrap; overflow-wrap: anywhere; }"
 
 
 def _link(path: str, out: str) -> str:

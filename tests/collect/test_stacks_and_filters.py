@@ -27,6 +27,19 @@ def test_stack_lines_start_at_the_caller_and_skip_the_collectors_own_frames():
     assert again[0] == again[1] == again[2] != lines and len(cache) == 2
 
 
+def test_stack_lines_leave_out_every_frame_of_the_msprobe_package():
+    """The wrappers `msprobe triage` injects around a model's calls (msprobe/triage/inject.py) sit between the
+    user's frames: stack.json, and so triage's answer, shows the user's code only."""
+    import msprobe
+
+    wrapper = os.path.join(os.path.dirname(os.path.abspath(msprobe.__file__)), "triage", "wrapper_for_test.py")
+    scope: dict = {"_site": _site}
+    exec(compile("def wrapped(cache):\n    return _site(cache, '/nowhere')\n", wrapper, "exec"), scope)
+    lines = scope["wrapped"]({})
+    assert lines[0].startswith(f"File {__file__}, line ") and ", in _site, \n " in lines[0]
+    assert not any(wrapper in line for line in lines) and ", in test_stack_lines_leave_out" in lines[1]
+
+
 def test_filters(tmp_path):
     config = load_config(dump_path=str(tmp_path), scope=["fc1"], list=["Mint.add"], data_mode=["backward", "input"])
     assert selected(config, "Mint.add.0.fc1")
