@@ -124,5 +124,6 @@ def test_a_parent_that_is_no_cell_entry_of_the_dump_selects_nothing_more(tmp_pat
         construct_path.write_text(json.dumps(construct))
     out = tmp_path / "da"
     assert run_cli(["compare", "-tp", dump, "-gp", tmp_path / "golden" / "dump.json", "-o", out, "-da"]) == 0
-    config = json.loads(only_file(out, "next_dump_*.json").read_text())
-    assert config["tensor"]["list"] == ["Mint.matmul.0.forward", "Mint.matmul.0.backward"]
+    for side in ("target", "golden"):
+        config = json.loads(only_file(out, f"next_dump_*_{side}.json").read_text())
+        assert config["tensor"]["list"] == ["Mint.matmul.0.forward", "Mint.matmul.0.backward"], side
