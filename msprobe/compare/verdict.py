@@ -94,6 +94,8 @@ MSG_PARAMETER = ("warning: The parameter differs between the runs beyond roundin
                  "this step (another initialisation or checkpoint, or earlier updates).")
 MSG_ENTERS = ("warning: This input differs while every item dumped before it is identical: the difference enters "
               "here, made by no dumped op (a weight or a buffer at level L1, the data, a constant).")
+MSG_EXTRA_OP = ("warning: No golden op matches this one and its output is the first tensor the runs differ on (an "
+                "input of the next op): an op the golden run does not call.")
 NOTE_UNMATCHED = "note: not compared: no golden item matches this one."
 NOTE_NULL = "note: not compared: {who} here (null)."
 NOTE_NOISE = ("note: below the noise floor of {neighbour}: norm {norm:.2g} within {units:g} units of rounding of "
@@ -137,6 +139,7 @@ class RowFacts:
     dtype_inherited: np.ndarray | None = None   # per row: an input of its entry differs in dtype, made by an
     # earlier dumped op (an earlier output with the same target dtype, shape and statistics differs in dtype)
     first_difference: int | None = None   # the first row unmatched, differing or not judged by statistics alone
+    extra_op: int | None = None   # the output row of an op the golden does not call that makes the first difference
 
 
 def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list, cross: bool,
@@ -166,6 +169,9 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
         for row in _differing_parameters(data, cells, states, is_tensor, facts.unjudged, stats):
             messages[row].append(MSG_PARAMETER)
             level[row] = max(level[row], rules.WARNING)
+        if facts.extra_op is not None:
+            messages[facts.extra_op].append(MSG_EXTRA_OP)
+            level[facts.extra_op] = max(level[facts.extra_op], rules.WARNING)
         if facts.enters is not None and _beyond_rounding(data, cells, [facts.enters], stats):
             messages[facts.enters].append(MSG_ENTERS)
             level[facts.enters] = max(level[facts.enters], rules.WARNING)
@@ -279,8 +285,33 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     # the rows before it are matched and identical (equal statistics, dtypes and shapes)
     same = equal & matched & ~(t_null ^ g_null) & same_dtypes & _same_texts(data.shapes)
     first_difference = int(np.argmin(same)) if not same.all() else None
+    extra = None if cross else _extra_op(data, states, stats_t, matched, tensor & ~unjudged & ~equal)
     return RowFacts(unjudged, same_dtype, same_shape, identical_inputs, notes, enters,
-                    first_difference=first_difference, dtype_inherited=inherited)
+                    first_difference=first_difference, dtype_inherited=inherited, extra_op=extra)
+
+
+def _extra_op(data, states: list, stats_t: list, matched: np.ndarray, differing: np.ndarray) -> int | None:
+    """The output row of an op the golden run does not call (an unmatched forward API entry) that makes the first
+    difference: the first matched row that differs is a forward entry's input, and the target tensor of that input
+    is the unmatched op's output (the same dtype, shape and four statistics in the one dump: the op's result feeds
+    it). An extra scale or activation is left unmatched by the compare, which could otherwise only name what it
+    changes downstream. One framework only: across frameworks one run records many ops the other does not."""
+    rows = np.flatnonzero(differing)
+    if not len(rows):
+        return None
+    first = int(rows[0])
+    if states[first] != "input" or ".forward" not in data.entry_names[data.entry[first]]:
+        return None
+    t_dtype, t_shape = data.dtypes[0], data.shapes[0]
+    key = (t_dtype[first], t_shape[first], *(float(values[first]) for values in stats_t))
+    if any(math.isnan(value) for value in key[2:]):
+        return None
+    for row in range(first - 1, -1, -1):
+        name = data.entry_names[data.entry[row]]
+        if (not matched[row] and states[row] == "output" and name.endswith(".forward")
+                and (t_dtype[row], t_shape[row], *(float(values[row]) for values in stats_t)) == key):
+            return row
+    return None
 
 
 def _dtype_from_earlier_op(data, stats_t, same_dtypes: np.ndarray, tensor: np.ndarray,
@@ -540,6 +571,8 @@ def _level(own: bool, result: str, message: str, origin: str) -> int:
         return CARRIED if origin in (INHERITED, DTYPE) else NOTHING
     if MSG_ENTERS in message:
         return WARNING_HERE
+    if MSG_EXTRA_OP in message:
+        return MADE_HERE
     if not own:
         return CARRIED_ISSUE
     if origin == INTRODUCED:
