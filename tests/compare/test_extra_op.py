@@ -98,3 +98,14 @@ def test_not_across_frameworks(tmp_path):
     target.write_text(json.dumps(content))
     result = api.compare(str(target), str(golden))
     assert not any(MSG_EXTRA_OP in text for text in result.column("Err_message"))
+
+
+def test_triage_names_the_same_culprit_as_da(tmp_path):
+    """msprobe triage reads -da's culprit and next dump (it re-targets nothing of its own): the same op, its module
+    and a next dump that selects it."""
+    import msprobe
+
+    target, golden = write_pair(tmp_path)
+    found = msprobe.triage(target_dump=str(target), golden_dump=str(golden), output_dir=str(tmp_path / "triage"))
+    assert (found.culprit, found.module) == ("Tensor.__mul__.0.forward", MODULE)
+    assert found.exit_code == 1
