@@ -51,6 +51,9 @@ def test_the_category_follows_the_evidence():
     assert axis.category == cl.ARGUMENT and "kwargs.dim" in axis.reason
     # the golden never calls it; the same command twice; NaN
     assert cause(golden, None).category == cl.ARGUMENT
+    # ... and it is a cast the golden does not make (a Tensor.to(float16) of a float32 tensor): dtype/cast
+    cast = cause(record(x, {"type": "mindspore.dtype", "value": "Float16"}, out_dtype="Float16"), None)
+    assert cast.category == cl.DTYPE and "a cast to float16" in cast.reason
     assert cause(golden, golden, same=True).category == cl.NONDETERMINISM
     assert cl.classify(False, golden, golden, ("pytorch", "pytorch"), None, False, non_finite=True).category == \
         cl.NON_FINITE
