@@ -109,3 +109,33 @@ def test_triage_names_the_same_culprit_as_da(tmp_path):
     found = msprobe.triage(target_dump=str(target), golden_dump=str(golden), output_dir=str(tmp_path / "triage"))
     assert (found.culprit, found.module) == ("Tensor.__mul__.0.forward", MODULE)
     assert found.exit_code == 1
+
+
+def test_a_cast_that_makes_the_first_difference_is_the_culprit(tmp_path):
+    """A cast no rule judges (Tensor.to, rules.ALL_IGNORE) paired with the golden's cast of the same index: the
+    target casts to float16 where the golden stays float32, and the matmul reading it is the first row that
+    differs; a later op's own-looking error (here a backward output) must not outrank the dtype change."""
+    from msprobe import api
+    from msprobe.compare.verdict import MSG_FIRST_CAST
+
+    q = tensor(5.8, 2.0)
+    for side in ("target", "golden"):
+        dtype = "torch.float16" if side == "target" else "torch.float32"
+        cast = tensor(5.8203 if side == "target" else 5.8, 2.0, dtype=dtype)
+        scores = tensor(9.13 if side == "target" else 9.1, 3.0, (4, 4))
+        grad = tensor(2.0, 1.0, (4, 4))
+        data = {"Tensor.to.0.forward": {"input_args": [q, {"type": "torch.dtype", "value": dtype}],
+                                        "input_kwargs": {}, "output": [cast]},
+                "Torch.matmul.0.forward": {"input_args": [cast, q], "input_kwargs": {}, "output": [scores]},
+                "Torch.matmul.0.backward": {"input": [grad], "output": [
+                    tensor(3.0 if side == "target" else 2.0, 1.0), tensor(3.0, 1.0)]}}
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1",
+                                                               "framework": "pytorch", "dump_data_dir": None,
+                                                               "data": data}))
+    result = api.compare(str(tmp_path / "target" / "dump.json"), str(tmp_path / "golden" / "dump.json"))
+    names = result.column("NPU Name")
+    row = names.index("Tensor.to.0.forward.output.0")
+    assert result.column("Result")[row] == "warning" and MSG_FIRST_CAST in result.column("Err_message")[row]
+    assert result.summary.first_error == "Tensor.to.0.forward.output.0"
+    assert "dtype" in result.summary.advice
