@@ -6,7 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from msprobe.compare import rules
-from msprobe.compare.verdict import MSG_ENTERS, MSG_HIDDEN_CAST, MSG_INTRODUCED, MSG_PARAMETER, culprit_row
+from msprobe.compare.verdict import (
+    MSG_ENTERS,
+    MSG_EXTRA_OP,
+    MSG_HIDDEN_CAST,
+    MSG_INTRODUCED,
+    MSG_PARAMETER,
+    culprit_row,
+)
 from msprobe.frameworks.dtypes import canonical
 
 _DETERMINISM_OPS = ("conv2d", "conv3d", "matmul", "nll_loss", "layer_norm", "lstm")
@@ -42,6 +49,9 @@ ADVICE_HIDDEN_CAST = ("The module's inputs are identical but its output differs 
                       "something inside it runs in bfloat16/float16 (autocast, a .to() or .half()). If intended, "
                       "the difference is expected; otherwise find the cast inside the module (a mix-level dump "
                       "shows its APIs).")
+ADVICE_EXTRA_OP = ("The target run calls this op and the golden run does not (no golden op matches it), and its output "
+                   "is the first tensor the runs differ on: an added scale, activation or cast. Remove it, or add "
+                   "it to the golden script if it is intended.")
 ADVICE_OP_INTRODUCED = ("The inputs of this op explain only a part of its output error: the op itself computes "
                         "differently (a kernel, an argument, an implementation). Reproduce it alone with the dumped "
                         "inputs (msprobe op_generate) or dump its real tensors.")
@@ -135,6 +145,8 @@ def _dtypes_differ(target, golden) -> bool:
 def _advice_for(name: str, state: str, message: str, dtypes_differ: bool, framework: str = "pytorch") -> str:
     if MSG_HIDDEN_CAST in message:
         return ADVICE_HIDDEN_CAST
+    if MSG_EXTRA_OP in message:
+        return ADVICE_EXTRA_OP
     if dtypes_differ:
         return ADVICE_DTYPE
     if MSG_INTRODUCED in message and "error:" not in message:

@@ -94,6 +94,10 @@ MSG_PARAMETER = ("warning: The parameter differs between the runs beyond roundin
                  "this step (another initialisation or checkpoint, or earlier updates).")
 MSG_ENTERS = ("warning: This input differs while every item dumped before it is identical: the difference enters "
               "here, made by no dumped op (a weight or a buffer at level L1, the data, a constant).")
+MSG_EXTRA_OP = ("warning: No golden op matches this one and its output is the first tensor the runs differ on (an "
+                "input of the next op): an op the golden run does not call.")
+MSG_FIRST_CAST = ("warning: This cast is not judged by the rules, and its output, in another dtype than the golden's, "
+                  "is the first tensor the runs differ on (an input of the next op): the dtype change is the cause.")
 NOTE_UNMATCHED = "note: not compared: no golden item matches this one."
 NOTE_NULL = "note: not compared: {who} here (null)."
 NOTE_NOISE = ("note: below the noise floor of {neighbour}: norm {norm:.2g} within {units:g} units of rounding of "
@@ -137,6 +141,7 @@ class RowFacts:
     dtype_inherited: np.ndarray | None = None   # per row: an input of its entry differs in dtype, made by an
     # earlier dumped op (an earlier output with the same target dtype, shape and statistics differs in dtype)
     first_difference: int | None = None   # the first row unmatched, differing or not judged by statistics alone
+    extra_op: tuple | None = None   # (row, message): the output of an op no rule judges that makes the first difference
 
 
 def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list, cross: bool,
@@ -165,6 +170,10 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
                 level[row] = max(level[row], rules.WARNING)
         for row in _differing_parameters(data, cells, states, is_tensor, facts.unjudged, stats):
             messages[row].append(MSG_PARAMETER)
+            level[row] = max(level[row], rules.WARNING)
+        if facts.extra_op is not None:
+            row, text = facts.extra_op
+            messages[row].append(text)
             level[row] = max(level[row], rules.WARNING)
         if facts.enters is not None and _beyond_rounding(data, cells, [facts.enters], stats):
             messages[facts.enters].append(MSG_ENTERS)
@@ -271,7 +280,8 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     one_sided = matched & out & (t_null ^ g_null)
     # a recording convention (the two frameworks record different tensors) has no shape or dtype to disagree on
     same_dtype, same_shape = same_dtype | one_sided | recorded, same_shape | one_sided | recorded
-    unjudged = no_data | noise | recorded | _ignored(data, starts, lengths, entry_ops)
+    ignored = _ignored(data, starts, lengths, entry_ops)
+    unjudged = no_data | noise | recorded | ignored
     enters = None if cross else _entering(data, states, matched, matched & tensor & ~unjudged & ~equal)
     same_dtypes = _same_texts(data.dtypes)
     inherited = np.repeat(np.logical_or.reduceat(_dtype_from_earlier_op(data, stats_t, same_dtypes, tensor, out),
@@ -279,8 +289,44 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     # the rows before it are matched and identical (equal statistics, dtypes and shapes)
     same = equal & matched & ~(t_null ^ g_null) & same_dtypes & _same_texts(data.shapes)
     first_difference = int(np.argmin(same)) if not same.all() else None
+    extra = None if cross else _unjudged_maker(data, states, stats_t, matched, ignored,
+                                                tensor & ~unjudged & ~equal)
     return RowFacts(unjudged, same_dtype, same_shape, identical_inputs, notes, enters,
-                    first_difference=first_difference, dtype_inherited=inherited)
+                    first_difference=first_difference, dtype_inherited=inherited, extra_op=extra)
+
+
+def _unjudged_maker(data, states: list, stats_t: list, matched: np.ndarray, ignored: np.ndarray,
+                    differing: np.ndarray) -> tuple | None:
+    """(row, message) of the op no rule judges that makes the first difference: the first matched row that differs
+    is a forward entry's input, and its target tensor is the output of an earlier forward API entry (the same dtype,
+    shape and four statistics in the one dump: that op's result feeds it) which either has no golden partner (an
+    op the golden run does not call: an extra scale or activation, MSG_EXTRA_OP) or is a cast no rule judges
+    (rules.ALL_IGNORE: `Tensor.to`) whose output dtype differs from its partner's (MSG_FIRST_CAST). The compare
+    could otherwise only name what such an op changes downstream. One framework only: across frameworks one run
+    records many ops the other does not."""
+    rows = np.flatnonzero(differing)
+    if not len(rows):
+        return None
+    first = int(rows[0])
+    if states[first] != "input" or ".forward" not in data.entry_names[data.entry[first]]:
+        return None
+    t_dtype, g_dtype = data.dtypes
+    t_shape = data.shapes[0]
+    key = (t_dtype[first], t_shape[first], *(float(values[first]) for values in stats_t))
+    if any(math.isnan(value) for value in key[2:]):
+        return None
+    for row in range(first - 1, -1, -1):
+        if states[row] != "output" or not data.entry_names[data.entry[row]].endswith(".forward"):
+            continue
+        if (t_dtype[row], t_shape[row], *(float(values[row]) for values in stats_t)) != key:
+            continue
+        if not matched[row]:
+            return row, MSG_EXTRA_OP
+        if ignored[row] and isinstance(g_dtype[row], str) and isinstance(t_dtype[row], str) \
+                and _canonical(t_dtype[row]) != _canonical(g_dtype[row]):
+            return row, MSG_FIRST_CAST
+        return None
+    return None
 
 
 def _dtype_from_earlier_op(data, stats_t, same_dtypes: np.ndarray, tensor: np.ndarray,
@@ -540,6 +586,8 @@ def _level(own: bool, result: str, message: str, origin: str) -> int:
         return CARRIED if origin in (INHERITED, DTYPE) else NOTHING
     if MSG_ENTERS in message:
         return WARNING_HERE
+    if MSG_EXTRA_OP in message or MSG_FIRST_CAST in message:
+        return MADE_HERE
     if not own:
         return CARRIED_ISSUE
     if origin == INTRODUCED:

@@ -46,6 +46,10 @@ def classify(same_command: bool, target_record, golden_record, frameworks: tuple
     if same_command:
         return _cause(NONDETERMINISM, "the same command, run twice, gives different outputs at this op")
     if golden_record is None:
+        made = _cast(target_record)
+        if made:
+            return _cause(DTYPE, f"the golden run does not call this op at this point: a cast to {made} the golden "
+                                 "does not make")
         return _cause(ARGUMENT, "the golden run does not call this op at this point")
     target_args, golden_args = evidence.signature(target_record), evidence.signature(golden_record)
     target_dtypes, golden_dtypes = evidence.tensor_dtypes(target_record), evidence.tensor_dtypes(golden_record)
@@ -74,6 +78,15 @@ def classify(same_command: bool, target_record, golden_record, frameworks: tuple
         return _cause(KERNEL, "same dtypes and arguments; its inputs already differ slightly and its output "
                               "differs more than they explain")
     return _cause(KERNEL, "same inputs, dtypes and arguments, different outputs")
+
+
+def _cast(record) -> str:
+    """The dtypes an op's outputs have that none of its tensor inputs has (a cast: `Tensor.to(float16)` of a float32
+    tensor), '' when none."""
+    inputs = {str(leaf[2]).rpartition(".")[2].lower() for leaf in evidence.signature(record) if leaf[3] is not None}
+    outputs = [str(d).rpartition(".")[2].lower() for d in evidence.output_dtypes(record) if d]
+    made = [d for d in dict.fromkeys(outputs) if d not in inputs]
+    return "/".join(made) if inputs and made else ""
 
 
 def _cause(category: str, reason: str) -> Cause:

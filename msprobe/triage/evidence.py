@@ -144,31 +144,6 @@ def is_module(entry: str) -> bool:
     return entry.startswith(("Module.", "Cell."))
 
 
-def extra_op(target: dict, golden: dict, construct: dict, before: str | None, module: str | None = None) -> str | None:
-    """The last API forward entry of the target before the entry `before` (dump order; all of them when None) that
-    the golden dump does not hold, inside `module` when given (by construct.json's parents): an op the golden run
-    does not call. The compare leaves it unmatched and can only name what it changes downstream."""
-    data, golden_data = target.get("data") or {}, golden.get("data") or {}
-    found = None
-    for name in data:
-        if name == before:
-            break
-        if not name.endswith(".forward") or is_module(name) or name in golden_data:
-            continue
-        if module is None or _inside(construct, name, module):
-            found = name
-    return found
-
-
-def _inside(construct: dict, name: str, module: str) -> bool:
-    parent, seen = construct.get(name), 0
-    while isinstance(parent, str) and seen < 1000:
-        if parent == module:
-            return True
-        parent, seen = construct.get(parent), seen + 1
-    return False
-
-
 def stack_of(dump_path: str, entry: str) -> list:
     """The source lines recorded for `entry` in the stack.json beside dump.json ([] when none)."""
     path = os.path.join(os.path.dirname(dump_path), "stack.json")

@@ -186,71 +186,11 @@ def _compare_statistics(found: Statistics, options: Options, folder: str) -> Non
     golden_file = evidence.dump_file(found.golden_path, found.rank)
     target, golden = evidence.load_dump(target_file), evidence.load_dump(golden_file)
     found.frameworks = (target.get("framework", ""), golden.get("framework", ""))
-    if found.frameworks[0] == found.frameworks[1]:
-        construct_path = os.path.join(os.path.dirname(target_file), "construct.json")
-        construct = evidence.load_dump(construct_path) if os.path.isfile(construct_path) else {}
-        _extra_op(found, target, construct, golden, options.step)
-        _dtype_change_first(found, target, construct, golden, options.step)
     found.non_finite = evidence.first_non_finite(target)
     found.golden_non_finite = evidence.first_non_finite(golden)
     if found.culprit and not found.stack:
         found.stack = evidence.stack_of(target_file, found.culprit)
     found.commands = _commands(options, found.runs, found.target_path, found.golden_path, out)
-
-
-def _extra_op(found: Statistics, target: dict, construct: dict, golden: dict, step: int) -> None:
-    """The verdict names a module, a backward entry or nothing, and the target calls an op the golden does not (an
-    extra scale, an added activation) just before the first divergence (inside the module, for a module): that op
-    is the culprit."""
-    culprit = found.culprit
-    if culprit is not None and not evidence.is_module(culprit) and not culprit.endswith(".backward"):
-        return
-    if culprit is None and not found.differs:
-        return
-    module = culprit if culprit is not None and evidence.is_module(culprit) else None
-    extra = evidence.extra_op(target, golden, construct, None if module else found.first_divergence, module)
-    if extra is None:
-        return
-    where = f"inside the culprit module {module}" if module else f"before the first divergence {found.first_divergence}"
-    found.analysis_lines.append(f"{where[0].upper()}{where[1:]}: {extra} has no counterpart in the golden run (an op "
-                                "the golden does not call)")
-    parent = construct.get(extra)
-    _retarget(found, extra, module or (parent if isinstance(parent, str) and evidence.is_module(parent) else None),
-              target, step, "no counterpart in the golden")
-
-
-def _dtype_change_first(found: Statistics, target: dict, construct: dict, golden: dict, step: int) -> None:
-    """The first divergence is an op that runs in other dtypes than in the golden (a cast, a low-precision
-    accumulator) while the verdict names a later op or none (it counts that op's error as explained by its dtype):
-    the dtype change is the cause, so that op is the culprit."""
-    first = found.first_divergence
-    if not first or first == found.culprit or evidence.is_module(first) or not first.endswith(".forward"):
-        return
-    target_record, golden_record = (target.get("data") or {}).get(first), (golden.get("data") or {}).get(first)
-    if not golden_record or evidence.tensor_dtypes(target_record) == evidence.tensor_dtypes(golden_record):
-        return
-    found.analysis_lines.append(f"The first divergence {first} runs in other dtypes than in the golden run "
-                                f"({'/'.join(dict.fromkeys(evidence.tensor_dtypes(target_record)))} against "
-                                f"{'/'.join(dict.fromkeys(evidence.tensor_dtypes(golden_record)))}): the dtype "
-                                f"change is the cause" + (f" (the verdict's culprit {found.culprit} is downstream)"
-                                                           if found.culprit else ""))
-    parent = construct.get(first)
-    _retarget(found, first, parent if isinstance(parent, str) and evidence.is_module(parent) else None, target,
-              step, "dtype change")
-
-
-def _retarget(found: Statistics, entry: str, module: str | None, target: dict, step: int, why: str) -> None:
-    """Name `entry` as the culprit (the same op on both sides) and rebuild the next dump for it."""
-    from msprobe.compare.next_dump import side_configs
-
-    rank = (found.next_dump or {}).get("target", {}).get("rank")
-    if rank is None:
-        rank = [found.rank] if found.rank is not None and os.path.isdir(found.target_path) else []
-    found.culprit, found.module, found.golden_culprit, found.stack = entry, module, None, []
-    found.culprit_result, found.relative_error = why, 0.0
-    level = target.get("level") if target.get("level") in ("L0", "L1", "mix") else "mix"
-    info = {"sides": [{"api": entry, "module": module}], "level": level, "step": [step], "rank": rank}
-    found.next_dump = side_configs(info)
 
 
 def _mapping(target_path: str, golden_path: str) -> dict:

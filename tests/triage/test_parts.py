@@ -51,6 +51,9 @@ def test_the_category_follows_the_evidence():
     assert axis.category == cl.ARGUMENT and "kwargs.dim" in axis.reason
     # the golden never calls it; the same command twice; NaN
     assert cause(golden, None).category == cl.ARGUMENT
+    # ... and it is a cast the golden does not make (a Tensor.to(float16) of a float32 tensor): dtype/cast
+    cast = cause(record(x, {"type": "mindspore.dtype", "value": "Float16"}, out_dtype="Float16"), None)
+    assert cast.category == cl.DTYPE and "a cast to float16" in cast.reason
     assert cause(golden, golden, same=True).category == cl.NONDETERMINISM
     assert cl.classify(False, golden, golden, ("pytorch", "pytorch"), None, False, non_finite=True).category == \
         cl.NON_FINITE
@@ -215,41 +218,6 @@ def test_a_mindspore_dump_against_a_pytorch_one_is_compared_with_the_layer_mappi
     assert found.culprit == "Mint.matmul.0.forward" and found.module.startswith("Cell.layers.0.attn.")
     assert found.rounds[0]["commands"][-1].endswith("-da -lm")
     assert found.rounds[1]["evidence"][0].startswith("skipped: no training commands")
-
-
-def test_refinements_name_the_op_behind_the_verdicts_culprit():
-    """What the dumps show beyond the verdict: an op the golden does not call, just before the first divergence
-    (the verdict named a backward entry), and an op whose dtypes changed at the first divergence (the verdict counts
-    its error as explained by the dtype and names a later one); each rebuilds the next dump for that op."""
-    from msprobe.triage import rounds
-
-    x, x16 = tensor(), tensor("Float16")
-    golden = {"level": "mix", "data": {"Functional.dense.0.forward": record(x), "Functional.gelu.0.forward": record(x),
-                                       "Functional.dense.1.forward": record(x)}}
-    extra = {"level": "mix", "data": {"Functional.dense.0.forward": record(x), "Functional.gelu.0.forward": record(x),
-                                      "Tensor.__mul__.0.forward": record(x), "Functional.dense.1.forward": record(x)}}
-    construct = {"Tensor.__mul__.0.forward": "Cell.head.Head.forward.0", "Cell.head.Head.forward.0": None}
-    found = rounds.Statistics(differs=True, first_divergence="Functional.dense.1.forward",
-                              culprit="Tensor.__truediv__.1.backward")
-    rounds._extra_op(found, extra, construct, golden, 0)
-    assert (found.culprit, found.module) == ("Tensor.__mul__.0.forward", "Cell.head.Head.forward.0")
-    assert found.next_dump["target"]["tensor"]["list"][:2] == ["Tensor.__mul__.0.forward", "Tensor.__mul__.0.backward"]
-    # a forward culprit of the verdict stays
-    kept = rounds.Statistics(differs=True, first_divergence="Functional.dense.1.forward",
-                             culprit="Functional.dense.1.forward")
-    rounds._extra_op(kept, extra, construct, golden, 0)
-    assert kept.culprit == "Functional.dense.1.forward"
-    # the dtype change at the first divergence
-    cast = {"level": "mix", "data": dict(golden["data"], **{"Functional.dense.0.forward": record(
-        x16, out_dtype="Float16")})}
-    found = rounds.Statistics(differs=True, first_divergence="Functional.dense.0.forward",
-                              culprit="Tensor.__truediv__.1.backward")
-    rounds._dtype_change_first(found, cast, {}, golden, 2)
-    assert found.culprit == "Functional.dense.0.forward" and found.culprit_result == "dtype change"
-    assert found.next_dump["golden"]["step"] == [2] and "float16 against float32" in found.analysis_lines[-1]
-    same = rounds.Statistics(differs=True, first_divergence="Functional.dense.0.forward", culprit=None)
-    rounds._dtype_change_first(same, golden, {}, golden, 0)
-    assert same.culprit is None
 
 
 def test_the_forced_config_replaces_a_debuggers_own_arguments(tmp_path, monkeypatch):
