@@ -325,6 +325,7 @@ class MappingSet:
     cell_table: CellMapping | dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
     generated: dict = field(default_factory=dict)   # the part of data that -lm generated
+    linears: dict = field(default_factory=dict)     # nn.Dense's items -> linear's (linear_partners)
 
     @property
     def active(self) -> bool:
@@ -333,8 +334,11 @@ class MappingSet:
     def key(self, name: str, renumbered: str, state: str) -> tuple[str, bool]:
         """(golden key, from data mapping). Data-mapped keys are golden item names as written in the dump."""
         mapped = self.data.get(name)
-        if mapped is not None:
+        if mapped is not None and (mapped != NA or name not in self.linears or name not in self.generated):
             return mapped, True
+        linear = self.linears.get(name)
+        if linear is not None:
+            return linear, True
         key = renumbered
         if self.api and not key.startswith(("Cell.", "Module.")):
             custom = map_custom_api(key, state, self.api_rules) if self.api_rules else None
@@ -385,6 +389,8 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
         raise MsprobeError("-am and -lm map MindSpore names to PyTorch names: the target dump must be a MindSpore "
                            "(or mindtorch) dump.")
     mappings = MappingSet()
+    if options.api is not None or options.layer is not None:
+        mappings.linears = linear_partners(target_items, golden_items)
     if options.api is not None:
         mappings.api = True
         if options.api:
@@ -416,6 +422,106 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
         data.update(parse_text_mapping(load_yaml(options.data, "data mapping file"), options.data, "data mapping"))
     mappings.data = data
     return mappings
+
+
+def _shape(text) -> tuple | None:
+    try:
+        return tuple(int(v) for v in str(text).strip("[]() ").split(",") if v.strip())
+    except ValueError:
+        return None
+
+
+def linear_partners(target_items, golden_items) -> dict:
+    """Pairs MindSpore's linear layers with PyTorch's Functional.linear calls, item by item (target item name ->
+    golden item name). At L1 MindSpore's nn.Dense records MatMul (x @ W.T) and BiasAdd primitives (with Shape and
+    Reshape around them), PyTorch's nn.Linear one Functional.linear; ops.dense (Functional.dense, Mint.dense) and
+    Primitive.dense.Dense are one linear too. Each such call of the target, in the order of the dump, pairs with
+    the next golden linear whose weight has the same shape and whose input the same number of elements, so a
+    call one run makes and the other has not leaves the rest in step (global call counts drift: nn.Dense is
+    Primitive.dense.Dense on 2-D inputs only, and a model may call ops.dense itself where the other run calls a
+    Linear module). Only the same quantities are paired: x, W, b and y (for a Dense, BiasAdd's output, or
+    MatMul's without a bias); backward: the gradient of y and, where PyTorch records them (its addmm node: bias,
+    input, weight transposed; by shape), the gradients of b, x and W. MatMul's output before the bias is added
+    (and BiasAdd's input and its gradient) has no counterpart in PyTorch's recording and stays unpaired."""
+    def entries(items):
+        by_entry: dict = {}
+        for k, entry in enumerate(items.entry):
+            name = items.entry_names[entry]
+            by_entry.setdefault(name, {})[items.name[k][len(name):]] = _shape(items.shape[k])
+        return by_entry
+
+    t_items, g_items = entries(target_items), entries(golden_items)
+    golden = [e for e in golden_items.entry_names if e.startswith("Functional.linear.") and e.endswith(".forward")]
+    calls = []          # (weight carrier, bias carrier or None, output carrier, direct)
+    forward = [e for e in target_items.entry_names if e.endswith(".forward")]
+    for i, entry in enumerate(forward):
+        items = t_items.get(entry, {})
+        x, w = items.get(".input.0"), items.get(".input.1")
+        if not x or not w or len(w) != 2 or x[-1] != w[-1]:
+            continue
+        head = entry.split(".")
+        if entry.startswith("Primitive.") and head[2] == "MatMul":
+            nxt = forward[i + 1] if i + 1 < len(forward) else ""
+            bias = nxt if nxt.startswith("Primitive.") and nxt.split(".")[2] == "BiasAdd" and \
+                t_items.get(nxt, {}).get(".input.0") == items.get(".output.0") else None
+            calls.append((entry, bias, bias or entry, False))
+        elif (entry.startswith("Primitive.") and head[2] == "Dense") or ".".join(head[:2]) in FUNCTION_NAMES:
+            calls.append((entry, entry if ".input.2" in items else None, entry, True))
+    pairs: dict = {}
+    at = 0
+    for weight, bias, output, direct in calls:
+        w, x = t_items[weight][".input.1"], t_items[weight][".input.0"]
+        found = next((k for k in range(at, len(golden)) if g_items[golden[k]].get(".input.1") == w
+                      and _numel(g_items[golden[k]].get(".input.0")) == _numel(x)), None)
+        if found is None:
+            continue
+        at = found + 1
+        lin = golden[found]
+        lin_b = lin[:-len("forward")] + "backward"
+        g_fwd, g_bwd = g_items[lin], g_items.get(lin_b, {})
+
+        def pair(t_entry, t_suffix, g_entry, g_suffix, g_have, *, same_shape=False):
+            t_shape = t_items.get(t_entry, {}).get(t_suffix)
+            if t_suffix not in t_items.get(t_entry, {}) or g_suffix not in g_have:
+                return
+            if _numel(t_shape) != _numel(g_have[g_suffix]) or (same_shape and t_shape != g_have[g_suffix]):
+                return
+            pairs[t_entry + t_suffix] = g_entry + g_suffix
+
+        pair(weight, ".input.0", lin, ".input.0", g_fwd)
+        pair(weight, ".input.1", lin, ".input.1", g_fwd, same_shape=True)
+        if bias is not None:
+            pair(bias, ".input.1" if not direct else ".input.2", lin, ".input.2", g_fwd, same_shape=True)
+        pair(output, ".output.0", lin, ".output.0", g_fwd)
+        w_b = weight[:-len("forward")] + "backward"
+        out_b = output[:-len("forward")] + "backward"
+        pair(out_b, ".input.0", lin_b, ".input.0", g_bwd)
+        if direct:
+            continue
+        if bias is not None:
+            pair(w_b, ".input.0", lin_b, ".input.0", g_bwd)
+        if len([k for k in g_bwd if k.startswith(".output.")]) < 2:
+            continue        # the gradient of a flattened output (a view node): no parameter's or input's
+        last = max(int(k.rsplit(".", 1)[1]) for k in g_bwd if k.startswith(".output."))
+        if bias is not None and g_bwd.get(".output.0") == t_items.get(out_b, {}).get(".output.0") and \
+                len(g_bwd[".output.0"] or ()) == 1:
+            pair(out_b, ".output.0", lin_b, ".output.0", g_bwd)
+        w_grad = t_items.get(w_b, {}).get(".output.0")
+        if w_grad == w and g_bwd.get(f".output.{last}") == w[::-1]:
+            pair(w_b, ".output.0", lin_b, f".output.{last}", g_bwd)         # PyTorch records W.T's gradient
+        x_grad = t_items.get(w_b, {}).get(".output.1")
+        if x_grad is not None and x_grad == x and last == 2 and g_bwd.get(".output.1") == x:
+            pair(w_b, ".output.1", lin_b, ".output.1", g_bwd, same_shape=True)
+    return pairs
+
+
+def _numel(shape) -> int | None:
+    if shape is None:
+        return None
+    total = 1
+    for v in shape:
+        total *= v
+    return total
 
 
 def _stacks(dump) -> dict:
