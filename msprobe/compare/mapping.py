@@ -336,12 +336,12 @@ class MappingSet:
         mapped = self.data.get(name)
         if mapped is not None and (mapped != NA or name not in self.linears or name not in self.generated):
             return mapped, True
-        linear = self.linears.get(name)
+        key = renumbered
+        custom = map_custom_api(key, state, self.api_rules) if self.api and self.api_rules else None
+        linear = self.linears.get(name) if custom is None else None
         if linear is not None:
             return linear, True
-        key = renumbered
         if self.api and not key.startswith(("Cell.", "Module.")):
-            custom = map_custom_api(key, state, self.api_rules) if self.api_rules else None
             if custom is None:
                 custom = map_primitive(key, state)
             key = custom if custom is not None else map_api_name(key, builtin_api_table())
@@ -389,7 +389,7 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
         raise MsprobeError("-am and -lm map MindSpore names to PyTorch names: the target dump must be a MindSpore "
                            "(or mindtorch) dump.")
     mappings = MappingSet()
-    if options.api is not None or options.layer is not None:
+    if options.api is not None:
         mappings.linears = split_op_partners(target_items, golden_items)
     if options.api is not None:
         mappings.api = True
@@ -416,6 +416,7 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
             logger.info("%sLayer mapping paired %d items (%d left unmatched).", label,
                         sum(1 for v in data.values() if v != NA), sum(1 for v in data.values() if v == NA))
             mappings.generated = dict(data)
+            mappings.linears = split_op_partners(target_items, golden_items)   # where place found no partner
             if output_dir:
                 write_data_mapping(data, output_dir, suffix, stamp, label)
     if options.data is not None:
