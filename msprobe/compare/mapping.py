@@ -325,6 +325,7 @@ class MappingSet:
     cell_table: CellMapping | dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
     generated: dict = field(default_factory=dict)   # the part of data that -lm generated
+    linears: dict = field(default_factory=dict)     # nn.Dense's items -> linear's (split_op_partners)
 
     @property
     def active(self) -> bool:
@@ -333,11 +334,14 @@ class MappingSet:
     def key(self, name: str, renumbered: str, state: str) -> tuple[str, bool]:
         """(golden key, from data mapping). Data-mapped keys are golden item names as written in the dump."""
         mapped = self.data.get(name)
-        if mapped is not None:
+        if mapped is not None and (mapped != NA or name not in self.linears or name not in self.generated):
             return mapped, True
         key = renumbered
+        custom = map_custom_api(key, state, self.api_rules) if self.api and self.api_rules else None
+        linear = self.linears.get(name) if custom is None else None
+        if linear is not None:
+            return linear, True
         if self.api and not key.startswith(("Cell.", "Module.")):
-            custom = map_custom_api(key, state, self.api_rules) if self.api_rules else None
             if custom is None:
                 custom = map_primitive(key, state)
             key = custom if custom is not None else map_api_name(key, builtin_api_table())
@@ -386,6 +390,8 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
                            "(or mindtorch) dump.")
     mappings = MappingSet()
     if options.api is not None:
+        mappings.linears = split_op_partners(target_items, golden_items)
+    if options.api is not None:
         mappings.api = True
         if options.api:
             rules = parse_api_rules(load_yaml(options.api, "api mapping file"), options.api)
@@ -410,12 +416,162 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
             logger.info("%sLayer mapping paired %d items (%d left unmatched).", label,
                         sum(1 for v in data.values() if v != NA), sum(1 for v in data.values() if v == NA))
             mappings.generated = dict(data)
+            mappings.linears = split_op_partners(target_items, golden_items)   # where place found no partner
             if output_dir:
                 write_data_mapping(data, output_dir, suffix, stamp, label)
     if options.data is not None:
         data.update(parse_text_mapping(load_yaml(options.data, "data mapping file"), options.data, "data mapping"))
     mappings.data = data
     return mappings
+
+
+def _shape(text) -> tuple | None:
+    try:
+        return tuple(int(v) for v in str(text).strip("[]() ").split(",") if v.strip())
+    except ValueError:
+        return None
+
+
+# Ops that MindSpore's nn cells record as a primitive (with a separate BiasAdd for a weighted op) and PyTorch's as one
+# function: primitive class -> (PyTorch function, weight's rank or 0 for an op without weight, the order of its
+# backward outputs in PyTorch's recording: "addmm" = bias, input, weight transposed; "inputs" = input, weight, bias)
+SPLIT_OPS = {"MatMul": ("Functional.linear", 2, "addmm"), "Dense": ("Functional.linear", 2, "addmm"),
+             "Conv2D": ("Functional.conv2d", 4, "inputs"), "ReLU": ("Functional.relu", 0, ""),
+             "MaxPool": ("Functional.max_pool2d", 0, ""), "Sigmoid": ("Torch.sigmoid", 0, ""),
+             "Tanh": ("Torch.tanh", 0, "")}
+
+
+def split_op_partners(target_items, golden_items) -> dict:
+    """Pairs the MindSpore calls of SPLIT_OPS with PyTorch's function calls, item by item (target item name ->
+    golden item name). At L1 MindSpore's nn.Dense records MatMul (x @ W.T) and BiasAdd primitives (with Shape and
+    Reshape around them), nn.Conv2d Conv2D and BiasAdd, nn.ReLU a ReLU primitive; PyTorch's modules one
+    Functional.linear, conv2d, relu. A function call of the target (ops.dense, ops.conv2d, ops.relu) is one such
+    call too. Each call of the target, in the order of the dump, pairs with the next golden call of the same
+    function whose weight has the same shape and whose input the same number of elements, so a call one run makes
+    and the other has not leaves the rest in step (global call counts drift: nn.Dense is Primitive.dense.Dense on
+    2-D inputs only, and a model may call ops.dense itself where the other run calls a Linear module). Only the
+    same quantities are paired: x, W, b and y (BiasAdd's output, or the op's own without a bias); backward: the
+    gradient of y and, where PyTorch records them (by shape), the gradients of b, x and W. The op's output before
+    the bias is added (BiasAdd's input and its gradient) has no counterpart in PyTorch's recording and stays
+    unpaired."""
+    def entries(items):
+        by_entry: dict = {}
+        for k, entry in enumerate(items.entry):
+            name = items.entry_names[entry]
+            by_entry.setdefault(name, {})[items.name[k][len(name):]] = _shape(items.shape[k])
+        return by_entry
+
+    t_items, g_items = entries(target_items), entries(golden_items)
+    function_of = {spec[0].split(".")[1]: cls for cls, spec in SPLIT_OPS.items() if cls != "Dense"}
+    function_of["linear"] = "MatMul"
+    calls: dict = {}          # primitive class -> [(op entry, BiasAdd entry or None, output entry, direct)]
+    forward = [e for e in target_items.entry_names if e.endswith(".forward")]
+    for i, entry in enumerate(forward):
+        head = entry.split(".")
+        direct = not entry.startswith("Primitive.")
+        if not direct:
+            cls = head[2] if head[2] in SPLIT_OPS else None
+        else:
+            mapped = map_api_name(entry, builtin_api_table()).split(".")
+            cls = function_of.get(mapped[1]) if len(mapped) > 1 and mapped[0] in ("Functional", "Torch") else None
+        if cls is None:
+            continue
+        items = t_items.get(entry, {})
+        x, w = items.get(".input.0"), items.get(".input.1")
+        rank = SPLIT_OPS[cls][1]
+        if not x or (rank and (not w or len(w) != rank or (rank == 2 and x[-1] != w[-1]))):
+            continue
+        if cls == "MaxPool" and len(x) != 4:
+            continue
+        nxt = forward[i + 1] if i + 1 < len(forward) else ""
+        bias = None
+        if rank and direct or cls == "Dense":
+            bias = entry if ".input.2" in items else None
+        elif rank and nxt.startswith("Primitive.") and nxt.split(".")[2] == "BiasAdd" and \
+                t_items.get(nxt, {}).get(".input.0") == items.get(".output.0"):
+            bias = nxt
+        calls.setdefault(SPLIT_OPS[cls][0], []).append((entry, cls, bias, entry if direct or bias is None else bias,
+                                                        direct or cls == "Dense"))
+    pairs: dict = {}
+    for function, ops in calls.items():
+        golden = [e for e in golden_items.entry_names if e.startswith(function + ".") and e.endswith(".forward")]
+        at = 0
+        for entry, cls, bias, output, direct in ops:
+            _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direct, pairs)
+            at = pairs.pop(None, at)
+    return pairs
+
+
+def _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direct, pairs) -> None:
+    """One call of split_op_partners; pairs[None] is the next golden call to look at."""
+    _, rank, order = SPLIT_OPS[cls]
+    x, w = t_items[entry][".input.0"], t_items[entry].get(".input.1")
+    found = next((k for k in range(at, len(golden)) if _numel(g_items[golden[k]].get(".input.0")) == _numel(x)
+                  and (not rank or g_items[golden[k]].get(".input.1") == w)), None)
+    op_b, out_b = entry[:-len("forward")] + "backward", output[:-len("forward")] + "backward"
+    if found is None:
+        if direct:      # a function's call counts no longer say which golden call it is
+            _abandon(t_items, (entry, op_b), pairs)
+        return
+    pairs[None] = found + 1
+    g_fwd_name = golden[found]
+    g_bwd_name = g_fwd_name[:-len("forward")] + "backward"
+    g_fwd, g_bwd = g_items[g_fwd_name], g_items.get(g_bwd_name, {})
+
+    def pair(t_entry, t_suffix, g_suffix, same_shape=False, g_have=g_fwd):
+        have = t_items.get(t_entry, {})
+        if t_suffix not in have or g_suffix not in g_have or _numel(have[t_suffix]) != _numel(g_have[g_suffix]) or \
+                (same_shape and have[t_suffix] != g_have[g_suffix]):
+            return
+        pairs[t_entry + t_suffix] = (g_fwd_name if g_have is g_fwd else g_bwd_name) + g_suffix
+
+    pair(entry, ".input.0", ".input.0")
+    pair(output, ".output.0", ".output.0")
+    pair(out_b, ".input.0", ".input.0", g_have=g_bwd)
+    if not rank:
+        pair(op_b, ".output.0", ".output.0", same_shape=True, g_have=g_bwd)
+        _abandon(t_items, (op_b,), pairs)
+        return
+    pair(entry, ".input.1", ".input.1", same_shape=True)
+    if bias is not None:
+        pair(bias, ".input.2" if direct else ".input.1", ".input.2", same_shape=True)
+        if not direct:
+            pair(op_b, ".input.0", ".input.0", g_have=g_bwd)
+    # the gradients of x, W and b: a MindSpore function records them in the order of its inputs, a primitive in
+    # the reverse order (nn.Dense's MatMul: W, x; BiasAdd: b, then its input's)
+    if direct:
+        function = not entry.startswith("Primitive.")
+        t_x, t_w, t_b = ((op_b, f".output.{k}") for k in ((0, 1, 2) if function else (2, 1, 0)))
+    else:
+        t_x, t_w, t_b = (op_b, ".output.1"), (op_b, ".output.0"), (out_b, ".output.0") if bias else None
+    if len([k for k in g_bwd if k.startswith(".output.")]) >= 2:   # else the gradient of a flattened output only
+        b_at, x_at, w_at = (".output.0", ".output.1", ".output.2") if order == "addmm" else \
+            (".output.2", ".output.0", ".output.1")
+        b_grad = t_items.get(t_b[0], {}).get(t_b[1]) if t_b else None
+        if b_grad is not None and len(b_grad) == 1 and g_bwd.get(b_at) == b_grad:
+            pair(*t_b, b_at, g_have=g_bwd)
+        if t_items.get(t_w[0], {}).get(t_w[1]) == w and g_bwd.get(w_at) == (w[::-1] if order == "addmm" else w):
+            pair(*t_w, w_at, g_have=g_bwd)
+        if t_items.get(t_x[0], {}).get(t_x[1]) == x:
+            pair(*t_x, x_at, same_shape=True, g_have=g_bwd)
+    _abandon(t_items, (op_b, out_b), pairs)
+
+
+def _abandon(t_items, entries, pairs) -> None:
+    """The backward outputs of a split op's entries that got no partner never match (nor by call count)."""
+    for entry in entries:
+        for suffix in t_items.get(entry, {}):
+            if (suffix.startswith(".output.") or entry.endswith(".forward")) and entry + suffix not in pairs:
+                pairs[entry + suffix] = entry + suffix + ".abandoned"
+
+
+def _numel(shape) -> int | None:
+    if shape is None:
+        return None
+    total = 1
+    for v in shape:
+        total *= v
+    return total
 
 
 def _stacks(dump) -> dict:
