@@ -8,8 +8,6 @@ why; never a traceback, a hang, a half-written output or a changed input.
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 from helpers_bad_input import (
     assert_outputs,
@@ -19,16 +17,8 @@ from helpers_bad_input import (
     write_json,
 )
 
-
-@pytest.fixture(autouse=True)
-def _fresh_logger():
-    """main() installs its log handler once, on the sys.stdout of that moment: drop it around every test."""
-    logger = logging.getLogger("msprobe")
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
-    yield
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
+# main() installs its log handler once, on the sys.stdout of that moment: dropped around every test (conftest)
+pytestmark = pytest.mark.usefixtures("fresh_logger")
 
 
 # ------------------------------------------------------------------ integers longer than Python's int() reads
