@@ -284,8 +284,9 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     unjudged = no_data | noise | recorded | ignored
     enters = None if cross else _entering(data, states, matched, matched & tensor & ~unjudged & ~equal)
     same_dtypes = _same_texts(data.dtypes)
-    inherited = np.repeat(np.logical_or.reduceat(_dtype_from_earlier_op(data, stats_t, same_dtypes, tensor, out),
-                                                  starts), lengths)
+    inherited = np.repeat(_backward_reads_forward(data, starts, np.logical_or.reduceat(
+        _dtype_from_earlier_op(data, stats_t, same_dtypes, tensor, out), starts), np.logical_or.reduceat(
+        ~same_dtypes & inputs, starts)), lengths)
     # the rows before it are matched and identical (equal statistics, dtypes and shapes)
     same = equal & matched & ~(t_null ^ g_null) & same_dtypes & _same_texts(data.shapes)
     first_difference = int(np.argmin(same)) if not same.all() else None
@@ -331,9 +332,12 @@ def _unjudged_maker(data, states: list, stats_t: list, matched: np.ndarray, igno
 
 def _dtype_from_earlier_op(data, stats_t, same_dtypes: np.ndarray, tensor: np.ndarray,
                            out: np.ndarray) -> np.ndarray:
-    """Per row: a tensor input whose two dtypes differ and whose target tensor an earlier output of the table holds
-    (same dtype, shape and statistics, its dtypes differing too): its lower precision comes from a dumped op, the
-    op reading it inherits it (a bfloat16 autocast run: every op after the first reads bfloat16)."""
+    """Per row: a tensor input whose two dtypes differ and whose lower precision an earlier output of the table
+    already shows: either that output holds its target tensor (same dtype, shape and statistics, its dtypes
+    differing too: that op's result feeds it), or an earlier output differs by the same pair of dtypes (a bfloat16
+    autocast run against float32: every op after the first reads bfloat16, often through views, slices and summed
+    gradients that no dump entry holds). The op reading it inherits the dtype change, it does not make it. A new
+    pair of dtypes (a float16 cast in a bfloat16 run) is still made where it is first read."""
     t_dtype, g_dtype = data.dtypes
     t_shape = data.shapes[0]
     found = np.zeros(len(tensor), dtype=bool)
@@ -341,23 +345,18 @@ def _dtype_from_earlier_op(data, stats_t, same_dtypes: np.ndarray, tensor: np.nd
     if not differ.any():
         return found
     produced: set = set()
+    lowered: set = set()
     picked = np.flatnonzero(differ)
     columns = [values[picked].tolist() for values in stats_t]
     for k, row in enumerate(picked.tolist()):
         if not (isinstance(t_dtype[row], str) and isinstance(g_dtype[row], str)):
             continue
         key = (t_dtype[row], t_shape[row], columns[0][k], columns[1][k], columns[2][k], columns[3][k])
+        change = (canonical(t_dtype[row]), canonical(g_dtype[row]))
         if out[row]:
             produced.add(key)
-        elif key in produced:
-            found[row] = True
-    return found
-    produced: set = set()
-    for row in np.flatnonzero(differ).tolist():
-        key = (canonical(t_dtype[row]), t_shape[row], *(float(values[row]) for values in stats_t))
-        if out[row]:
-            produced.add(key)
-        elif key in produced:
+            lowered.add(change)
+        elif key in produced or change in lowered:
             found[row] = True
     return found
 
@@ -389,6 +388,21 @@ def _with_saved_tensors(data, starts: np.ndarray, identical: np.ndarray) -> np.n
             twin = position.get(forward_twin(name))
             if twin is not None:
                 out[k] = identical[twin]
+    return out
+
+
+def _backward_reads_forward(data, starts: np.ndarray, inherited: np.ndarray, lower_input: np.ndarray) -> np.ndarray:
+    """Per entry: its dtype change is inherited, and a backward entry's also when its forward entry reads an input
+    of another dtype (autograd returns each input's gradient in that input's dtype: a bfloat16 input gets a
+    bfloat16 gradient from float32 incoming gradients; the backward does not lower the precision, the forward's
+    input did)."""
+    names = [data.entry_names[e] for e in data.entry[starts].tolist()]
+    position = {name: k for k, name in enumerate(names)}
+    out = inherited.copy()
+    for k, name in enumerate(names):
+        if not out[k] and ".backward" in name:
+            twin = position.get(forward_twin(name))
+            out[k] = twin is not None and bool(lower_input[twin])
     return out
 
 
