@@ -21,7 +21,7 @@ from msprobe.compare.pipeline import (
     match_items,
     read_side,
 )
-from msprobe.compare.verdict import describe_magnitude, scale_errors
+from msprobe.compare.verdict import MSG_PARTED, describe_magnitude, scale_errors
 from msprobe.dump.locate import PROC_DIR, Job
 from msprobe.errors import MsprobeError
 from msprobe.io import atomic_path, write_text
@@ -58,7 +58,9 @@ class EntryDigest:
     group: str = ""          # rank group of a communication op, e.g. "[0, 1, 2, 3]"
     data_info: dict = field(default_factory=dict)
     stack: list | None = None
-    introduced: bool = False  # some output's Error_Origin is "introduced" (not explained by inputs or dtypes)
+    introduced: bool = False  # some output's Error_Origin is "introduced" (not explained by inputs or dtypes),
+    # or the runs part here (the first shape difference of one framework's table: verdict.MSG_PARTED)
+    parted: bool = False
     culprit: str = ""         # the culprit item when the entry holds the culprit row (compare/verdict.py)
     culprit_result: str = ""  # its Result
 
@@ -145,7 +147,8 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
             node, items = _entry_node(name, start, stop, count, layer, table_mode, cells, states, matched,
                                       row_differs, relative, stacks, t_items, g_items, pairs, table.columns,
                                       with_items=writer is not None)
-            node.introduced = origin is not None and INTRODUCED in origin[start:stop]
+            node.parted = any(MSG_PARTED in verdict.messages[r] for r in range(start, stop))
+            node.introduced = node.parted or (origin is not None and INTRODUCED in origin[start:stop])
             if culprit is not None and start <= culprit < stop:
                 node.culprit, node.culprit_result = cells[col.NPU_NAME][culprit], verdict.results[culprit]
                 culprit_node = node
@@ -481,5 +484,8 @@ def dtype_aware_line(finding: Finding) -> str:
             return "Dtype-aware: not judged (md5 dumps hold no magnitudes)."
         return ("Dtype-aware: no op introduces error beyond what its inputs and the dtypes' precision explain "
                 "(every difference is dtype rounding or carried from upstream).")
-    return (f"Dtype-aware: first divergence not explained by the dtypes: {_where(digest, digest.first_introduced)}: "
-            "its output error exceeds what its inputs and dtypes explain.")
+    node = digest.first_introduced
+    because = ("the two runs' tensors differ in shape from here on: the runs call different ops here, or one run "
+               "makes an extra call that shifts the call counts (try -fm)" if node.parted
+               else "its output error exceeds what its inputs and dtypes explain")
+    return f"Dtype-aware: first divergence not explained by the dtypes: {_where(digest, node)}: {because}."

@@ -98,6 +98,10 @@ MSG_EXTRA_OP = ("warning: No golden op matches this one and its output is the fi
                 "input of the next op): an op the golden run does not call.")
 MSG_FIRST_CAST = ("warning: This cast is not judged by the rules, and its output, in another dtype than the golden's, "
                   "is the first tensor the runs differ on (an input of the next op): the dtype change is the cause.")
+MSG_PARTED = ("warning: The two runs' tensors differ in shape from here on (the first shape difference of the "
+              "table, every row before it has equal shapes): here the runs call different ops, or one run makes an "
+              "extra or misses a call that shifts the call counts of every later call of its API (-fm pairs calls "
+              "by their order under each module instead).")
 NOTE_UNMATCHED = "note: not compared: no golden item matches this one."
 NOTE_NULL = "note: not compared: {who} here (null)."
 NOTE_NOISE = ("note: below the noise floor of {neighbour}: norm {norm:.2g} within {units:g} units of rounding of "
@@ -142,6 +146,8 @@ class RowFacts:
     # earlier dumped op (an earlier output with the same target dtype, shape and statistics differs in dtype)
     first_difference: int | None = None   # the first row unmatched, differing or not judged by statistics alone
     extra_op: tuple | None = None   # (row, message): the output of an op no rule judges that makes the first difference
+    shape_differs: np.ndarray | None = None   # one framework: matched tensors of different shapes (not comparable)
+    parted: list = field(default_factory=list)   # one framework: the rows where the shapes first differ
 
 
 def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list, cross: bool,
@@ -158,7 +164,8 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
     origins = None
     if data.mode != col.MD5:
         origins = judge_origin(data.mode, cells, data.entry, data.entry_names, states, is_tensor, data.matched,
-                               data.dtypes, data.shapes, entry_ops=entry_ops, skip=facts.unjudged, stats=stats)
+                               data.dtypes, data.shapes, entry_ops=entry_ops, stats=stats,
+                               skip=facts.unjudged if facts.shape_differs is None else facts.unjudged | facts.shape_differs)
         t_dtype, g_dtype = data.dtypes
         for row, origin in enumerate(origins):
             if origin == INTRODUCED:
@@ -174,6 +181,9 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
         if facts.extra_op is not None:
             row, text = facts.extra_op
             messages[row].append(text)
+            level[row] = max(level[row], rules.WARNING)
+        for row in facts.parted:
+            messages[row].append(MSG_PARTED)
             level[row] = max(level[row], rules.WARNING)
         if facts.enters is not None and _beyond_rounding(data, cells, [facts.enters], stats):
             messages[facts.enters].append(MSG_ENTERS)
@@ -292,8 +302,28 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     first_difference = int(np.argmin(same)) if not same.all() else None
     extra = None if cross else _unjudged_maker(data, states, stats_t, matched, ignored,
                                                 tensor & ~unjudged & ~equal)
+    shape_differs = None if cross else matched & tensor & ~no_data & ~_same_texts(data.shapes)
+    parted = [] if shape_differs is None else _parting(data, states, shape_differs, starts, lengths)
     return RowFacts(unjudged, same_dtype, same_shape, identical_inputs, notes, enters,
-                    first_difference=first_difference, dtype_inherited=inherited, extra_op=extra)
+                    first_difference=first_difference, dtype_inherited=inherited, extra_op=extra,
+                    shape_differs=shape_differs, parted=parted)
+
+
+def _parting(data, states: list, shape_differs: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list:
+    """One framework: the rows where the two runs' matched tensors first differ in shape, when that is in a forward
+    entry (the outputs of differing shape of that entry, else the first such row): from there on the pairs hold
+    tensors of other ops (an extra or missing call shifts the call counts of its API), which no statistic can
+    judge; where the runs part is the finding."""
+    rows = np.flatnonzero(shape_differs)
+    if not len(rows):
+        return []
+    first = int(rows[0])
+    entry = int(np.searchsorted(starts, first, side="right")) - 1
+    if ".forward" not in data.entry_names[data.entry[first]]:
+        return []
+    span = range(int(starts[entry]), int(starts[entry] + lengths[entry]))
+    outputs = [r for r in span if shape_differs[r] and states[r] in OUT_STATES]
+    return outputs or [first]
 
 
 def _unjudged_maker(data, states: list, stats_t: list, matched: np.ndarray, ignored: np.ndarray,
@@ -600,7 +630,7 @@ def _level(own: bool, result: str, message: str, origin: str) -> int:
         return CARRIED if origin in (INHERITED, DTYPE) else NOTHING
     if MSG_ENTERS in message:
         return WARNING_HERE
-    if MSG_EXTRA_OP in message or MSG_FIRST_CAST in message:
+    if MSG_EXTRA_OP in message or MSG_FIRST_CAST in message or MSG_PARTED in message:
         return MADE_HERE
     if not own:
         return CARRIED_ISSUE

@@ -125,3 +125,60 @@ def test_0_85_marks_only_the_ops_that_lower_the_precision(tmp_path):
     backward = [name for name in index if name.endswith(".backward") and not name.startswith("Module.")]
     assert backward and all(index[name] is None or index[name] < 0.8 for name in backward), \
         {name: index[name] for name in backward}
+
+
+def _dump_shifted(root, extra: bool, autocast: bool):
+    """q (a linear) is viewed as heads and scaled per head by a float32 constant of ones; the target scales q by
+    1.01 first: one more Tensor.__mul__ call, so its Tensor.__mul__.0 pairs by name with the golden's per-head
+    scale (another shape), a near copy of its input."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from msprobe.pytorch import PrecisionDebugger
+
+    class Heads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.o = nn.Linear(8, 8), nn.Linear(8, 8)
+            self.register_buffer("per_head", torch.ones(2, 4))
+
+        def forward(self, x):
+            q = self.q(x)
+            if extra:
+                q = q * 1.01
+            return self.o((q.view(-1, 2, 4) * self.per_head).reshape(-1, 8))
+
+    torch.manual_seed(0)
+    net = Heads()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(4, 8, generator=g), torch.randint(0, 8, (4,), generator=g)
+    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(root))
+    debugger.start(net)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = nn.functional.cross_entropy(net(x).float(), y)
+    loss.backward()
+    debugger.stop()
+    (folder,) = [p for p in (root / "step0").iterdir() if p.is_dir()]
+    return folder
+
+
+@pytest.mark.slow
+def test_an_extra_call_that_shifts_the_call_counts_is_where_the_runs_part(tmp_path):
+    """A tiny Llama whose target scales one q_proj output by 1.01 (bfloat16 autocast against float32) paired the
+    extra Tensor.__mul__ with the golden's rotary multiply: equal-looking statistics, 'carried', and -da named no
+    op. The first shape difference of a one-framework table is where the runs part: the table's culprit, -da's
+    dtype-aware answer and the graph's hottest node."""
+    target = _dump_shifted(tmp_path / "t", extra=True, autocast=True)
+    golden = _dump_shifted(tmp_path / "g", extra=False, autocast=False)
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "cmp", "-da"]) == 0
+    result = json.loads(only_file(tmp_path / "cmp", "diff_analyze_*.json").read_text())
+    assert result["dtype_aware"]["op_name"] == "Tensor.__mul__.0.forward"
+    assert result["culprit"]["op_name"] == "Tensor.__mul__.0.forward"
+    assert run_cli(["graph", "-tp", target, "-gp", golden, "-o", tmp_path / "graph"]) == 0
+    nodes = json.loads(only_file(tmp_path / "graph", "*.vis").read_text())["NPU"]["node"]
+    assert nodes["Tensor.__mul__.0.forward"]["data"]["precision_index"] == 1
+    # the clean pair parts nowhere
+    clean = _dump_shifted(tmp_path / "c", extra=False, autocast=True)
+    assert run_cli(["compare", "-tp", clean, "-gp", golden, "-o", tmp_path / "clean", "-da"]) == 0
+    result = json.loads(only_file(tmp_path / "clean", "diff_analyze_*.json").read_text())
+    assert result["dtype_aware"]["op_name"] is None
