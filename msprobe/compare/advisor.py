@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from msprobe.compare import rules
 from msprobe.compare.verdict import (
     MSG_ENTERS,
+    MSG_EXTRA_CHANGE,
     MSG_EXTRA_OP,
     MSG_HIDDEN_CAST,
     MSG_INTRODUCED,
     MSG_PARAMETER,
+    MSG_PARTED,
     culprit_row,
 )
 from msprobe.frameworks.dtypes import canonical
@@ -52,6 +54,14 @@ ADVICE_HIDDEN_CAST = ("The module's inputs are identical but its output differs 
 ADVICE_EXTRA_OP = ("The target run calls this op and the golden run does not (no golden op matches it), and its output "
                    "is the first tensor the runs differ on: an added scale, activation or cast. Remove it, or add "
                    "it to the golden script if it is intended.")
+ADVICE_EXTRA_CHANGE = ("The target run calls this op and the golden run does not (no golden op matches it), and it "
+                       "changes the values that the golden run passes on unchanged: an added scale, activation or "
+                       "cast. Remove it, or add it to the golden script if it is intended.")
+ADVICE_PARTED = ("The two runs part here: from this row on their tensors differ in shape. Either they call different "
+                 "ops here, or one run makes an extra call (or misses one) and every later call of its API is paired "
+                 "with the wrong partner. Compare again with -fm (pairs calls by their order under each module) to "
+                 "see which op the other run does not call; if the shapes differ because the set-ups do (batch, "
+                 "sequence length, parallel split), align them first.")
 ADVICE_OP_INTRODUCED = ("The inputs of this op explain only a part of its output error: the op itself computes "
                         "differently (a kernel, an argument, an implementation). Reproduce it alone with the dumped "
                         "inputs (msprobe op_generate) or dump its real tensors.")
@@ -147,6 +157,10 @@ def _advice_for(name: str, state: str, message: str, dtypes_differ: bool, framew
         return ADVICE_HIDDEN_CAST
     if MSG_EXTRA_OP in message:
         return ADVICE_EXTRA_OP
+    if MSG_EXTRA_CHANGE in message:
+        return ADVICE_EXTRA_CHANGE
+    if MSG_PARTED in message:
+        return ADVICE_PARTED
     if dtypes_differ:
         return ADVICE_DTYPE
     if MSG_INTRODUCED in message and "error:" not in message:

@@ -21,7 +21,7 @@ from msprobe.compare.pipeline import (
     match_items,
     read_side,
 )
-from msprobe.compare.verdict import MSG_PARTED, describe_magnitude, scale_errors
+from msprobe.compare.verdict import MSG_EXTRA_CHANGE, MSG_PARTED, describe_magnitude, scale_errors
 from msprobe.dump.locate import PROC_DIR, Job
 from msprobe.errors import MsprobeError
 from msprobe.io import atomic_path, write_text
@@ -61,6 +61,7 @@ class EntryDigest:
     introduced: bool = False  # some output's Error_Origin is "introduced" (not explained by inputs or dtypes),
     # or the runs part here (the first shape difference of one framework's table: verdict.MSG_PARTED)
     parted: bool = False
+    extra: bool = False       # an op the golden run does not call changes the values here (verdict.MSG_EXTRA_CHANGE)
     culprit: str = ""         # the culprit item when the entry holds the culprit row (compare/verdict.py)
     culprit_result: str = ""  # its Result
 
@@ -148,7 +149,8 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
                                       row_differs, relative, stacks, t_items, g_items, pairs, table.columns,
                                       with_items=writer is not None)
             node.parted = any(MSG_PARTED in verdict.messages[r] for r in range(start, stop))
-            node.introduced = node.parted or (origin is not None and INTRODUCED in origin[start:stop])
+            node.extra = any(MSG_EXTRA_CHANGE in verdict.messages[r] for r in range(start, stop))
+            node.introduced = node.parted or node.extra or (origin is not None and INTRODUCED in origin[start:stop])
             if culprit is not None and start <= culprit < stop:
                 node.culprit, node.culprit_result = cells[col.NPU_NAME][culprit], verdict.results[culprit]
                 culprit_node = node
@@ -487,5 +489,6 @@ def dtype_aware_line(finding: Finding) -> str:
     node = digest.first_introduced
     because = ("the two runs' tensors differ in shape from here on: the runs call different ops here, or one run "
                "makes an extra call that shifts the call counts (try -fm)" if node.parted
-               else "its output error exceeds what its inputs and dtypes explain")
+               else "an op the golden run does not call changes the values the golden passes on unchanged"
+               if node.extra else "its output error exceeds what its inputs and dtypes explain")
     return f"Dtype-aware: first divergence not explained by the dtypes: {_where(digest, node)}: {because}."

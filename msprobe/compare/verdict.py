@@ -102,6 +102,9 @@ MSG_PARTED = ("warning: The two runs' tensors differ in shape from here on (the 
               "table, every row before it has equal shapes): here the runs call different ops, or one run makes an "
               "extra or misses a call that shifts the call counts of every later call of its API (-fm pairs calls "
               "by their order under each module instead).")
+MSG_EXTRA_CHANGE = ("warning: No golden op matches this one, and it changes the tensor it passes on beyond its "
+                    "dtype's rounding where the golden run passes the same tensor on unchanged (the next op's golden "
+                    "input is this op's golden input): an op the golden run does not call.")
 NOTE_UNMATCHED = "note: not compared: no golden item matches this one."
 NOTE_NULL = "note: not compared: {who} here (null)."
 NOTE_NOISE = ("note: below the noise floor of {neighbour}: norm {norm:.2g} within {units:g} units of rounding of "
@@ -148,6 +151,7 @@ class RowFacts:
     extra_op: tuple | None = None   # (row, message): the output of an op no rule judges that makes the first difference
     shape_differs: np.ndarray | None = None   # one framework: matched tensors of different shapes (not comparable)
     parted: list = field(default_factory=list)   # one framework: the rows where the shapes first differ
+    extra_changes: list = field(default_factory=list)   # one framework: (row, message) of extra ops that change values
 
 
 def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list, cross: bool,
@@ -178,8 +182,8 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
         for row in _differing_parameters(data, cells, states, is_tensor, facts.unjudged, stats):
             messages[row].append(MSG_PARAMETER)
             level[row] = max(level[row], rules.WARNING)
-        if facts.extra_op is not None:
-            row, text = facts.extra_op
+        extras = facts.extra_changes + ([facts.extra_op] if facts.extra_op is not None else [])
+        for row, text in dict(extras).items():      # the first-difference message wins on a row named twice
             messages[row].append(text)
             level[row] = max(level[row], rules.WARNING)
         for row in facts.parted:
@@ -304,9 +308,63 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
                                                 tensor & ~unjudged & ~equal)
     shape_differs = None if cross else matched & tensor & ~no_data & ~_same_texts(data.shapes)
     parted = [] if shape_differs is None else _parting(data, states, shape_differs, starts, lengths)
+    changes = [] if cross else _extra_changes(data, states, stats_t, stats_g, matched & tensor & ~no_data, tensor,
+                                               starts, lengths)
     return RowFacts(unjudged, same_dtype, same_shape, identical_inputs, notes, enters,
                     first_difference=first_difference, dtype_inherited=inherited, extra_op=extra,
-                    shape_differs=shape_differs, parted=parted)
+                    shape_differs=shape_differs, parted=parted, extra_changes=changes)
+
+
+def _extra_changes(data, states: list, stats_t: list, stats_g: list, usable: np.ndarray, tensor: np.ndarray,
+                   starts: np.ndarray, lengths: np.ndarray) -> list:
+    """One framework: (output row, MSG_EXTRA_CHANGE) of every forward API entry with no golden partner that sits
+    between two matched rows holding, in the golden run, one and the same tensor (same dtype and four statistics:
+    the golden does nothing there), while in the target the matched row before it holds its input and the one
+    after it its output (same dtype and statistics; views and reshapes keep statistics, so shapes are not
+    compared) and the two differ by more than one unit of the coarsest dtype's rounding: the op changes values the
+    golden passes on unchanged (an added scale: `q * 1.01`). A rounding of a tensor moves each statistic by at most
+    half a unit; the error model cannot judge such an op, having no golden partner for it, and its effect
+    downstream looks carried (-fm pairs the rest of the calls by order, leaving it unmatched)."""
+    t_dtype, g_dtype = data.dtypes
+    entries = np.flatnonzero(~np.logical_or.reduceat(np.asarray(data.matched, dtype=bool), starts))
+    if not len(entries):
+        return []
+
+    def key(values, dtypes, row):
+        return (dtypes[row], *(float(v[row]) for v in values))
+
+    seen: dict = {}
+    for row in np.flatnonzero(usable).tolist():
+        seen.setdefault(key(stats_t, t_dtype, row), []).append(row)
+    found = []
+    for entry in entries.tolist():
+        start, stop = int(starts[entry]), int(starts[entry] + lengths[entry])
+        name = data.entry_names[data.entry[start]]
+        if not name.endswith(".forward") or name.startswith(("Module.", "Cell.")):
+            continue
+        inputs = [r for r in range(start, stop) if tensor[r] and states[r] not in OUT_STATES]
+        outputs = [r for r in range(start, stop) if tensor[r] and states[r] in OUT_STATES]
+        if not inputs or not outputs or not isinstance(t_dtype[outputs[0]], str):
+            continue
+        before = [r for r in seen.get(key(stats_t, t_dtype, inputs[0]), ()) if r < start]
+        after = [r for r in seen.get(key(stats_t, t_dtype, outputs[0]), ()) if r >= stop and states[r] == "input"]
+        if not before or not after:
+            continue
+        q, r = before[-1], after[0]
+        if key(stats_g, g_dtype, q) != key(stats_g, g_dtype, r) or any(math.isnan(v) for v in key(stats_g, g_dtype, q)[1:]):
+            continue
+        magnitude = max(abs(float(stats_t[0][q])), abs(float(stats_t[1][q])))
+        norm = float(stats_t[3][q])
+        if not (magnitude > 0 and norm > 0):
+            continue
+        change = max(max(abs(float(stats_t[i][r]) - float(stats_t[i][q])) for i in range(3)) / magnitude,
+                     abs(float(stats_t[3][r]) - norm) / norm)
+        # the coarsest dtype of the three tensors: a statistic is written rounded to its tensor's dtype
+        unit = max(EPS.get(canonical(t_dtype[row]), 0.0) if isinstance(t_dtype[row], str) else 0.0
+                   for row in (q, outputs[0], r))
+        if change > unit > 0:
+            found.append((outputs[0], MSG_EXTRA_CHANGE))
+    return found
 
 
 def _parting(data, states: list, shape_differs: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list:
@@ -630,7 +688,7 @@ def _level(own: bool, result: str, message: str, origin: str) -> int:
         return CARRIED if origin in (INHERITED, DTYPE) else NOTHING
     if MSG_ENTERS in message:
         return WARNING_HERE
-    if MSG_EXTRA_OP in message or MSG_FIRST_CAST in message or MSG_PARTED in message:
+    if MSG_EXTRA_OP in message or MSG_FIRST_CAST in message or MSG_PARTED in message or MSG_EXTRA_CHANGE in message:
         return MADE_HERE
     if not own:
         return CARRIED_ISSUE

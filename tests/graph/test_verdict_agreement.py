@@ -127,26 +127,28 @@ def test_0_85_marks_only_the_ops_that_lower_the_precision(tmp_path):
         {name: index[name] for name in backward}
 
 
-def _dump_shifted(root, extra: bool, autocast: bool):
-    """q (a linear) is viewed as heads and scaled per head by a float32 constant of ones; the target scales q by
-    1.01 first: one more Tensor.__mul__ call, so its Tensor.__mul__.0 pairs by name with the golden's per-head
-    scale (another shape), a near copy of its input."""
+def _dump_shifted(root, extra: float, autocast: bool):
+    """q (a linear) is viewed as heads and scaled per head by a float32 constant of ones; the target's q module
+    scales its output by `extra` first: one more Tensor.__mul__ call, so its Tensor.__mul__.0 pairs by name with
+    the golden's per-head scale (another shape), a near copy of its input."""
     torch = pytest.importorskip("torch")
     from torch import nn
 
     from msprobe.pytorch import PrecisionDebugger
 
+    class Scaled(nn.Linear):       # a forward hook's `output * 1.01`, as on a Llama's q_proj
+        def forward(self, x):
+            out = super().forward(x)
+            return out * extra if extra else out
+
     class Heads(nn.Module):
         def __init__(self):
             super().__init__()
-            self.q, self.o = nn.Linear(8, 8), nn.Linear(8, 8)
+            self.q, self.o = Scaled(8, 8), nn.Linear(8, 8)
             self.register_buffer("per_head", torch.ones(2, 4))
 
         def forward(self, x):
-            q = self.q(x)
-            if extra:
-                q = q * 1.01
-            return self.o((q.view(-1, 2, 4) * self.per_head).reshape(-1, 8))
+            return self.o((self.q(x).view(-1, 2, 4) * self.per_head).reshape(-1, 8))
 
     torch.manual_seed(0)
     net = Heads()
@@ -168,8 +170,8 @@ def test_an_extra_call_that_shifts_the_call_counts_is_where_the_runs_part(tmp_pa
     extra Tensor.__mul__ with the golden's rotary multiply: equal-looking statistics, 'carried', and -da named no
     op. The first shape difference of a one-framework table is where the runs part: the table's culprit, -da's
     dtype-aware answer and the graph's hottest node."""
-    target = _dump_shifted(tmp_path / "t", extra=True, autocast=True)
-    golden = _dump_shifted(tmp_path / "g", extra=False, autocast=False)
+    target = _dump_shifted(tmp_path / "t", extra=1.01, autocast=True)
+    golden = _dump_shifted(tmp_path / "g", extra=0.0, autocast=False)
     assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "cmp", "-da"]) == 0
     result = json.loads(only_file(tmp_path / "cmp", "diff_analyze_*.json").read_text())
     assert result["dtype_aware"]["op_name"] == "Tensor.__mul__.0.forward"
@@ -177,8 +179,18 @@ def test_an_extra_call_that_shifts_the_call_counts_is_where_the_runs_part(tmp_pa
     assert run_cli(["graph", "-tp", target, "-gp", golden, "-o", tmp_path / "graph"]) == 0
     nodes = json.loads(only_file(tmp_path / "graph", "*.vis").read_text())["NPU"]["node"]
     assert nodes["Tensor.__mul__.0.forward"]["data"]["precision_index"] == 1
-    # the clean pair parts nowhere
-    clean = _dump_shifted(tmp_path / "c", extra=False, autocast=True)
-    assert run_cli(["compare", "-tp", clean, "-gp", golden, "-o", tmp_path / "clean", "-da"]) == 0
-    result = json.loads(only_file(tmp_path / "clean", "diff_analyze_*.json").read_text())
-    assert result["dtype_aware"]["op_name"] is None
+    # -fm pairs the calls by order under their module: the extra call has no partner, and it changes the tensor
+    # that the golden passes on unchanged from q_proj to the per-head scale
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "fm", "-da", "-fm"]) == 0
+    result = json.loads(only_file(tmp_path / "fm", "diff_analyze_*.json").read_text())
+    assert result["dtype_aware"]["op_name"] == result["culprit"]["op_name"] == "Tensor.__mul__.0.forward"
+    # the clean pair parts nowhere, with or without -fm
+    clean = _dump_shifted(tmp_path / "c", extra=0.0, autocast=True)
+    for option in ([], ["-fm"]):
+        out = tmp_path / ("clean" + "".join(option))
+        assert run_cli(["compare", "-tp", clean, "-gp", golden, "-o", out, "-da", *option]) == 0
+        assert json.loads(only_file(out, "diff_analyze_*.json").read_text())["dtype_aware"]["op_name"] is None
+    # an extra op that changes nothing beyond rounding (x 1.0) is not named
+    same = _dump_shifted(tmp_path / "s", extra=1.0, autocast=True)
+    assert run_cli(["compare", "-tp", same, "-gp", golden, "-o", tmp_path / "same", "-da", "-fm"]) == 0
+    assert json.loads(only_file(tmp_path / "same", "diff_analyze_*.json").read_text())["dtype_aware"]["op_name"] is None
