@@ -438,7 +438,24 @@ def _shape(text) -> tuple | None:
 SPLIT_OPS = {"MatMul": ("Functional.linear", 2, "addmm"), "Dense": ("Functional.linear", 2, "addmm"),
              "Conv2D": ("Functional.conv2d", 4, "inputs"), "ReLU": ("Functional.relu", 0, ""),
              "MaxPool": ("Functional.max_pool2d", 0, ""), "Sigmoid": ("Torch.sigmoid", 0, ""),
-             "Tanh": ("Torch.tanh", 0, "")}
+             "Tanh": ("Torch.tanh", 0, ""), "AvgPool": ("Functional.avg_pool2d", 0, ""),
+             "AvgPool3D": ("Functional.avg_pool2d", 0, ""), "MaxPool3DWithArgmax": ("Functional.max_pool2d", 0, "")}
+# Their primitives serve cells of other dimensions too: 4-D inputs only, or 5-D of depth 1 for the 3-D primitives
+# that MindSpore's nn.AvgPool2d and nn.MaxPool2d call when they pad (the input unsqueezed to [N, C, 1, H, W],
+# squeezed after; the max pool's second output, its argmax, has no counterpart)
+POOLS_2D = ("MaxPool", "AvgPool", "AvgPool3D", "MaxPool3DWithArgmax")
+# The golden calls a SPLIT_OPS function stands for: PyTorch spells one op as a function, a torch function or a
+# Tensor method, and in place (nn.ReLU(inplace=True) records F.relu, F.relu_ records Functional.relu_, x.relu_()
+# Tensor.relu_), where MindSpore has only the out-of-place op (nn.ReLU, ops.relu)
+GOLDEN_FORMS = ("Functional.", "Torch.", "Tensor.")
+
+
+def golden_calls(function: str, entry_names) -> list:
+    """The forward entries of the golden run, in its order, that call `function` ("Functional.relu") in any of
+    its spellings (GOLDEN_FORMS, in place or not)."""
+    op = function.split(".", 1)[1]
+    heads = tuple(f"{form}{name}." for form in GOLDEN_FORMS for name in (op, op + "_"))
+    return [e for e in entry_names if e.startswith(heads) and e.endswith(".forward")]
 
 
 def split_op_partners(target_items, golden_items) -> dict:
@@ -481,7 +498,7 @@ def split_op_partners(target_items, golden_items) -> dict:
         rank = SPLIT_OPS[cls][1]
         if not x or (rank and (not w or len(w) != rank or (rank == 2 and x[-1] != w[-1]))):
             continue
-        if cls == "MaxPool" and len(x) != 4:
+        if cls in POOLS_2D and not (len(x) == 4 or "3D" in cls and len(x) == 5 and x[2] == 1):
             continue
         nxt = forward[i + 1] if i + 1 < len(forward) else ""
         bias = None
@@ -494,7 +511,7 @@ def split_op_partners(target_items, golden_items) -> dict:
                                                         direct or cls == "Dense"))
     pairs: dict = {}
     for function, ops in calls.items():
-        golden = [e for e in golden_items.entry_names if e.startswith(function + ".") and e.endswith(".forward")]
+        golden = golden_calls(function, golden_items.entry_names)
         at = 0
         for entry, cls, bias, output, direct in ops:
             _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direct, pairs)
@@ -521,7 +538,7 @@ def _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direc
     def pair(t_entry, t_suffix, g_suffix, same_shape=False, g_have=g_fwd):
         have = t_items.get(t_entry, {})
         if t_suffix not in have or g_suffix not in g_have or _numel(have[t_suffix]) != _numel(g_have[g_suffix]) or \
-                (same_shape and have[t_suffix] != g_have[g_suffix]):
+                (same_shape and _squeezed(have[t_suffix]) != _squeezed(g_have[g_suffix])):
             return
         pairs[t_entry + t_suffix] = (g_fwd_name if g_have is g_fwd else g_bwd_name) + g_suffix
 
@@ -563,6 +580,11 @@ def _abandon(t_items, entries, pairs) -> None:
         for suffix in t_items.get(entry, {}):
             if (suffix.startswith(".output.") or entry.endswith(".forward")) and entry + suffix not in pairs:
                 pairs[entry + suffix] = entry + suffix + ".abandoned"
+
+
+def _squeezed(shape):
+    """A shape without its dimensions of size 1 (a 2-D pool's [N, C, 1, H, W] through a 3-D primitive)."""
+    return shape if shape is None else tuple(v for v in shape if v != 1)
 
 
 def _numel(shape) -> int | None:
