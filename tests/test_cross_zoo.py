@@ -212,3 +212,34 @@ def test_an_in_place_relu_and_the_padded_pools_pair_with_their_pytorch_calls(zoo
     out = {r["NPU Name"]: r for r in result.rows}["Primitive.avg_pool.AvgPool3D.0.forward.output.0"]
     assert out["Error_Origin"] == "introduced" and out["Result"] != "pass"
     assert analysis.culprit["op_name"] == "Primitive.avg_pool.AvgPool3D.0.forward"
+
+
+def test_an_api_the_golden_calls_in_place_pairs_with_the_out_of_place_call(zoo, tmp_path):
+    """PyTorch code often masks in place (scores.masked_fill_(mask, v)); MindSpore has no in-place masked_fill: with
+    the golden's call renamed so, the target's Tensor.masked_fill pairs with Tensor.masked_fill_ and a wrong mask
+    value is still named there."""
+    import json
+
+    for level in ("L1", "mix"):
+        text = (zoo / f"pt_attn_plain_{level}" / "dump.json").read_text()
+        assert "Tensor.masked_fill.0.forward" in text
+        (tmp_path / level).mkdir()
+        (tmp_path / level / "dump.json").write_text(text.replace("Tensor.masked_fill.", "Tensor.masked_fill_."))
+        assert "Tensor.masked_fill_.0.backward" in json.loads((tmp_path / level / "dump.json").read_text())["data"]
+        golden = tmp_path / level / "dump.json"
+        result = msprobe.compare(zoo / f"ms_attn_clean_{level}" / "dump.json", golden, api_mapping=True)
+        rows = {r["NPU Name"]: r for r in result.rows}
+        assert rows["Tensor.masked_fill.0.forward.output.0"]["Bench Name"] == "Tensor.masked_fill_.0.forward.output.0"
+        assert rows["Tensor.masked_fill.0.backward.output.0"]["Bench Name"] == \
+            "Tensor.masked_fill_.0.backward.output.0"
+        assert result.summary.counts["warning"] == result.summary.counts["error"] == 0
+        result = msprobe.compare(zoo / f"ms_attn_mask_value_{level}" / "dump.json", golden, api_mapping=True)
+        assert result.summary.first_error == "Tensor.masked_fill.0.forward.output.0"
+    # -lm places the two calls as one op (masked_fill) in the same module
+    text = (zoo / "pt_attn_plain_mix" / "construct.json").read_text()
+    (tmp_path / "mix" / "construct.json").write_text(text.replace("Tensor.masked_fill.", "Tensor.masked_fill_."))
+    result = msprobe.compare(zoo / "ms_attn_mask_value_mix" / "dump.json", tmp_path / "mix" / "dump.json",
+                             layer_mapping=True)
+    rows = {r["NPU Name"]: r for r in result.rows}
+    assert rows["Tensor.masked_fill.0.forward.output.0"]["Bench Name"] == "Tensor.masked_fill_.0.forward.output.0"
+    assert result.summary.first_error == "Tensor.masked_fill.0.forward.output.0"

@@ -326,6 +326,7 @@ class MappingSet:
     data: dict = field(default_factory=dict)
     generated: dict = field(default_factory=dict)   # the part of data that -lm generated
     linears: dict = field(default_factory=dict)     # nn.Dense's items -> linear's (split_op_partners)
+    in_place: dict = field(default_factory=dict)    # a golden API called in place only (in_place_aliases)
 
     @property
     def active(self) -> bool:
@@ -345,6 +346,8 @@ class MappingSet:
             if custom is None:
                 custom = map_primitive(key, state)
             key = custom if custom is not None else map_api_name(key, builtin_api_table())
+            if self.in_place and custom is None:
+                key = _in_place(key, self.in_place)
         if (self.cell or self.api) and key.startswith("Cell."):
             key = map_cell_defaults(map_cell_name(key, self.cell_table))
         return key, False
@@ -391,6 +394,7 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
     mappings = MappingSet()
     if options.api is not None:
         mappings.linears = split_op_partners(target_items, golden_items)
+        mappings.in_place = in_place_aliases(target_items, golden_items)
     if options.api is not None:
         mappings.api = True
         if options.api:
@@ -423,6 +427,31 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
         data.update(parse_text_mapping(load_yaml(options.data, "data mapping file"), options.data, "data mapping"))
     mappings.data = data
     return mappings
+
+
+def in_place_aliases(target_items, golden_items) -> dict:
+    """{golden API: its in-place form} for the APIs the target calls (as the built-in table names them) that the
+    golden run calls in place only: MindSpore has no in-place masked_fill or relu where PyTorch code often writes
+    scores.masked_fill_(mask, v), x.relu_(): Tensor.masked_fill pairs with Tensor.masked_fill_, call by call."""
+    golden_apis = {_api_head(name) for name in golden_items.entry_names}
+    aliases = {}
+    for name in target_items.entry_names:
+        if name.startswith(("Cell.", "Primitive.")):
+            continue
+        api = _api_head(map_api_name(name, builtin_api_table()))
+        if api not in golden_apis and api + "_" in golden_apis:
+            aliases[api] = api + "_"
+    return aliases
+
+
+def _api_head(name: str) -> str:
+    return ".".join(name.split(".", 2)[:2])
+
+
+def _in_place(key: str, aliases: dict) -> str:
+    api = _api_head(key)
+    alias = aliases.get(api)
+    return alias + key[len(api):] if alias is not None else key
 
 
 def _shape(text) -> tuple | None:
