@@ -6,6 +6,7 @@ advisor, -da and the graph read) names the planted op."""
 
 from __future__ import annotations
 
+import re
 import sys
 import tarfile
 
@@ -243,3 +244,42 @@ def test_an_api_the_golden_calls_in_place_pairs_with_the_out_of_place_call(zoo, 
     rows = {r["NPU Name"]: r for r in result.rows}
     assert rows["Tensor.masked_fill.0.forward.output.0"]["Bench Name"] == "Tensor.masked_fill_.0.forward.output.0"
     assert result.summary.first_error == "Tensor.masked_fill.0.forward.output.0"
+
+
+def _doc_tables() -> dict:
+    """docs/cross_framework.md §11.1: {first header cell: [row cells]} of its tables."""
+    text = (FIXTURES.parent.parent / "docs" / "cross_framework.md").read_text(encoding="utf-8").split("### 11.1", 1)[1]
+    tables: dict = {}
+    for block in text.split("\n\n"):
+        lines = [line for line in block.splitlines() if line.startswith("|")]
+        if len(lines) > 2:
+            cells = [[c.strip().strip("`") for c in line.strip("|").split("|")] for line in lines]
+            tables[cells[0][0]] = cells[2:]
+    return tables
+
+
+def test_the_figures_of_the_docs_are_measured(zoo):
+    """The culprits, warning/error counts and matched rows that docs/cross_framework.md §11.1 quotes."""
+    tables = _doc_tables()
+    for model in ("pool", "lstm", "attn"):
+        for name, _, counts, at_l1, at_mix, layered in tables[f"{model} case"]:
+            case = f"{model}_{name}"
+            quoted = [tuple(int(v) for v in pair.split("/")) for pair in counts.split(", ")]
+            culprits = []
+            for level in LEVELS:
+                result, analysis = compared(zoo, case, level)
+                culprits.append(analysis.culprit["op_name"])
+                assert (result.summary.counts["warning"], result.summary.counts["error"]) == \
+                    quoted[LEVELS.index(level)], case
+            model_, variant, _, _ = CASES[case]
+            layer = msprobe.compare(zoo / f"ms_{case}_mix" / "dump.json",
+                                    zoo / f"pt_{model_}_{variant}_mix" / "dump.json", layer_mapping=True)
+            l1 = None if at_l1.startswith("none") else at_l1
+            mix = l1 if at_mix == "same" else None if at_mix == "none" else at_mix
+            assert culprits == [l1, mix], case
+            first = layer.summary.first_error
+            assert (first.rsplit(".", 2)[0] if first else None) == (mix if layered == "same" else None), case
+    for model, at_l1, at_mix in tables["model"]:
+        for level, quoted in (("L1", at_l1), ("mix", at_mix)):
+            matched, of, rows = (int(v) for v in re.findall(r"\d+", quoted))
+            assert (rows, matched, of) == MATCHED[model, level]
