@@ -279,6 +279,8 @@ UNMATCHED_ABSENT = ("note: not compared: the golden run records no {op} call (Py
                     "casts, reshapes and other low-risk APIs).")
 UNMATCHED_LEFT_OUT = ("note: not compared: an argument, output or gradient that the PyTorch op has not (LayerNorm's "
                       "mean and rstd, Gather's axis).")
+UNMATCHED_IN_PLACE = ("note: not compared: the golden run calls {op} in place ({op}_) and records no backward of "
+                      "it.")
 UNMATCHED_OTHER = ("note: not compared: no golden item matches this one (the golden run calls {op} another number "
                    "of times, or records no such argument or output).")
 
@@ -286,6 +288,7 @@ UNMATCHED_OTHER = ("note: not compared: no golden item matches this one (the gol
 def unmatched_reasons(golden_items):
     """A function: target entry name -> the note of its unmatched rows (UNMATCHED_*), across frameworks."""
     golden_ops = {_op_of(name) for name in golden_items.entry_names}
+    golden_backward_ops = {_op_of(name) for name in golden_items.entry_names if name.endswith(".backward")}
     cache: dict = {}
 
     def reason(entry_name: str) -> str:
@@ -298,12 +301,20 @@ def unmatched_reasons(golden_items):
                 found = UNMATCHED_LEFT_OUT if op in PRIMITIVE_RULES else UNMATCHED_PRIMITIVE
             elif op not in golden_ops and _op_of(map_api_name(entry_name, builtin_api_table())) not in golden_ops:
                 found = UNMATCHED_ABSENT.format(op=printable(op))
+            elif entry_name.endswith(".backward") and _called_in_place_only_forward(
+                    _op_of(map_api_name(entry_name, builtin_api_table())), golden_ops, golden_backward_ops):
+                found = UNMATCHED_IN_PLACE.format(op=printable(op))
             else:
                 found = UNMATCHED_OTHER.format(op=printable(op))
             cache[entry_name] = found
         return found
 
     return reason
+
+
+def _called_in_place_only_forward(op: str, golden_ops: set, golden_backward_ops: set) -> bool:
+    """The golden run calls op in place (op_) and records no backward of op or op_ (F.relu_)."""
+    return op + "_" in golden_ops and op not in golden_backward_ops and op + "_" not in golden_backward_ops
 
 
 def _op_of(entry_name: str) -> str:
