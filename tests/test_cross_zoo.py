@@ -286,3 +286,25 @@ def test_the_figures_of_the_docs_are_measured(zoo):
         for level, quoted in (("L1", at_l1), ("mix", at_mix)):
             matched, of, rows = (int(v) for v in re.findall(r"\d+", quoted))
             assert (rows, matched, of) == MATCHED[model, level]
+
+
+def test_the_golden_calls_of_an_op_in_every_spelling():
+    """A split op's golden calls: the function, the torch function and the Tensor method, in place or not, in
+    the golden run's order; forward entries only, and no other op whose name starts alike (relu6)."""
+    from msprobe.compare.mapping import golden_calls, in_place_aliases
+
+    names = ["Functional.relu.0.forward", "Functional.relu6.0.forward", "Tensor.relu_.0.forward", "Torch.relu.0.forward",
+             "Functional.relu.0.backward", "Torch.relu_.1.forward", "Functional.relu_.0.forward"]
+    assert golden_calls("Functional.relu", names) == ["Functional.relu.0.forward", "Tensor.relu_.0.forward",
+                                                       "Torch.relu.0.forward", "Torch.relu_.1.forward",
+                                                       "Functional.relu_.0.forward"]
+
+    class Items:
+        def __init__(self, entry_names):
+            self.entry_names = entry_names
+
+    target = Items(["Tensor.masked_fill.0.forward", "Tensor.add.0.forward", "Tensor.__add__.0.forward",
+                    "Primitive.relu.ReLU.0.forward", "Cell.fc.Dense.forward.0"])
+    golden = Items(["Tensor.masked_fill_.0.forward", "Tensor.add.0.forward", "Tensor.add_.0.forward",
+                    "Tensor.__add__.0.forward"])
+    assert in_place_aliases(target, golden) == {"Tensor.masked_fill": "Tensor.masked_fill_"}
