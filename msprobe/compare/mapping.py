@@ -484,17 +484,18 @@ SPLIT_OPS = {"MatMul": ("Functional.linear", 2, "addmm"), "Dense": ("Functional.
 # that MindSpore's nn.AvgPool2d and nn.MaxPool2d call when they pad (the input unsqueezed to [N, C, 1, H, W],
 # squeezed after; the max pool's second output, its argmax, has no counterpart)
 POOLS_2D = ("MaxPool", "AvgPool", "AvgPool3D", "MaxPool3DWithArgmax")
-# The golden calls a SPLIT_OPS function stands for: PyTorch spells one op as a function, a torch function or a
-# Tensor method, and in place (nn.ReLU(inplace=True) records F.relu, F.relu_ records Functional.relu_, x.relu_()
-# Tensor.relu_), where MindSpore has only the out-of-place op (nn.ReLU, ops.relu)
+# The golden calls a SPLIT_OPS function stands for: the function itself and the op in place, in any spelling
+# (nn.ReLU(inplace=True) records F.relu; F.relu_, torch.relu_ and x.relu_() record Functional.relu_, Torch.relu_
+# and Tensor.relu_), where MindSpore has only the out-of-place op (nn.ReLU, ops.relu). The other out-of-place
+# spellings (torch.relu, x.relu()) have a MindSpore counterpart of their own name (mint.relu, Tensor.relu).
 GOLDEN_FORMS = ("Functional.", "Torch.", "Tensor.")
 
 
 def golden_calls(function: str, entry_names) -> list:
-    """The forward entries of the golden run, in its order, that call `function` ("Functional.relu") in any of
-    its spellings (GOLDEN_FORMS, in place or not)."""
+    """The forward entries of the golden run, in its order, that call `function` ("Functional.relu") or its op in
+    place (GOLDEN_FORMS)."""
     op = function.split(".", 1)[1]
-    heads = tuple(f"{form}{name}." for form in GOLDEN_FORMS for name in (op, op + "_"))
+    heads = (function + ".",) + tuple(f"{form}{op}_." for form in GOLDEN_FORMS)
     return [e for e in entry_names if e.startswith(heads) and e.endswith(".forward")]
 
 
