@@ -576,10 +576,12 @@ def _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direc
     g_bwd_name = g_fwd_name[:-len("forward")] + "backward"
     g_fwd, g_bwd = g_items[g_fwd_name], g_items.get(g_bwd_name, {})
 
+    squeeze = _squeezed if cls in POOLS_2D else (lambda shape: shape)
+
     def pair(t_entry, t_suffix, g_suffix, same_shape=False, g_have=g_fwd):
         have = t_items.get(t_entry, {})
         if t_suffix not in have or g_suffix not in g_have or _numel(have[t_suffix]) != _numel(g_have[g_suffix]) or \
-                (same_shape and _squeezed(have[t_suffix]) != _squeezed(g_have[g_suffix])):
+                (same_shape and squeeze(have[t_suffix]) != squeeze(g_have[g_suffix])):
             return
         pairs[t_entry + t_suffix] = (g_fwd_name if g_have is g_fwd else g_bwd_name) + g_suffix
 
