@@ -23,6 +23,9 @@ from make import CASES, LEVELS  # noqa: E402
 # collector records no op of nn.LSTM's on CPU (its ops.LSTM primitive is made inside the cell's construct), only
 # the reshapes of its weights: at L1 an LSTM's own bug has no row of its own, at mix its cell is the culprit
 NOT_AT_L1 = {"block_split", "lstm_gate_order", "lstm_no_bias"}
+# A mask added as -1e9 (scores + mask * -1e9) transposed: the sum's Norm and Mean are the mask's (~1e9), only its
+# Max moves (0.41 to 1.29): the statistics verdict judges the sum a pass and the softmax after it inherited
+STATS_BLIND = {"attn_additive_transposed"}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +59,7 @@ def test_the_planted_bugs_are_named(zoo):
         for level in LEVELS:
             result, analysis = compared(zoo, case, level)
             culprit = result.summary.first_error
-            if level == "L1" and case in NOT_AT_L1:
+            if level == "L1" and case in NOT_AT_L1 or case in STATS_BLIND:
                 continue
             if culprit is not None and want in culprit:
                 assert culprit.startswith(analysis.culprit["op_name"])      # -da reads the same verdict
@@ -64,7 +67,17 @@ def test_the_planted_bugs_are_named(zoo):
             else:
                 missed.append((case, level, culprit))
     assert not missed, missed
-    assert len(named) == 2 * sum(v[2] is not None for v in CASES.values()) - len(NOT_AT_L1) == 37
+    assert len(named) == 2 * sum(v[2] is not None for v in CASES.values()) - len(NOT_AT_L1) - 2 * len(STATS_BLIND) \
+        == 37
+
+
+@pytest.mark.xfail(strict=True, reason="statistics sensitivity: an output whose Max moves from identical inputs "
+                                       "while its Norm is the -1e9 mask's is judged a pass (docs/cross_framework.md "
+                                       "§11.1)")
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_transposed_additive_mask_is_named(zoo, level):
+    result, _ = compared(zoo, "attn_additive_transposed", level)
+    assert result.summary.first_error is not None and "__add__" in result.summary.first_error
 
 
 def test_the_eps_of_a_layer_norm_is_introduced_at_its_row(zoo):
@@ -182,6 +195,8 @@ def test_the_layer_mapping_names_them_too(zoo):
         result = msprobe.compare(zoo / f"ms_{case}_mix" / "dump.json", zoo / f"pt_{model}_{variant}_mix" / "dump.json",
                                  layer_mapping=True)
         culprit = result.summary.first_error
+        if case in STATS_BLIND:
+            continue
         if bug is None:
             assert result.summary.counts["warning"] == result.summary.counts["error"] == 0, case
         else:
