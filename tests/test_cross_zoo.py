@@ -1,11 +1,12 @@
-"""The MindSpore/PyTorch twin zoo (issue 32): a transformer block, a CNN with BatchNorm and an MLP with LayerNorm
-written in both frameworks with identical weights, dumped by our two collectors (tests/fixtures/cross_zoo/make.py,
+"""The MindSpore/PyTorch twin zoo (issue 32): a transformer block, a CNN with BatchNorm, an MLP with LayerNorm, a
+CNN with in-place ReLUs and padded pools, an LSTM and a masked attention, written in both frameworks with identical weights, dumped by our two collectors (tests/fixtures/cross_zoo/make.py,
 packed in tests/fixtures/cross_zoo.tar.gz), a clean MindSpore run and one planted bug per case, compared with the
 built-in mappings (-am, no yaml): the clean pairs raise no warning or error, and the compare's culprit (which the
 advisor, -da and the graph read) names the planted op."""
 
 from __future__ import annotations
 
+import re
 import sys
 import tarfile
 
@@ -18,8 +19,13 @@ from conftest import FIXTURES
 sys.path.insert(0, str(FIXTURES / "cross_zoo"))
 from make import CASES, LEVELS  # noqa: E402
 
-# PyTorch's collector dumps no split, so the split's gradient shows only at the cells it reaches (mix)
-NOT_AT_L1 = {"block_split"}
+# PyTorch's collector dumps no split, so the split's gradient shows only at the cells it reaches (mix); MindSpore's
+# collector records no op of nn.LSTM's on CPU (its ops.LSTM primitive is made inside the cell's construct), only
+# the reshapes of its weights: at L1 an LSTM's own bug has no row of its own, at mix its cell is the culprit
+NOT_AT_L1 = {"block_split", "lstm_gate_order", "lstm_no_bias"}
+# A mask added as -1e9 (scores + mask * -1e9) transposed: the sum's Norm and Mean are the mask's (~1e9), only its
+# Max moves (0.41 to 1.29): the statistics verdict judges the sum a pass and the softmax after it inherited
+STATS_BLIND = {"attn_additive_transposed"}
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +59,7 @@ def test_the_planted_bugs_are_named(zoo):
         for level in LEVELS:
             result, analysis = compared(zoo, case, level)
             culprit = result.summary.first_error
-            if level == "L1" and case in NOT_AT_L1:
+            if level == "L1" and case in NOT_AT_L1 or case in STATS_BLIND:
                 continue
             if culprit is not None and want in culprit:
                 assert culprit.startswith(analysis.culprit["op_name"])      # -da reads the same verdict
@@ -61,7 +67,17 @@ def test_the_planted_bugs_are_named(zoo):
             else:
                 missed.append((case, level, culprit))
     assert not missed, missed
-    assert len(named) == 2 * 11 - len(NOT_AT_L1)
+    assert len(named) == 2 * sum(v[2] is not None for v in CASES.values()) - len(NOT_AT_L1) - 2 * len(STATS_BLIND) \
+        == 37
+
+
+@pytest.mark.xfail(strict=True, reason="statistics sensitivity: an output whose Max moves from identical inputs "
+                                       "while its Norm is the -1e9 mask's is judged a pass (docs/cross_framework.md "
+                                       "§11.1)")
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_transposed_additive_mask_is_named(zoo, level):
+    result, _ = compared(zoo, "attn_additive_transposed", level)
+    assert result.summary.first_error is not None and "__add__" in result.summary.first_error
 
 
 def test_the_eps_of_a_layer_norm_is_introduced_at_its_row(zoo):
@@ -84,7 +100,9 @@ def test_the_eps_of_a_layer_norm_is_introduced_at_its_row(zoo):
 # Shape/Reshape primitives, the output of MatMul before BiasAdd, LayerNorm's mean and rstd, and the casts, reshapes
 # and permutes that PyTorch's collector does not dump at its default risk level, as the reference's does not)
 MATCHED = {("block", "L1"): (410, 104, 108), ("block", "mix"): (491, 185, 189), ("cnn", "L1"): (73, 40, 41),
-           ("cnn", "mix"): (107, 71, 72), ("mlp", "L1"): (68, 43, 44), ("mlp", "mix"): (96, 70, 71)}
+           ("cnn", "mix"): (107, 71, 72), ("mlp", "L1"): (68, 43, 44), ("mlp", "mix"): (96, 70, 71),
+           ("pool", "L1"): (94, 47, 48), ("pool", "mix"): (134, 86, 87), ("lstm", "L1"): (104, 19, 20),
+           ("lstm", "mix"): (143, 40, 41), ("attn", "L1"): (169, 62, 67), ("attn", "mix"): (201, 91, 96)}
 
 
 @pytest.mark.parametrize(("model", "level"), list(MATCHED))
@@ -177,7 +195,131 @@ def test_the_layer_mapping_names_them_too(zoo):
         result = msprobe.compare(zoo / f"ms_{case}_mix" / "dump.json", zoo / f"pt_{model}_{variant}_mix" / "dump.json",
                                  layer_mapping=True)
         culprit = result.summary.first_error
+        if case in STATS_BLIND:
+            continue
         if bug is None:
             assert result.summary.counts["warning"] == result.summary.counts["error"] == 0, case
         else:
             assert culprit is not None and want in culprit, (case, culprit)
+
+
+def test_an_in_place_relu_and_the_padded_pools_pair_with_their_pytorch_calls(zoo):
+    """MindSpore has no in-place relu: its ops.relu pairs with PyTorch's F.relu_ (Functional.relu_), call by call
+    after nn.ReLU(inplace=True)'s F.relu. nn.AvgPool2d and nn.MaxPool2d with padding run MindSpore's 3-D
+    primitives on the input unsqueezed to depth 1: they pair with avg_pool2d and max_pool2d item by item (the max
+    pool's argmax has no partner), as the plain AvgPool primitive does; so a wrong count_include_pad is named at
+    the pool."""
+    rows = {r["NPU Name"]: r for r in compared(zoo, "pool_clean", "L1")[0].rows}
+    want = {"Primitive.relu.ReLU.0.forward.output.0": "Functional.relu.0.forward.output.0",
+            "Functional.relu.0.forward.input.0": "Functional.relu_.0.forward.input.0",
+            "Functional.relu.0.forward.output.0": "Functional.relu_.0.forward.output.0",
+            "Primitive.max_pool.MaxPool3DWithArgmax.0.forward.input.0": "Functional.max_pool2d.0.forward.input.0",
+            "Primitive.max_pool.MaxPool3DWithArgmax.0.forward.output.0": "Functional.max_pool2d.0.forward.output.0",
+            "Primitive.max_pool.MaxPool3DWithArgmax.0.forward.output.1": "N/A",
+            "Primitive.max_pool.MaxPool3DWithArgmax.0.backward.output.0": "Functional.max_pool2d.0.backward.output.0",
+            "Primitive.avg_pool.AvgPool3D.0.forward.output.0": "Functional.avg_pool2d.0.forward.output.0",
+            "Primitive.avg_pool.AvgPool3D.0.backward.input.0": "Functional.avg_pool2d.0.backward.input.0",
+            "Primitive.avg_pool.AvgPool3D.0.backward.output.0": "Functional.avg_pool2d.0.backward.output.0",
+            "Primitive.avg_pool.AvgPool.0.forward.output.0": "Functional.avg_pool2d.1.forward.output.0",
+            "Primitive.avg_pool.AvgPool.0.backward.output.0": "Functional.avg_pool2d.1.backward.output.0"}
+    assert {name: rows[name]["Bench Name"] for name in want} == want
+    assert rows["Primitive.avg_pool.AvgPool3D.0.backward.output.0"]["NPU Tensor Shape"] == "[4, 4, 1, 4, 4]"
+    # PyTorch's collector records no backward of F.relu_: ops.relu's backward rows say so
+    assert "calls relu in place (relu_) and records no backward" in \
+        rows["Functional.relu.0.backward.output.0"]["Err_message"]
+    result, analysis = compared(zoo, "pool_pad", "L1")
+    out = {r["NPU Name"]: r for r in result.rows}["Primitive.avg_pool.AvgPool3D.0.forward.output.0"]
+    assert out["Error_Origin"] == "introduced" and out["Result"] != "pass"
+    assert analysis.culprit["op_name"] == "Primitive.avg_pool.AvgPool3D.0.forward"
+
+
+def test_an_api_the_golden_calls_in_place_pairs_with_the_out_of_place_call(zoo, tmp_path):
+    """PyTorch code often masks in place (scores.masked_fill_(mask, v)); MindSpore has no in-place masked_fill: with
+    the golden's call renamed so, the target's Tensor.masked_fill pairs with Tensor.masked_fill_ and a wrong mask
+    value is still named there."""
+    import json
+
+    for level in ("L1", "mix"):
+        text = (zoo / f"pt_attn_plain_{level}" / "dump.json").read_text()
+        assert "Tensor.masked_fill.0.forward" in text
+        (tmp_path / level).mkdir()
+        (tmp_path / level / "dump.json").write_text(text.replace("Tensor.masked_fill.", "Tensor.masked_fill_."))
+        assert "Tensor.masked_fill_.0.backward" in json.loads((tmp_path / level / "dump.json").read_text())["data"]
+        golden = tmp_path / level / "dump.json"
+        result = msprobe.compare(zoo / f"ms_attn_clean_{level}" / "dump.json", golden, api_mapping=True)
+        rows = {r["NPU Name"]: r for r in result.rows}
+        assert rows["Tensor.masked_fill.0.forward.output.0"]["Bench Name"] == "Tensor.masked_fill_.0.forward.output.0"
+        assert rows["Tensor.masked_fill.0.backward.output.0"]["Bench Name"] == \
+            "Tensor.masked_fill_.0.backward.output.0"
+        assert result.summary.counts["warning"] == result.summary.counts["error"] == 0
+        result = msprobe.compare(zoo / f"ms_attn_mask_value_{level}" / "dump.json", golden, api_mapping=True)
+        assert result.summary.first_error == "Tensor.masked_fill.0.forward.output.0"
+    # -lm places the two calls as one op (masked_fill) in the same module
+    text = (zoo / "pt_attn_plain_mix" / "construct.json").read_text()
+    (tmp_path / "mix" / "construct.json").write_text(text.replace("Tensor.masked_fill.", "Tensor.masked_fill_."))
+    result = msprobe.compare(zoo / "ms_attn_mask_value_mix" / "dump.json", tmp_path / "mix" / "dump.json",
+                             layer_mapping=True)
+    rows = {r["NPU Name"]: r for r in result.rows}
+    assert rows["Tensor.masked_fill.0.forward.output.0"]["Bench Name"] == "Tensor.masked_fill_.0.forward.output.0"
+    assert result.summary.first_error == "Tensor.masked_fill.0.forward.output.0"
+
+
+def _doc_tables() -> dict:
+    """docs/cross_framework.md §11.1: {first header cell: [row cells]} of its tables."""
+    text = (FIXTURES.parent.parent / "docs" / "cross_framework.md").read_text(encoding="utf-8").split("### 11.1", 1)[1]
+    tables: dict = {}
+    for block in text.split("\n\n"):
+        lines = [line for line in block.splitlines() if line.startswith("|")]
+        if len(lines) > 2:
+            cells = [[c.strip().strip("`") for c in line.strip("|").split("|")] for line in lines]
+            tables[cells[0][0]] = cells[2:]
+    return tables
+
+
+def test_the_figures_of_the_docs_are_measured(zoo):
+    """The culprits, warning/error counts and matched rows that docs/cross_framework.md §11.1 quotes."""
+    tables = _doc_tables()
+    for model in ("pool", "lstm", "attn"):
+        for name, _, counts, at_l1, at_mix, layered in tables[f"{model} case"]:
+            case = f"{model}_{name}"
+            quoted = [tuple(int(v) for v in pair.split("/")) for pair in counts.split(", ")]
+            culprits = []
+            for level in LEVELS:
+                result, analysis = compared(zoo, case, level)
+                culprits.append(analysis.culprit["op_name"])
+                assert (result.summary.counts["warning"], result.summary.counts["error"]) == \
+                    quoted[LEVELS.index(level)], case
+            model_, variant, _, _ = CASES[case]
+            layer = msprobe.compare(zoo / f"ms_{case}_mix" / "dump.json",
+                                    zoo / f"pt_{model_}_{variant}_mix" / "dump.json", layer_mapping=True)
+            l1 = None if at_l1.startswith("none") else at_l1
+            mix = l1 if at_mix == "same" else None if at_mix == "none" else at_mix
+            assert culprits == [l1, mix], case
+            first = layer.summary.first_error
+            assert (first.rsplit(".", 2)[0] if first else None) == (mix if layered == "same" else None), case
+    for model, at_l1, at_mix in tables["model"]:
+        for level, quoted in (("L1", at_l1), ("mix", at_mix)):
+            matched, of, rows = (int(v) for v in re.findall(r"\d+", quoted))
+            assert (rows, matched, of) == MATCHED[model, level]
+
+
+def test_the_golden_calls_of_an_op_in_every_spelling():
+    """A split op's golden calls: the function and the op in place in any spelling, in the golden run's order;
+    forward entries only; not the other out-of-place spellings (torch.relu: MindSpore's mint.relu pairs with it by
+    name), nor another op whose name starts alike (relu6)."""
+    from msprobe.compare.mapping import golden_calls, in_place_aliases
+
+    names = ["Functional.relu.0.forward", "Functional.relu6.0.forward", "Tensor.relu_.0.forward", "Torch.relu.0.forward",
+             "Functional.relu.0.backward", "Torch.relu_.1.forward", "Functional.relu_.0.forward"]
+    assert golden_calls("Functional.relu", names) == ["Functional.relu.0.forward", "Tensor.relu_.0.forward",
+                                                       "Torch.relu_.1.forward", "Functional.relu_.0.forward"]
+
+    class Items:
+        def __init__(self, entry_names):
+            self.entry_names = entry_names
+
+    target = Items(["Tensor.masked_fill.0.forward", "Tensor.add.0.forward", "Tensor.__add__.0.forward",
+                    "Primitive.relu.ReLU.0.forward", "Cell.fc.Dense.forward.0"])
+    golden = Items(["Tensor.masked_fill_.0.forward", "Tensor.add.0.forward", "Tensor.add_.0.forward",
+                    "Tensor.__add__.0.forward"])
+    assert in_place_aliases(target, golden) == {"Tensor.masked_fill": "Tensor.masked_fill_"}

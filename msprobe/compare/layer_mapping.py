@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from msprobe.compare.name_rules import golden_op, golden_suffix
+from msprobe.compare.name_rules import golden_op, golden_suffix, out_of_place
 from msprobe.dump.flatten import Items
 from msprobe.dump.naming import BACKWARD, FORWARD, PARAMETERS_GRAD
 from msprobe.errors import MsprobeError
@@ -100,7 +100,7 @@ def entry_scopes(items: Items, construct: dict, stacks: dict | None = None, fram
                 continue
             path, kind = placed
         else:
-            kind = golden_op(name, segments[-3])       # its PyTorch function's name: layer_norm, linear
+            kind = out_of_place(golden_op(name, segments[-3]))   # its PyTorch function's name: layer_norm, linear
             parent = _parent_of(name, construct)
             placed = module_scope(parent) if parent and parent.startswith(MODULE_PREFIXES) else None
             caller = "" if parent else framework_caller(

@@ -279,6 +279,8 @@ UNMATCHED_ABSENT = ("note: not compared: the golden run records no {op} call (Py
                     "casts, reshapes and other low-risk APIs).")
 UNMATCHED_LEFT_OUT = ("note: not compared: an argument, output or gradient that the PyTorch op has not (LayerNorm's "
                       "mean and rstd, Gather's axis).")
+UNMATCHED_IN_PLACE = ("note: not compared: the golden run calls {op} in place ({op}_) and records no backward of "
+                      "it.")
 UNMATCHED_OTHER = ("note: not compared: no golden item matches this one (the golden run calls {op} another number "
                    "of times, or records no such argument or output).")
 
@@ -286,6 +288,7 @@ UNMATCHED_OTHER = ("note: not compared: no golden item matches this one (the gol
 def unmatched_reasons(golden_items):
     """A function: target entry name -> the note of its unmatched rows (UNMATCHED_*), across frameworks."""
     golden_ops = {_op_of(name) for name in golden_items.entry_names}
+    golden_backward_ops = {_op_of(name) for name in golden_items.entry_names if name.endswith(".backward")}
     cache: dict = {}
 
     def reason(entry_name: str) -> str:
@@ -298,12 +301,20 @@ def unmatched_reasons(golden_items):
                 found = UNMATCHED_LEFT_OUT if op in PRIMITIVE_RULES else UNMATCHED_PRIMITIVE
             elif op not in golden_ops and _op_of(map_api_name(entry_name, builtin_api_table())) not in golden_ops:
                 found = UNMATCHED_ABSENT.format(op=printable(op))
+            elif entry_name.endswith(".backward") and _called_in_place_only_forward(
+                    _op_of(map_api_name(entry_name, builtin_api_table())), golden_ops, golden_backward_ops):
+                found = UNMATCHED_IN_PLACE.format(op=printable(op))
             else:
                 found = UNMATCHED_OTHER.format(op=printable(op))
             cache[entry_name] = found
         return found
 
     return reason
+
+
+def _called_in_place_only_forward(op: str, golden_ops: set, golden_backward_ops: set) -> bool:
+    """The golden run calls op in place (op_) and records no backward of op or op_ (F.relu_)."""
+    return op + "_" in golden_ops and op not in golden_backward_ops and op + "_" not in golden_backward_ops
 
 
 def _op_of(entry_name: str) -> str:
@@ -326,6 +337,7 @@ class MappingSet:
     data: dict = field(default_factory=dict)
     generated: dict = field(default_factory=dict)   # the part of data that -lm generated
     linears: dict = field(default_factory=dict)     # nn.Dense's items -> linear's (split_op_partners)
+    in_place: dict = field(default_factory=dict)    # a golden API called in place only (in_place_aliases)
 
     @property
     def active(self) -> bool:
@@ -345,6 +357,8 @@ class MappingSet:
             if custom is None:
                 custom = map_primitive(key, state)
             key = custom if custom is not None else map_api_name(key, builtin_api_table())
+            if self.in_place and custom is None:
+                key = _in_place(key, self.in_place)
         if (self.cell or self.api) and key.startswith("Cell."):
             key = map_cell_defaults(map_cell_name(key, self.cell_table))
         return key, False
@@ -391,6 +405,7 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
     mappings = MappingSet()
     if options.api is not None:
         mappings.linears = split_op_partners(target_items, golden_items)
+        mappings.in_place = in_place_aliases(target_items, golden_items)
     if options.api is not None:
         mappings.api = True
         if options.api:
@@ -425,6 +440,31 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
     return mappings
 
 
+def in_place_aliases(target_items, golden_items) -> dict:
+    """{golden API: its in-place form} for the APIs the target calls (as the built-in table names them) that the
+    golden run calls in place only: MindSpore has no in-place masked_fill or relu where PyTorch code often writes
+    scores.masked_fill_(mask, v), x.relu_(): Tensor.masked_fill pairs with Tensor.masked_fill_, call by call."""
+    golden_apis = {_api_head(name) for name in golden_items.entry_names}
+    aliases = {}
+    for name in target_items.entry_names:
+        if name.startswith(("Cell.", "Primitive.")):
+            continue
+        api = _api_head(map_api_name(name, builtin_api_table()))
+        if api not in golden_apis and api + "_" in golden_apis:
+            aliases[api] = api + "_"
+    return aliases
+
+
+def _api_head(name: str) -> str:
+    return ".".join(name.split(".", 2)[:2])
+
+
+def _in_place(key: str, aliases: dict) -> str:
+    api = _api_head(key)
+    alias = aliases.get(api)
+    return alias + key[len(api):] if alias is not None else key
+
+
 def _shape(text) -> tuple | None:
     try:
         return tuple(int(v) for v in str(text).strip("[]() ").split(",") if v.strip())
@@ -438,7 +478,25 @@ def _shape(text) -> tuple | None:
 SPLIT_OPS = {"MatMul": ("Functional.linear", 2, "addmm"), "Dense": ("Functional.linear", 2, "addmm"),
              "Conv2D": ("Functional.conv2d", 4, "inputs"), "ReLU": ("Functional.relu", 0, ""),
              "MaxPool": ("Functional.max_pool2d", 0, ""), "Sigmoid": ("Torch.sigmoid", 0, ""),
-             "Tanh": ("Torch.tanh", 0, "")}
+             "Tanh": ("Torch.tanh", 0, ""), "AvgPool": ("Functional.avg_pool2d", 0, ""),
+             "AvgPool3D": ("Functional.avg_pool2d", 0, ""), "MaxPool3DWithArgmax": ("Functional.max_pool2d", 0, "")}
+# Their primitives serve cells of other dimensions too: 4-D inputs only, or 5-D of depth 1 for the 3-D primitives
+# that MindSpore's nn.AvgPool2d and nn.MaxPool2d call when they pad (the input unsqueezed to [N, C, 1, H, W],
+# squeezed after; the max pool's second output, its argmax, has no counterpart)
+POOLS_2D = ("MaxPool", "AvgPool", "AvgPool3D", "MaxPool3DWithArgmax")
+# The golden calls a SPLIT_OPS function stands for: the function itself and the op in place, in any spelling
+# (nn.ReLU(inplace=True) records F.relu; F.relu_, torch.relu_ and x.relu_() record Functional.relu_, Torch.relu_
+# and Tensor.relu_), where MindSpore has only the out-of-place op (nn.ReLU, ops.relu). The other out-of-place
+# spellings (torch.relu, x.relu()) have a MindSpore counterpart of their own name (mint.relu, Tensor.relu).
+GOLDEN_FORMS = ("Functional.", "Torch.", "Tensor.")
+
+
+def golden_calls(function: str, entry_names) -> list:
+    """The forward entries of the golden run, in its order, that call `function` ("Functional.relu") or its op in
+    place (GOLDEN_FORMS)."""
+    op = function.split(".", 1)[1]
+    heads = (function + ".",) + tuple(f"{form}{op}_." for form in GOLDEN_FORMS)
+    return [e for e in entry_names if e.startswith(heads) and e.endswith(".forward")]
 
 
 def split_op_partners(target_items, golden_items) -> dict:
@@ -481,7 +539,7 @@ def split_op_partners(target_items, golden_items) -> dict:
         rank = SPLIT_OPS[cls][1]
         if not x or (rank and (not w or len(w) != rank or (rank == 2 and x[-1] != w[-1]))):
             continue
-        if cls == "MaxPool" and len(x) != 4:
+        if cls in POOLS_2D and not (len(x) == 4 or "3D" in cls and len(x) == 5 and x[2] == 1):
             continue
         nxt = forward[i + 1] if i + 1 < len(forward) else ""
         bias = None
@@ -494,7 +552,7 @@ def split_op_partners(target_items, golden_items) -> dict:
                                                         direct or cls == "Dense"))
     pairs: dict = {}
     for function, ops in calls.items():
-        golden = [e for e in golden_items.entry_names if e.startswith(function + ".") and e.endswith(".forward")]
+        golden = golden_calls(function, golden_items.entry_names)
         at = 0
         for entry, cls, bias, output, direct in ops:
             _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direct, pairs)
@@ -518,10 +576,12 @@ def _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direc
     g_bwd_name = g_fwd_name[:-len("forward")] + "backward"
     g_fwd, g_bwd = g_items[g_fwd_name], g_items.get(g_bwd_name, {})
 
+    squeeze = _squeezed if cls in POOLS_2D else (lambda shape: shape)
+
     def pair(t_entry, t_suffix, g_suffix, same_shape=False, g_have=g_fwd):
         have = t_items.get(t_entry, {})
         if t_suffix not in have or g_suffix not in g_have or _numel(have[t_suffix]) != _numel(g_have[g_suffix]) or \
-                (same_shape and have[t_suffix] != g_have[g_suffix]):
+                (same_shape and squeeze(have[t_suffix]) != squeeze(g_have[g_suffix])):
             return
         pairs[t_entry + t_suffix] = (g_fwd_name if g_have is g_fwd else g_bwd_name) + g_suffix
 
@@ -563,6 +623,11 @@ def _abandon(t_items, entries, pairs) -> None:
         for suffix in t_items.get(entry, {}):
             if (suffix.startswith(".output.") or entry.endswith(".forward")) and entry + suffix not in pairs:
                 pairs[entry + suffix] = entry + suffix + ".abandoned"
+
+
+def _squeezed(shape):
+    """A shape without its dimensions of size 1 (a 2-D pool's [N, C, 1, H, W] through a 3-D primitive)."""
+    return shape if shape is None else tuple(v for v in shape if v != 1)
 
 
 def _numel(shape) -> int | None:

@@ -77,3 +77,9 @@ def golden_op(entry_name: str, op: str) -> str:
     head, _, rest = entry_name.partition(".")
     mapped = FUNCTION_NAMES.get(f"{head}.{rest.partition('.')[0]}")
     return mapped.split(".")[1] if mapped else op
+
+
+def out_of_place(op: str) -> str:
+    """An API's op without its in-place mark (relu_, masked_fill_: relu, masked_fill; not __add__): PyTorch code
+    calls in place what MindSpore, which has no such form, calls out of place; they are one op to pair."""
+    return op[:-1] if op.endswith("_") and not op.endswith("__") and len(op) > 1 else op
