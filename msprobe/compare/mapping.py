@@ -326,6 +326,7 @@ class MappingSet:
     data: dict = field(default_factory=dict)
     generated: dict = field(default_factory=dict)   # the part of data that -lm generated
     linears: dict = field(default_factory=dict)     # nn.Dense's items -> linear's (split_op_partners)
+    twins: dict = field(default_factory=dict)       # table's PyTorch API -> its twin in the golden (twin_apis)
 
     @property
     def active(self) -> bool:
@@ -344,7 +345,7 @@ class MappingSet:
         if self.api and not key.startswith(("Cell.", "Module.")):
             if custom is None:
                 custom = map_primitive(key, state)
-            key = custom if custom is not None else map_api_name(key, builtin_api_table())
+            key = custom if custom is not None else _twin(map_api_name(key, builtin_api_table()), self.twins)
         if (self.cell or self.api) and key.startswith("Cell."):
             key = map_cell_defaults(map_cell_name(key, self.cell_table))
         return key, False
@@ -381,6 +382,41 @@ def _present_rules(rules: list, target_items, golden_items, label: str) -> list:
     return kept
 
 
+TWIN_TYPES = {"Torch": "Functional", "Functional": "Torch"}
+
+
+def _api(name: str) -> str:
+    return ".".join(name.split(".", 2)[:2])
+
+
+def _twin_form(api: str) -> str:
+    """Torch.sigmoid <-> Functional.sigmoid; any other API stands for itself."""
+    head, _, op = api.partition(".")
+    return f"{TWIN_TYPES[head]}.{op}" if head in TWIN_TYPES else api
+
+
+def twin_apis(target_items, golden_items) -> dict:
+    """The built-in table's PyTorch APIs that the golden dump lacks while it has their twin: `torch.sigmoid` and
+    `torch.nn.functional.sigmoid` are one function recorded under two names (Torch.* and Functional.*), and the
+    table can name only one of them (the reference's table says Functional.sigmoid, ours Torch.sigmoid)."""
+    golden_apis = {_api(name) for name in golden_items.entry_names}
+    twins = {}
+    for name in target_items.entry_names:
+        if name.startswith(("Cell.", "Primitive.")):
+            continue
+        mapped = _api(map_api_name(name, builtin_api_table()))
+        twin = _twin_form(mapped)
+        if twin != mapped and mapped not in golden_apis and twin in golden_apis:
+            twins[mapped] = twin
+    return twins
+
+
+def _twin(key: str, twins: dict) -> str:
+    api = _api(key)
+    twin = twins.get(api)
+    return twin + key[len(api):] if twin else key
+
+
 def build_mappings(options: MappingOptions, target, golden, target_items, golden_items, output_dir: str | None,
                    stamp: str, label: str = "", suffix: str = "") -> MappingSet:
     """The MappingSet of one compare; a layer mapping is generated here and saved as data_mapping_<ts>.yaml."""
@@ -393,6 +429,7 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
         mappings.linears = split_op_partners(target_items, golden_items)
     if options.api is not None:
         mappings.api = True
+        mappings.twins = twin_apis(target_items, golden_items)
         if options.api:
             rules = parse_api_rules(load_yaml(options.api, "api mapping file"), options.api)
             check_rule_arity(rules, target_items, golden_items)
@@ -494,7 +531,8 @@ def split_op_partners(target_items, golden_items) -> dict:
                                                         direct or cls == "Dense"))
     pairs: dict = {}
     for function, ops in calls.items():
-        golden = [e for e in golden_items.entry_names if e.startswith(function + ".") and e.endswith(".forward")]
+        forms = (function, _twin_form(function))      # torch.sigmoid or torch.nn.functional.sigmoid
+        golden = [e for e in golden_items.entry_names if _api(e) in forms and e.endswith(".forward")]
         at = 0
         for entry, cls, bias, output, direct in ops:
             _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direct, pairs)
