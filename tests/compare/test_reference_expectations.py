@@ -90,3 +90,31 @@ def test_a_function_pytorch_records_under_its_other_name_still_pairs(tmp_path):
         "Functional.abs.0.forward.input.0": "Torch.abs.0.forward.input.0",
         "Functional.abs.0.forward.output.0": "Torch.abs.0.forward.output.0",
     }
+
+
+def _stats_entry(backward: bool = False) -> dict:
+    tensor = _tensor("pytorch", "torch.float32", 1.0)
+    return {"input" if backward else "input_args": [tensor], "output": [tensor]}
+
+
+def test_backward_renumbering_pairs_recomputed_and_unpaired_calls(tmp_path):
+    # spec §3.4 / docs/compare.md §4.2: backward call counts are renumbered by order, so a recomputed activation
+    # (its forward runs twice, only the second call gets a backward) still pairs its backward
+    target = {"Functional.linear.0.forward": _stats_entry(), "Functional.linear.1.forward": _stats_entry(),
+              "Functional.linear.1.backward": _stats_entry(True)}
+    golden = {"Functional.linear.0.forward": _stats_entry(), "Functional.linear.0.backward": _stats_entry(True)}
+    # and calls whose forwards pair on neither side (other call counts) pair their backwards by order
+    target.update({"Functional.gelu.5.forward": _stats_entry(), "Functional.gelu.6.forward": _stats_entry(),
+                   "Functional.gelu.5.backward": _stats_entry(True), "Functional.gelu.6.backward": _stats_entry(True)})
+    golden.update({"Functional.gelu.0.forward": _stats_entry(), "Functional.gelu.1.forward": _stats_entry(),
+                   "Functional.gelu.0.backward": _stats_entry(True), "Functional.gelu.1.backward": _stats_entry(True)})
+    out = tmp_path / "out"
+    assert run_cli(["compare", "-tp", _write(tmp_path / "t" / "dump.json", target, "pytorch"),
+                    "-gp", _write(tmp_path / "g" / "dump.json", golden, "pytorch"), "-o", out, "--csv", "-c"]) == 0
+    pairs = {r["NPU Name"]: r["Bench Name"] for r in _rows(out)}
+    assert pairs["Functional.linear.1.forward.input.0"] == "N/A"
+    assert pairs["Functional.linear.1.backward.input.0"] == "Functional.linear.0.backward.input.0"
+    assert pairs["Functional.linear.1.backward.output.0"] == "Functional.linear.0.backward.output.0"
+    assert pairs["Functional.gelu.5.forward.output.0"] == "N/A"
+    assert pairs["Functional.gelu.5.backward.output.0"] == "Functional.gelu.0.backward.output.0"
+    assert pairs["Functional.gelu.6.backward.input.0"] == "Functional.gelu.1.backward.input.0"
