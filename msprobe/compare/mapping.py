@@ -325,8 +325,8 @@ class MappingSet:
     cell_table: CellMapping | dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
     generated: dict = field(default_factory=dict)   # the part of data that -lm generated
-    linears: dict = field(default_factory=dict)     # nn.Dense's items -> linear's (split_op_partners)
     twins: dict = field(default_factory=dict)       # table's PyTorch API -> its twin in the golden (twin_apis)
+    linears: dict = field(default_factory=dict)     # nn.Dense's items -> linear's (split_op_partners)
 
     @property
     def active(self) -> bool:
@@ -345,10 +345,10 @@ class MappingSet:
         if self.api and not key.startswith(("Cell.", "Module.")):
             if custom is None:
                 custom = map_primitive(key, state)
-            key = custom if custom is not None else _twin(map_api_name(key, builtin_api_table()), self.twins)
+            key = custom if custom is not None else map_api_name(key, builtin_api_table())
         if (self.cell or self.api) and key.startswith("Cell."):
             key = map_cell_defaults(map_cell_name(key, self.cell_table))
-        return key, False
+        return _twin(key, self.twins), False
 
 
 @dataclass(frozen=True)
@@ -409,6 +409,14 @@ def twin_apis(target_items, golden_items) -> dict:
         if twin != mapped and mapped not in golden_apis and twin in golden_apis:
             twins[mapped] = twin
     return twins
+
+
+def _golden_forms(calls: dict, golden_entries) -> dict:
+    """split_op_partners' calls keyed by the form of their function the golden dump records: Torch.sigmoid where
+    the table says so and the golden has it, else Functional.sigmoid if only that is recorded (twin_apis)."""
+    golden_apis = {_api(name) for name in golden_entries}
+    return {(_twin_form(function) if function not in golden_apis and _twin_form(function) in golden_apis
+             else function): ops for function, ops in calls.items()}
 
 
 def _twin(key: str, twins: dict) -> str:
@@ -529,10 +537,10 @@ def split_op_partners(target_items, golden_items) -> dict:
             bias = nxt
         calls.setdefault(SPLIT_OPS[cls][0], []).append((entry, cls, bias, entry if direct or bias is None else bias,
                                                         direct or cls == "Dense"))
+    calls = _golden_forms(calls, golden_items.entry_names)
     pairs: dict = {}
     for function, ops in calls.items():
-        forms = (function, _twin_form(function))      # torch.sigmoid or torch.nn.functional.sigmoid
-        golden = [e for e in golden_items.entry_names if _api(e) in forms and e.endswith(".forward")]
+        golden = [e for e in golden_items.entry_names if e.startswith(function + ".") and e.endswith(".forward")]
         at = 0
         for entry, cls, bias, output, direct in ops:
             _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direct, pairs)

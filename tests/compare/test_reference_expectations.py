@@ -68,12 +68,12 @@ def _unary(framework: str, api: str, value: float) -> dict:
 
 def test_a_function_pytorch_records_under_its_other_name_still_pairs(tmp_path):
     # torch.sigmoid and torch.nn.functional.sigmoid are one function dumped as Torch.sigmoid or Functional.sigmoid;
-    # the built-in table names one of them, the golden run may have called the other (the reference pairs
-    # MindSpore's ops.sigmoid with Functional.sigmoid)
+    # the built-in table names one form, the golden run may have called the other (the reference pairs
+    # MindSpore's ops.sigmoid with Functional.sigmoid; our table says Torch.sigmoid, and Functional.softmax)
     ms = {**_unary("mindspore", "Functional.sigmoid.0.forward", 1.0), **_unary("mindspore", "Mint.tanh.0.forward", 2.0),
-          **_unary("mindspore", "Functional.tanh.0.forward", 3.0), **_unary("mindspore", "Functional.abs.0.forward", 4.0)}
+          **_unary("mindspore", "Functional.softmax.0.forward", 3.0), **_unary("mindspore", "Functional.abs.0.forward", 4.0)}
     pt = {**_unary("pytorch", "Functional.sigmoid.0.forward", 1.0), **_unary("pytorch", "Functional.tanh.0.forward", 2.0),
-          **_unary("pytorch", "Torch.tanh.0.forward", 3.0), **_unary("pytorch", "Torch.abs.0.forward", 4.0)}
+          **_unary("pytorch", "Torch.softmax.0.forward", 3.0), **_unary("pytorch", "Torch.abs.0.forward", 4.0)}
     target = _write(tmp_path / "ms" / "dump.json", ms, "mindspore")
     golden = _write(tmp_path / "pt" / "dump.json", pt, "pytorch")
     out = tmp_path / "out"
@@ -82,11 +82,10 @@ def test_a_function_pytorch_records_under_its_other_name_still_pairs(tmp_path):
     assert pairs == {
         "Functional.sigmoid.0.forward.input.0": "Functional.sigmoid.0.forward.input.0",
         "Functional.sigmoid.0.forward.output.0": "Functional.sigmoid.0.forward.output.0",
-        # tanh calls pair in call order whichever of the two names each run used
         "Mint.tanh.0.forward.input.0": "Functional.tanh.0.forward.input.0",
         "Mint.tanh.0.forward.output.0": "Functional.tanh.0.forward.output.0",
-        "Functional.tanh.0.forward.input.0": "Torch.tanh.0.forward.input.0",
-        "Functional.tanh.0.forward.output.0": "Torch.tanh.0.forward.output.0",
+        "Functional.softmax.0.forward.input.0": "Torch.softmax.0.forward.input.0",
+        "Functional.softmax.0.forward.output.0": "Torch.softmax.0.forward.output.0",
         "Functional.abs.0.forward.input.0": "Torch.abs.0.forward.input.0",
         "Functional.abs.0.forward.output.0": "Torch.abs.0.forward.output.0",
     }
