@@ -108,12 +108,19 @@ def entry_scopes(items: Items, construct: dict, stacks: dict | None = None, fram
                 framework)
             path = (placed[0] if placed else ()) + ((caller,) if caller else ()) + (kind,)
         scopes[name] = (path, parts.direction, kind)
-    return _renumber_parallel_layers(scopes)
+    return _renumber_parallel_layers(scopes, construct)
 
 
-def _renumber_parallel_layers(scopes: dict) -> dict:
-    """Under every ParallelTransformer, the children of `layers` count from 0 (pipeline stages)."""
+def _renumber_parallel_layers(scopes: dict, construct: dict | None = None) -> dict:
+    """Under every ParallelTransformer, the children of `layers` count from 0 (pipeline stages). A
+    ParallelTransformer is known from its own entry or, when the dump records none (its layers only), from the
+    parents construct.json names."""
     owners = {path for path, _, kind in scopes.values() if kind == "ParallelTransformer"}
+    parents = {p for v in (construct or {}).values() for p in (v if isinstance(v, list) else [v]) if isinstance(p, str)}
+    for parent in parents:
+        placed = module_scope(parent) if parent.startswith(MODULE_PREFIXES) else None
+        if placed is not None and placed[1] == "ParallelTransformer":
+            owners.add(placed[0])
     if not owners:
         return scopes
     lowest: dict = {}

@@ -336,6 +336,7 @@ class MappingSet:
     cell_table: CellMapping | dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
     generated: dict = field(default_factory=dict)   # the part of data that -lm generated
+    twins: dict = field(default_factory=dict)       # table's PyTorch API -> its twin in the golden (twin_apis)
     linears: dict = field(default_factory=dict)     # nn.Dense's items -> linear's (split_op_partners)
     in_place: dict = field(default_factory=dict)    # a golden API called in place only (in_place_aliases)
 
@@ -361,7 +362,7 @@ class MappingSet:
                 key = _in_place(key, self.in_place)
         if (self.cell or self.api) and key.startswith("Cell."):
             key = map_cell_defaults(map_cell_name(key, self.cell_table))
-        return key, False
+        return _twin(key, self.twins), False
 
 
 @dataclass(frozen=True)
@@ -395,6 +396,49 @@ def _present_rules(rules: list, target_items, golden_items, label: str) -> list:
     return kept
 
 
+TWIN_TYPES = {"Torch": "Functional", "Functional": "Torch"}
+
+
+def _api(name: str) -> str:
+    return ".".join(name.split(".", 2)[:2])
+
+
+def _twin_form(api: str) -> str:
+    """Torch.sigmoid <-> Functional.sigmoid; any other API stands for itself."""
+    head, _, op = api.partition(".")
+    return f"{TWIN_TYPES[head]}.{op}" if head in TWIN_TYPES else api
+
+
+def twin_apis(target_items, golden_items) -> dict:
+    """The built-in table's PyTorch APIs that the golden dump lacks while it has their twin: `torch.sigmoid` and
+    `torch.nn.functional.sigmoid` are one function recorded under two names (Torch.* and Functional.*), and the
+    table can name only one of them (the reference's table says Functional.sigmoid, ours Torch.sigmoid)."""
+    golden_apis = {_api(name) for name in golden_items.entry_names}
+    twins = {}
+    for name in target_items.entry_names:
+        if name.startswith(("Cell.", "Primitive.")):
+            continue
+        mapped = _api(map_api_name(name, builtin_api_table()))
+        twin = _twin_form(mapped)
+        if twin != mapped and mapped not in golden_apis and twin in golden_apis:
+            twins[mapped] = twin
+    return twins
+
+
+def _golden_forms(calls: dict, golden_entries) -> dict:
+    """split_op_partners' calls keyed by the form of their function the golden dump records: Torch.sigmoid where
+    the table says so and the golden has it, else Functional.sigmoid if only that is recorded (twin_apis)."""
+    golden_apis = {_api(name) for name in golden_entries}
+    return {(_twin_form(function) if function not in golden_apis and _twin_form(function) in golden_apis
+             else function): ops for function, ops in calls.items()}
+
+
+def _twin(key: str, twins: dict) -> str:
+    api = _api(key)
+    twin = twins.get(api)
+    return twin + key[len(api):] if twin else key
+
+
 def build_mappings(options: MappingOptions, target, golden, target_items, golden_items, output_dir: str | None,
                    stamp: str, label: str = "", suffix: str = "") -> MappingSet:
     """The MappingSet of one compare; a layer mapping is generated here and saved as data_mapping_<ts>.yaml."""
@@ -408,6 +452,7 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
         mappings.in_place = in_place_aliases(target_items, golden_items)
     if options.api is not None:
         mappings.api = True
+        mappings.twins = twin_apis(target_items, golden_items)
         if options.api:
             rules = parse_api_rules(load_yaml(options.api, "api mapping file"), options.api)
             check_rule_arity(rules, target_items, golden_items)
@@ -550,6 +595,7 @@ def split_op_partners(target_items, golden_items) -> dict:
             bias = nxt
         calls.setdefault(SPLIT_OPS[cls][0], []).append((entry, cls, bias, entry if direct or bias is None else bias,
                                                         direct or cls == "Dense"))
+    calls = _golden_forms(calls, golden_items.entry_names)
     pairs: dict = {}
     for function, ops in calls.items():
         golden = golden_calls(function, golden_items.entry_names)

@@ -115,6 +115,7 @@ def backward_with_forward(pairs: Pairs, target: Items, golden: Items, pair_unmat
     for entry, partner in zip(rows_entry[matched].tolist(), partner_entry[matched].tolist()):
         partners.setdefault(entry, set()).add(partner)
     g_items = {item: k for k, item in enumerate(golden.name)}
+    claimed = None
     for row in rows.tolist():
         entry, partner = int(rows_entry[row]), int(pairs.golden[row])
         if partner >= 0:
@@ -125,7 +126,22 @@ def backward_with_forward(pairs: Pairs, target: Items, golden: Items, pair_unmat
         found = -1
         if len(right) == 1:
             found = g_items.get(_backward_twin(golden.entry_names[next(iter(right))]) + suffix, -1)
+        elif not right and partner >= 0:
+            if claimed is None:
+                claimed = _claimed(partners, t_forward)
+            if g_forward[g_entry[partner]] >= 0 and int(g_forward[g_entry[partner]]) not in claimed:
+                found = partner
         pairs.golden[row] = found
+
+
+def _claimed(partners: dict, t_forward: np.ndarray) -> set:
+    """The golden entries paired with a target forward that has a backward of its own. A backward whose forward
+    has no partner keeps the partner of its order (backward renumbering) unless that golden backward's forward is
+    one of these: then it belongs to another target call (a hand-written matmul in place of a Dense). Recomputed
+    activations keep theirs: the forward runs again during backward and only that second call gets a backward,
+    so the golden forward's partner (the first call) has none; so do calls whose forwards pair on neither side."""
+    with_backward = set(t_forward[t_forward >= 0].tolist())
+    return {golden for entry, found in partners.items() if entry in with_backward for golden in found}
 
 
 def _forward_entries(items: Items) -> np.ndarray:

@@ -178,6 +178,27 @@ class Dump:
         return os.path.join(self.directory, TENSOR_DIR_NAME)
 
 
+_TYPE_PREFIXES = (("mindspore.", "mindspore"), ("torch.", "pytorch"))
+
+
+def infer_framework(data: dict) -> str | None:
+    """The framework of a dump.json written without 'framework' (older collectors): the first record whose
+    'type' names a MindSpore or PyTorch class decides (spec compare.md §3.8); None when no record does."""
+    pending = list(data.values())
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            kind = node.get("type")
+            if isinstance(kind, str):
+                for prefix, framework in _TYPE_PREFIXES:
+                    if kind.startswith(prefix):
+                        return framework
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return None
+
+
 def read_dump(path: str, side: str, with_stack: bool = True, with_construct: bool = False,
               stack_path: str | None = None) -> Dump:
     """Read a dump.json or debug.json and, when present beside it, stack.json (and construct.json); with
@@ -196,8 +217,10 @@ def read_dump(path: str, side: str, with_stack: bool = True, with_construct: boo
         raise DumpFormatError(f"{path}: 'task' is missing or empty.")
     framework = content.get("framework")
     if not framework:
-        get_logger().warning("%s has no 'framework'; assuming pytorch.", path)
-        framework = "pytorch"
+        framework = infer_framework(content["data"])
+        if framework is None:
+            get_logger().warning("%s has no 'framework' and no typed tensor; assuming pytorch.", path)
+            framework = "pytorch"
     if framework not in FRAMEWORKS:
         raise DumpFormatError(f"{path}: unknown framework {framework!r} (expected one of {', '.join(FRAMEWORKS)}).")
     level = content.get("level") or ""

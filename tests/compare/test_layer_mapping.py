@@ -54,6 +54,30 @@ def test_layers_index_remap_and_parallel_transformer_renumbering():
         "Module.decoder.layers.1.mlp.c_fc.Linear.forward.0.output.0"
 
 
+def test_parallel_transformer_known_from_construct_only():
+    # the reference's own -lm fixture dumps the layers of a ParallelTransformer but not the ParallelTransformer:
+    # construct.json names it as their parent; a pipeline stage numbering its layers 4, 5 still pairs with 0, 1
+    def without_owner(prefix, fc, layers, api):
+        items, construct = side(prefix, fc, layers, api)
+        owner = f"{prefix}.decoder.ParallelTransformer.forward.0"
+        data = {}
+        for layer in layers:
+            cell = f"{prefix}.decoder.layers.{layer}.mlp.{fc}.Linear.forward.0"
+            data[f"{api}.matmul.{layer}.forward"] = {"input_args": [t(layer)], "output": [t(layer)]}
+            data[cell] = {"input_args": [t(layer)], "output": [t(layer)]}
+            construct[cell] = owner
+        del construct[owner]
+        return flatten(data), construct
+
+    target, t_construct = without_owner("Cell", "fc1", [4, 5], "Mint")
+    golden, g_construct = without_owner("Module", "c_fc", [0, 1], "Torch")
+    mapping = parse_layer_mapping([{"mlp": {"fc1": "c_fc"}}], "x")
+    data = generate_data_mapping(target, golden, t_construct, g_construct, mapping)
+    assert data["Mint.matmul.4.forward.input.0"] == "Torch.matmul.0.forward.input.0"
+    assert data["Cell.decoder.layers.5.mlp.fc1.Linear.forward.0.output.0"] == \
+        "Module.decoder.layers.1.mlp.c_fc.Linear.forward.0.output.0"
+
+
 def test_explicit_layers_index_mapping_without_parallel_transformer():
     data_t = {"Cell.layers.5.Block.forward.0": {"output": [t()]}}
     data_g = {"Module.layers.0.Block.forward.0": {"output": [t()]}}
