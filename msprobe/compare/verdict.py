@@ -107,6 +107,7 @@ MSG_EXTRA_CHANGE = ("warning: No golden op matches this one, and it changes the 
                     "input is this op's golden input): an op the golden run does not call.")
 NOTE_UNMATCHED = "note: not compared: no golden item matches this one."
 NOTE_NULL = "note: not compared: {who} here (null)."
+_TENSOR_FAMILIES = frozenset({"int", "float", "bool", "complex"})
 NOTE_NOISE = ("note: below the noise floor of {neighbour}: norm {norm:.2g} within {units:g} units of rounding of "
               "{reference:.2g} in both runs; its differences are rounding and are not judged.")
 NOTE_INT_WIDTH = "note: {target} vs {golden}, values equal (a framework convention)."
@@ -292,6 +293,12 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
             recorded = _recording_differences(data, sides, out & tensor & ~no_data & ~noise & ~equal, notes)
     # an output (a gradient) that one run records and the other does not has no dtype or shape to disagree on
     one_sided = matched & out & (t_null ^ g_null)
+    if cross:
+        # nor a non-tensor argument that one framework records and the other does not (MindSpore records a
+        # collective's group name, PyTorch null); a tensor against null is a real difference (a dropped bias)
+        other = [g if t is None else t for t, g in zip(t_dtype, g_dtype)]
+        one_sided |= matched & ~out & (t_null ^ g_null) & np.fromiter(
+            (family(d) not in _TENSOR_FAMILIES for d in other), dtype=bool, count=rows)
     # a recording convention (the two frameworks record different tensors) has no shape or dtype to disagree on
     same_dtype, same_shape = same_dtype | one_sided | recorded, same_shape | one_sided | recorded
     ignored = _ignored(data, starts, lengths, entry_ops)

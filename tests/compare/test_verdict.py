@@ -202,3 +202,23 @@ def test_an_input_where_the_difference_enters():
     out, _ = judged({**module, **forward(name, [stat(), weight], [stat(norm=2.02)])},
                     {**module, **forward(name, [stat(), golden_weight], [stat()])})
     assert out[f"{name}.input.1"][0] == "pass"
+
+
+def test_a_non_tensor_argument_one_framework_records_is_a_convention(tmp_path):
+    """A collective's group name that MindSpore records and PyTorch writes null (the reference's own -lm fixture)
+    is a recording convention: pass and not compared, not an error beside the note "not compared"."""
+    name = "Distributed.all_reduce.0.forward"
+    group = {"type": "str", "value": "tp-0-1-2-3"}
+    ms = {name: {"input_args": [stat(dtype="Float32")], "input_kwargs": {"group": group},
+                 "output": [stat(dtype="Float32")]}}
+    pt = {name: {"input_args": [stat()], "input_kwargs": {"group": None}, "output": [stat()]}}
+    from msprobe.compare.mapping import MappingOptions
+
+    pairs = tmp_path / "data_mapping.yaml"      # as the reference's -lm fixture pairs them
+    pairs.write_text(f"{name}.input.group: {name}.input.group\n")
+    table, _ = compare_dumps(dump(ms, "mindspore"), dump(pt), CompareOptions(write_output=False,
+                                                                            mapping=MappingOptions(data=str(pairs))))
+    cells = table.cells
+    row = cells["NPU Name"].index(f"{name}.input.group")
+    assert (cells["Result"][row], json.loads(cells["Err_message"][row])) == (
+        "pass", ["note: not compared: the Bench records no tensor here (null)."])
