@@ -1,0 +1,127 @@
+"""The MindSpore/PyTorch twin zoo (tests/fixtures/cross_zoo/make.py) dumped by the REFERENCE's collectors
+(mindstudio-probe 26.2.0, tests/fixtures/cross_zoo_reference.tar.gz, made by benchmarks/cross_zoo_reference.py) and
+compared by ours with the built-in mappings (-am, no yaml): on the reference's two dumps, and on mixed pairs (the
+reference's MindSpore dump against our PyTorch dump, ours against the reference's), the clean pairs raise no warning
+or error, the planted op is the culprit (which -da reads), and the rows are matched as on our own dumps."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+
+import msprobe
+
+from conftest import FIXTURES
+
+sys.path.insert(0, str(FIXTURES / "cross_zoo"))
+from make import CASES  # noqa: E402
+
+LEVELS = ("L1", "mix")
+CLEAN = ("mlp_clean", "cnn_clean", "block_clean")
+BUGS = ("mlp_eps", "mlp_no_bias", "cnn_bn_eps", "cnn_fp16_conv", "block_eps", "block_fp16_dense")
+# (target's side, golden's side): ref = the reference's collector, our = ours
+PAIRS = (("ref", "ref"), ("ref", "our"), ("our", "ref"))
+# measured on the reference's dumps (benchmarks/cross_zoo_reference.py, every pair alike): matched rows of all the
+# target's rows (the rest are mostly ops PyTorch's collector does not record at all: casts, reshapes, MindSpore's
+# Shape and Reshape primitives, MatMul's output before BiasAdd)
+MATCHED = {("block", "L1"): (104, 410), ("block", "mix"): (185, 491), ("cnn", "L1"): (40, 73),
+           ("cnn", "mix"): (71, 107), ("mlp", "L1"): (43, 68), ("mlp", "mix"): (70, 96)}
+MARGIN = 0.02
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    roots = {}
+    for side, archive in (("ref", "cross_zoo_reference.tar.gz"), ("our", "cross_zoo.tar.gz")):
+        roots[side] = tmp_path_factory.mktemp(f"zoo_{side}")
+        with tarfile.open(FIXTURES / archive) as tar:
+            tar.extractall(roots[side], filter="data")
+    return roots
+
+
+def paths(zoo, case: str, level: str, pair: tuple) -> tuple:
+    model, variant, _, _ = CASES[case]
+    return (zoo[pair[0]] / f"ms_{case}_{level}" / "dump.json",
+            zoo[pair[1]] / f"pt_{model}_{variant}_{level}" / "dump.json")
+
+
+def test_the_reference_made_these_dumps(zoo):
+    """The fixture is the reference's: its statistics of a tensor both collectors dumped are not always ours (it
+    reduces in float32), so the tests below would notice a fixture remade by our collectors."""
+    differ = 0
+    for name in ("ms_block_clean_mix", "pt_block_plain_mix"):
+        ref = json.loads((zoo["ref"] / name / "dump.json").read_text())["data"]
+        our = json.loads((zoo["our"] / name / "dump.json").read_text())["data"]
+        assert ref.keys() == our.keys()
+        differ += sum(json.dumps(ref[key], sort_keys=True) != json.dumps(our[key], sort_keys=True) for key in ref)
+    assert differ > 50
+
+
+def _tensors(entry):
+    if isinstance(entry, dict):
+        if "Norm" in entry and "shape" in entry:
+            yield entry
+        else:
+            for value in entry.values():
+                yield from _tensors(value)
+    elif isinstance(entry, list):
+        for value in entry:
+            yield from _tensors(value)
+
+
+def test_statistics_rounding_covers_the_reference_collectors(zoo):
+    """The same tensor (equal Max and Min) dumped by the reference's collector and by ours: its Mean and Norm,
+    where they differ, are within the statistics rounding of two collectors (compare/stats.py)."""
+    from msprobe.compare.stats import statistics_rounding
+
+    pairs = []
+    for case in (*CLEAN, *BUGS, "pt_mlp", "pt_cnn", "pt_block"):
+        for level in LEVELS:
+            name = f"{case}_plain_{level}" if case.startswith("pt_") else f"ms_{case}_{level}"
+            ref = json.loads((zoo["ref"] / name / "dump.json").read_text())["data"]
+            our = json.loads((zoo["our"] / name / "dump.json").read_text())["data"]
+            for key in ref.keys() & our.keys():
+                for a, b in zip(_tensors(ref[key]), _tensors(our[key])):
+                    numbers = [a.get(k) for k in ("Max", "Min", "Mean", "Norm")] + [b.get(k) for k in
+                                                                                   ("Max", "Min", "Mean", "Norm")]
+                    if all(isinstance(x, float) for x in numbers) and numbers[:2] == numbers[4:6]:
+                        pairs.append((a, b))
+    stats = tuple(tuple(np.array([t[k] for t in side]) for k in ("Max", "Min", "Mean", "Norm"))
+                  for side in zip(*pairs))
+    dtypes = tuple([t["dtype"] for t in side] for side in zip(*pairs))
+    shapes = tuple([str(t["shape"]) for t in side] for side in zip(*pairs))
+    snapped = statistics_rounding(stats, dtypes, shapes)
+    differing = (stats[0][2] != stats[1][2]) | (stats[0][3] != stats[1][3])
+    assert len(pairs) > 2000 and differing.sum() > 300         # measured: 3291 tensors, 631 differ
+    assert (snapped[0][2][differing] == stats[1][2][differing]).all()
+    assert (snapped[0][3][differing] == stats[1][3][differing]).all()
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=["-".join(p) for p in PAIRS])
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("case", CLEAN)
+def test_a_clean_twin_raises_no_alarm(zoo, case, level, pair):
+    target, golden = paths(zoo, case, level, pair)
+    result = msprobe.compare(target, golden, api_mapping=True)
+    assert result.summary.counts["warning"] == result.summary.counts["error"] == 0
+    assert result.summary.first_error is None
+    assert msprobe.diff_analyze(target, golden, api_mapping=True).culprit["op_name"] is None
+    model = case.split("_")[0]
+    matched, rows = MATCHED[model, level]
+    assert len(result.rows) == rows
+    assert sum(r["Bench Name"] != "N/A" for r in result.rows) >= (matched / rows - MARGIN) * rows
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=["-".join(p) for p in PAIRS])
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("case", BUGS)
+def test_the_planted_bug_is_named(zoo, case, level, pair):
+    target, golden = paths(zoo, case, level, pair)
+    culprit = msprobe.compare(target, golden, api_mapping=True).summary.first_error
+    want = CASES[case][3]
+    assert culprit is not None and want in culprit, culprit
+    assert culprit.startswith(msprobe.diff_analyze(target, golden, api_mapping=True).culprit["op_name"])
