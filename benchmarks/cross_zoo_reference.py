@@ -80,14 +80,17 @@ def _reference_debugger(framework: str, out_dir: Path):
     package.PrecisionDebugger = Debugger
 
 
-def worker(framework: str, case: str, level: str, out: Path) -> None:
+def worker(framework: str, case: str, level: str, out: Path, ours: bool) -> None:
     make = _make()
     out.mkdir(parents=True, exist_ok=True)
-    _reference_debugger(framework, out)
+    if not ours:
+        _reference_debugger(framework, out)
     make.HERE = out
     make.LEVELS = (level,)
     sys.argv = [sys.argv[0], framework]
-    if framework == "mindspore":
+    if case in EXTRA or case in EXTRA_GOLDEN:
+        (run_llama_mindspore if framework == "mindspore" else run_llama_pytorch)(make, case, level)
+    elif framework == "mindspore":
         make.CASES = {case: make.CASES[case]}
         make.run_mindspore()
     else:
@@ -96,11 +99,192 @@ def worker(framework: str, case: str, level: str, out: Path) -> None:
         make.run_pytorch()
 
 
+# ------------------------------------------------------------------ a model make.py has not: mint APIs, Llama-like
+# (hand-written RMSNorm with mint.rsqrt, mint.nn.Linear without bias, SiLU gate, mint.matmul attention), input and
+# target random, loss mean square error. Same protocol as make.CASES: case -> (model, golden variant, bug, text of
+# the culprit the verdict must name).
+EXTRA = {
+    "llama_clean": ("llama", "plain", None, None),
+    "llama_rms_eps": ("llama", "plain", "rms_eps", "add"),
+    "llama_softmax_axis": ("llama", "plain", "softmax_axis", "softmax"),
+    "llama_scale": ("llama", "plain", "scale", "mul"),
+    "llama_fp16_linear": ("llama", "plain", "fp16_linear", "linear"),
+}
+EXTRA_GOLDEN = {"llama_plain"}
+L_D, L_HEADS, L_SEQ, L_BATCH, L_FFN = 16, 2, 6, 2, 32
+
+
+def llama_weights() -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(44)
+
+    def w(*shape, scale=0.3):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    out = {"norm1.weight": 1 + w(L_D, scale=0.1), "norm2.weight": 1 + w(L_D, scale=0.1)}
+    for name in ("q", "k", "v", "o"):
+        out[f"attn.{name}.weight"] = w(L_D, L_D)
+    out.update({"mlp.gate.weight": w(L_FFN, L_D), "mlp.up.weight": w(L_FFN, L_D), "mlp.down.weight": w(L_D, L_FFN)})
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((L_BATCH, L_SEQ, L_D)).astype(np.float32)
+    return out, x, rng.standard_normal((L_BATCH, L_SEQ, L_D)).astype(np.float32)
+
+
+def run_llama_mindspore(make, case: str, level: str) -> None:
+    import mindspore as ms
+    import numpy as np
+    from mindspore import Parameter, Tensor, mint, nn
+
+    from msprobe.mindspore import PrecisionDebugger
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    bug = EXTRA[case][2]
+
+    class RMSNorm(nn.Cell):
+        def __init__(self, eps):
+            super().__init__()
+            self.eps = eps
+            self.weight = Parameter(Tensor(np.ones(L_D, np.float32)), name="weight")
+
+        def construct(self, x):
+            var = mint.mean(mint.mul(x, x), -1, keepdim=True)
+            return mint.mul(mint.mul(x, mint.rsqrt(mint.add(var, self.eps))), self.weight)
+
+    class Attention(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v, self.o = (mint.nn.Linear(L_D, L_D, bias=False) for _ in range(4))
+
+        def heads(self, t):
+            return t.reshape(L_BATCH, L_SEQ, L_HEADS, L_D // L_HEADS).permute(0, 2, 1, 3)
+
+        def construct(self, h):
+            q, k, v = self.heads(self.q(h)), self.heads(self.k(h)), self.heads(self.v(h))
+            scale = (2.0 if bug == "scale" else 1.0) / (L_D // L_HEADS) ** 0.5
+            att = mint.mul(mint.matmul(q, mint.transpose(k, -2, -1)), scale)
+            att = mint.nn.functional.softmax(att, dim=-2 if bug == "softmax_axis" else -1)
+            y = mint.matmul(att, v).permute(0, 2, 1, 3).reshape(L_BATCH, L_SEQ, L_D)
+            return self.o(y)
+
+    class Mlp(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.gate, self.up = mint.nn.Linear(L_D, L_FFN, bias=False), mint.nn.Linear(L_D, L_FFN, bias=False)
+            self.down = mint.nn.Linear(L_FFN, L_D, bias=False)
+
+        def construct(self, h):
+            if bug == "fp16_linear":
+                up = mint.nn.functional.linear(h.to(ms.float16), self.up.weight.to(ms.float16)).to(ms.float32)
+            else:
+                up = self.up(h)
+            return self.down(mint.mul(mint.nn.functional.silu(self.gate(h)), up))
+
+    class Llama(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.norm1 = RMSNorm(0.3 if bug == "rms_eps" else 1e-5)
+            self.attn = Attention()
+            self.norm2 = RMSNorm(1e-5)
+            self.mlp = Mlp()
+
+        def construct(self, x, target):
+            x = mint.add(x, self.attn(self.norm1(x)))
+            x = mint.add(x, self.mlp(self.norm2(x)))
+            d = mint.sub(x, target)
+            return mint.mean(mint.mul(d, d))
+
+    values, x, t = llama_weights()
+    model = Llama()
+    for param in model.get_parameters():
+        param.set_data(Tensor(values[param.name]))
+    grad_fn = ms.value_and_grad(model, None, model.trainable_params())
+    with tempfile.TemporaryDirectory() as tmp:
+        debugger = PrecisionDebugger(dump_path=tmp, level=level)
+        debugger.start(model)
+        loss, _ = grad_fn(Tensor(x), Tensor(t))
+        debugger.stop()
+        make.keep(Path(tmp), f"ms_{case}_{level}")
+    print(case, level, float(loss))
+
+
+def run_llama_pytorch(make, case: str, level: str) -> None:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from msprobe.pytorch import PrecisionDebugger
+
+    torch.set_num_threads(1)
+
+    class RMSNorm(nn.Module):
+        def __init__(self, eps):
+            super().__init__()
+            self.eps = eps
+            self.weight = nn.Parameter(torch.ones(L_D))
+
+        def forward(self, x):
+            var = torch.mean(torch.mul(x, x), -1, keepdim=True)
+            return torch.mul(torch.mul(x, torch.rsqrt(torch.add(var, self.eps))), self.weight)
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v, self.o = (nn.Linear(L_D, L_D, bias=False) for _ in range(4))
+
+        def heads(self, t):
+            return t.reshape(L_BATCH, L_SEQ, L_HEADS, L_D // L_HEADS).permute(0, 2, 1, 3)
+
+        def forward(self, h):
+            q, k, v = self.heads(self.q(h)), self.heads(self.k(h)), self.heads(self.v(h))
+            att = torch.mul(torch.matmul(q, torch.transpose(k, -2, -1)), 1.0 / (L_D // L_HEADS) ** 0.5)
+            y = torch.matmul(F.softmax(att, dim=-1), v).permute(0, 2, 1, 3).reshape(L_BATCH, L_SEQ, L_D)
+            return self.o(y)
+
+    class Mlp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate, self.up = nn.Linear(L_D, L_FFN, bias=False), nn.Linear(L_D, L_FFN, bias=False)
+            self.down = nn.Linear(L_FFN, L_D, bias=False)
+
+        def forward(self, h):
+            return self.down(torch.mul(F.silu(self.gate(h)), self.up(h)))
+
+    class Llama(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1, self.attn, self.norm2, self.mlp = RMSNorm(1e-5), Attention(), RMSNorm(1e-5), Mlp()
+
+        def forward(self, x, target):
+            x = torch.add(x, self.attn(self.norm1(x)))
+            x = torch.add(x, self.mlp(self.norm2(x)))
+            d = torch.sub(x, target)
+            return torch.mean(torch.mul(d, d))
+
+    values, x, t = llama_weights()
+    model = Llama()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in values.items()})
+    with tempfile.TemporaryDirectory() as tmp:
+        debugger = PrecisionDebugger(dump_path=tmp, level=level)
+        debugger.start(model)
+        loss = model(torch.from_numpy(x), torch.from_numpy(t))
+        loss.backward()
+        debugger.stop()
+        make.keep(Path(tmp), f"pt_{case}_{level}")
+    print(case, level, float(loss))
+
+
 # ------------------------------------------------------------------ dump: drives the workers
-def dump(ms_python: str, pt_python: str, out: Path, only: list[str]) -> None:
+def dump(ms_python: str, pt_python: str, out: Path, only: list[str], ours: bool) -> None:
+    """Every case and level of make.py (by the reference's collectors; ours have theirs in the fixture) and of EXTRA
+    (by the collectors asked for)."""
     make = _make()
-    jobs = [("mindspore", case) for case in make.CASES] + [("pytorch", f"{m}_{v}") for m, v in sorted(make.GOLDEN)]
+    jobs = [] if ours else [("mindspore", case) for case in make.CASES] + [
+        ("pytorch", f"{m}_{v}") for m, v in sorted(make.GOLDEN)]
+    jobs += [("mindspore", case) for case in EXTRA] + [("pytorch", case) for case in sorted(EXTRA_GOLDEN)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the reference's msprobe, not ours
+    if ours:
+        env["PYTHONPATH"] = str(ROOT)
     for framework, case in jobs:
         if only and not case.startswith(tuple(only)):
             continue
@@ -110,8 +294,8 @@ def dump(ms_python: str, pt_python: str, out: Path, only: list[str]) -> None:
                 continue
             start = time.time()
             python = ms_python if framework == "mindspore" else pt_python
-            run = subprocess.run([python, __file__, "worker", framework, case, level, str(out)], env=env,
-                                 cwd=tempfile.gettempdir(), capture_output=True, text=True)
+            command = [python, __file__, "worker", framework, case, level, str(out)] + (["--ours"] if ours else [])
+            run = subprocess.run(command, env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True)
             tail = (run.stdout + run.stderr).strip().splitlines()[-1:] if run.returncode else []
             print(f"{side} {case} {level}: rc {run.returncode} {time.time() - start:.0f}s {' '.join(tail)}",
                   flush=True)
@@ -134,14 +318,19 @@ def _figures(target: Path, golden: Path, want: str | None) -> dict:
             "named": None if want is None else bool(culprit and want in culprit)}
 
 
-def compare(out: Path) -> dict:
+def compare(out: Path, ours: Path | None) -> dict:
+    """ours: our collectors' dumps of EXTRA (`dump --ours`); make.py's come from the fixture."""
     make = _make()
-    ours = Path(tempfile.mkdtemp(prefix="cross_zoo_ours_"))
+    our_zoo = Path(tempfile.mkdtemp(prefix="cross_zoo_ours_"))
     with tarfile.open(OURS) as tar:
-        tar.extractall(ours, filter="data")
-    sides = {"ref": out, "our": ours}
+        tar.extractall(our_zoo, filter="data")
+    if ours is not None:
+        for folder in ours.iterdir():
+            if folder.is_dir() and not (our_zoo / folder.name).exists():
+                (our_zoo / folder.name).symlink_to(folder.resolve())
+    sides = {"ref": out, "our": our_zoo}
     figures = {}
-    for case, (model, variant, _, want) in make.CASES.items():
+    for case, (model, variant, _, want) in {**make.CASES, **EXTRA}.items():
         for level in make.LEVELS:
             for t_side, g_side in (("ref", "ref"), ("ref", "our"), ("our", "ref")):
                 target = sides[t_side] / f"ms_{case}_{level}" / "dump.json"
@@ -182,22 +371,25 @@ def main() -> None:
     p.add_argument("--ms-python", required=True)
     p.add_argument("--pt-python", required=True)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--ours", action="store_true", help="our collectors (PYTHONPATH=this checkout), EXTRA only")
     p.add_argument("only", nargs="*", help="cases whose names start so (default: all)")
     p = sub.add_parser("compare")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--ours", type=Path, help="our collectors' dumps of EXTRA (dump --ours)")
     p.add_argument("--json", type=Path)
     p = sub.add_parser("worker")
     p.add_argument("framework", choices=("mindspore", "pytorch"))
     p.add_argument("case")
     p.add_argument("level")
     p.add_argument("out", type=Path)
+    p.add_argument("--ours", action="store_true")
     args = parser.parse_args()
     if args.command == "worker":
-        worker(args.framework, args.case, args.level, args.out)
+        worker(args.framework, args.case, args.level, args.out, args.ours)
     elif args.command == "dump":
-        dump(args.ms_python, args.pt_python, args.out, args.only)
+        dump(args.ms_python, args.pt_python, args.out, args.only, args.ours)
     else:
-        figures = compare(args.out)
+        figures = compare(args.out, args.ours)
         summary(figures)
         if args.json:
             args.json.write_text(json.dumps(figures, indent=1), encoding="utf-8")
