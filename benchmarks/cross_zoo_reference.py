@@ -88,7 +88,9 @@ def worker(framework: str, case: str, level: str, out: Path, ours: bool) -> None
     make.HERE = out
     make.LEVELS = (level,)
     sys.argv = [sys.argv[0], framework]
-    if case in EXTRA or case in EXTRA_GOLDEN:
+    if case.startswith("gate_"):
+        (run_gate_mindspore if framework == "mindspore" else run_gate_pytorch)(make, case, level)
+    elif case in EXTRA or case in EXTRA_GOLDEN:
         (run_llama_mindspore if framework == "mindspore" else run_llama_pytorch)(make, case, level)
     elif framework == "mindspore":
         make.CASES = {case: make.CASES[case]}
@@ -109,8 +111,14 @@ EXTRA = {
     "llama_softmax_axis": ("llama", "plain", "softmax_axis", "softmax"),
     "llama_scale": ("llama", "plain", "scale", "mul"),
     "llama_fp16_linear": ("llama", "plain", "fp16_linear", "linear"),
+    # mint.nn.Linear, nn.LayerNorm, MindSpore's default GELU (tanh; PyTorch's approximate="tanh"), mint.cat, mint.tanh,
+    # mint.sigmoid
+    "gate_clean": ("gate", "plain", None, None),
+    "gate_erf_gelu": ("gate", "plain", "erf_gelu", "gelu"),
+    "gate_ln_eps": ("gate", "plain", "eps", "layer_norm"),
+    "gate_sub_order": ("gate", "plain", "sub_order", "sub"),
 }
-EXTRA_GOLDEN = {"llama_plain"}
+EXTRA_GOLDEN = {"llama_plain", "gate_plain"}
 L_D, L_HEADS, L_SEQ, L_BATCH, L_FFN = 16, 2, 6, 2, 32
 
 
@@ -272,6 +280,88 @@ def run_llama_pytorch(make, case: str, level: str) -> None:
         debugger.stop()
         make.keep(Path(tmp), f"pt_{case}_{level}")
     print(case, level, float(loss))
+
+
+def gate_weights() -> tuple:
+    import numpy as np
+
+    rng = np.random.default_rng(45)
+
+    def w(*shape, scale=0.3):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    values = {"fc1.weight": w(16, 8), "fc1.bias": w(16, scale=0.1), "ln.weight": 1 + w(16, scale=0.1),
+              "ln.bias": w(16, scale=0.1), "fc2.weight": w(4, 32), "fc2.bias": w(4, scale=0.1)}
+    return values, w(6, 8, scale=1.0), (rng.random((6, 4)) > 0.5).astype(np.float32)
+
+
+def run_gate_mindspore(make, case: str, level: str) -> None:
+    import mindspore as ms
+    from mindspore import Tensor, mint, nn
+
+    from msprobe.mindspore import PrecisionDebugger
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    bug = EXTRA[case][2]
+
+    class Gate(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = mint.nn.Linear(8, 16)
+            self.ln = nn.LayerNorm((16,), epsilon=0.3 if bug == "eps" else 1e-5)
+            self.act = nn.GELU(approximate=bug != "erf_gelu")
+            self.fc2 = mint.nn.Linear(32, 4)
+
+        def construct(self, x, target):
+            h = self.act(self.ln(self.fc1(x)))
+            y = mint.sigmoid(self.fc2(mint.cat((h, mint.tanh(h)), -1)))
+            d = mint.sub(target, y) if bug == "sub_order" else mint.sub(y, target)
+            return mint.mean(mint.mul(d, d))
+
+    values, x, t = gate_weights()
+    model = Gate()
+    for param in model.get_parameters():
+        head, _, leaf = param.name.rpartition(".")
+        param.set_data(Tensor(values[f"{head}.{make.MS_NAMES.get(leaf, leaf)}"]))
+    grad_fn = ms.value_and_grad(model, None, model.trainable_params())
+    with tempfile.TemporaryDirectory() as tmp:
+        debugger = PrecisionDebugger(dump_path=tmp, level=level)
+        debugger.start(model)
+        loss, _ = grad_fn(Tensor(x), Tensor(t))
+        debugger.stop()
+        make.keep(Path(tmp), f"ms_{case}_{level}")
+    print(case, level, float(loss))
+
+
+def run_gate_pytorch(make, case: str, level: str) -> None:
+    import torch
+    from torch import nn
+
+    from msprobe.pytorch import PrecisionDebugger
+
+    torch.set_num_threads(1)
+
+    class Gate(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.ln, self.act, self.fc2 = (nn.Linear(8, 16), nn.LayerNorm(16), nn.GELU(approximate="tanh"),
+                                                     nn.Linear(32, 4))
+
+        def forward(self, x, target):
+            h = self.act(self.ln(self.fc1(x)))
+            d = torch.sub(torch.sigmoid(self.fc2(torch.cat((h, torch.tanh(h)), -1))), target)
+            return torch.mean(torch.mul(d, d))
+
+    values, x, t = gate_weights()
+    model = Gate()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in values.items()})
+    with tempfile.TemporaryDirectory() as tmp:
+        debugger = PrecisionDebugger(dump_path=tmp, level=level)
+        debugger.start(model)
+        model(torch.from_numpy(x), torch.from_numpy(t)).backward()
+        debugger.stop()
+        make.keep(Path(tmp), f"pt_{case}_{level}")
+    print(case, level)
 
 
 # ------------------------------------------------------------------ dump: drives the workers
