@@ -402,10 +402,15 @@ def _figures(target: Path, golden: Path, want: str | None) -> dict:
     matched = sum(r["Bench Name"] != "N/A" for r in rows)
     other = sum(r["Bench Name"] == "N/A" and UNMATCHED_OTHER.split("{op}")[0] in r["Err_message"] for r in rows)
     culprit = result.summary.first_error
-    return {"rows": len(rows), "matched": matched, "matchable": matched + other,
-            "warning": result.summary.counts["warning"], "error": result.summary.counts["error"],
-            "culprit": culprit, "da_culprit": analysis.culprit["op_name"],
-            "named": None if want is None else bool(culprit and want in culprit)}
+    figures = {"rows": len(rows), "matched": matched, "matchable": matched + other,
+               "warning": result.summary.counts["warning"], "error": result.summary.counts["error"],
+               "culprit": culprit, "da_culprit": analysis.culprit["op_name"],
+               "named": None if want is None else bool(culprit and want in culprit)}
+    if json.loads(target.with_name("construct.json").read_text(encoding="utf-8")):     # -lm needs the tree (mix)
+        layered = msprobe.compare(target, golden, layer_mapping=True).summary
+        figures.update(lm_alarms=layered.counts["warning"] + layered.counts["error"], lm_culprit=layered.first_error,
+                       lm_named=None if want is None else bool(layered.first_error and want in layered.first_error))
+    return figures
 
 
 def compare(out: Path, ours: Path | None) -> dict:
@@ -438,20 +443,24 @@ def summary(figures: dict) -> None:
     for key, f in figures.items():
         pair, case, level = key.split()
         p = by_pair.setdefault(pair, {"clean_alarms": 0, "clean": 0, "named": 0, "bugs": 0, "matched": 0,
-                                      "matchable": 0, "rows": 0})
+                                      "matchable": 0, "rows": 0, "lm_alarms": 0, "lm_named": 0, "lm_bugs": 0})
         if f["named"] is None:
             p["clean"] += 1
             p["clean_alarms"] += f["warning"] + f["error"]
+            p["lm_alarms"] += f.get("lm_alarms", 0)
             p["matched"] += f["matched"]
             p["matchable"] += f["matchable"]
             p["rows"] += f["rows"]
         else:
             p["bugs"] += 1
             p["named"] += f["named"]
+            p["lm_bugs"] += "lm_named" in f
+            p["lm_named"] += bool(f.get("lm_named"))
     for pair, p in by_pair.items():
         print(f"{pair}: clean pairs {p['clean']} with {p['clean_alarms']} warning/error rows; culprit named "
               f"{p['named']}/{p['bugs']}; clean rows matched {p['matched']}/{p['rows']} "
-              f"({p['matched']}/{p['matchable']} of those with a golden counterpart)")
+              f"({p['matched']}/{p['matchable']} of those with a golden counterpart); -lm (mix): "
+              f"{p['lm_alarms']} warning/error rows on the clean pairs, culprit named {p['lm_named']}/{p['lm_bugs']}")
 
 
 def main() -> None:
