@@ -101,6 +101,40 @@ def worker(framework: str, case: str, level: str, out: Path, ours: bool) -> None
         make.run_pytorch()
 
 
+def _step_mindspore(make, model, inputs: tuple, name: str, level: str) -> None:
+    """One training step (forward and backward) of a MindSpore model under the PrecisionDebugger that msprobe.mindspore
+    holds now (the reference's, or ours), kept as make.py keeps it."""
+    import mindspore as ms
+    from mindspore import Tensor
+
+    from msprobe.mindspore import PrecisionDebugger
+
+    grad_fn = ms.value_and_grad(model, None, model.trainable_params())
+    with tempfile.TemporaryDirectory() as tmp:
+        debugger = PrecisionDebugger(dump_path=tmp, level=level)
+        debugger.start(model)
+        loss, _ = grad_fn(*(Tensor(v) for v in inputs))
+        debugger.stop()
+        make.keep(Path(tmp), name)
+    print(name, float(loss))
+
+
+def _step_pytorch(make, model, inputs: tuple, name: str, level: str) -> None:
+    """The same for a PyTorch model."""
+    import torch
+
+    from msprobe.pytorch import PrecisionDebugger
+
+    with tempfile.TemporaryDirectory() as tmp:
+        debugger = PrecisionDebugger(dump_path=tmp, level=level)
+        debugger.start(model)
+        loss = model(*(torch.from_numpy(v) for v in inputs))
+        loss.backward()
+        debugger.stop()
+        make.keep(Path(tmp), name)
+    print(name, float(loss))
+
+
 # ------------------------------------------------------------------ a model make.py has not: mint APIs, Llama-like
 # (hand-written RMSNorm with mint.rsqrt, mint.nn.Linear without bias, SiLU gate, mint.matmul attention), input and
 # target random, loss mean square error. Same protocol as make.CASES: case -> (model, golden variant, bug, text of
@@ -143,8 +177,6 @@ def run_llama_mindspore(make, case: str, level: str) -> None:
     import mindspore as ms
     import numpy as np
     from mindspore import Parameter, Tensor, mint, nn
-
-    from msprobe.mindspore import PrecisionDebugger
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
     bug = EXTRA[case][2]
@@ -206,22 +238,13 @@ def run_llama_mindspore(make, case: str, level: str) -> None:
     model = Llama()
     for param in model.get_parameters():
         param.set_data(Tensor(values[param.name]))
-    grad_fn = ms.value_and_grad(model, None, model.trainable_params())
-    with tempfile.TemporaryDirectory() as tmp:
-        debugger = PrecisionDebugger(dump_path=tmp, level=level)
-        debugger.start(model)
-        loss, _ = grad_fn(Tensor(x), Tensor(t))
-        debugger.stop()
-        make.keep(Path(tmp), f"ms_{case}_{level}")
-    print(case, level, float(loss))
+    _step_mindspore(make, model, (x, t), f"ms_{case}_{level}", level)
 
 
 def run_llama_pytorch(make, case: str, level: str) -> None:
     import torch
     import torch.nn.functional as F
     from torch import nn
-
-    from msprobe.pytorch import PrecisionDebugger
 
     torch.set_num_threads(1)
 
@@ -272,14 +295,7 @@ def run_llama_pytorch(make, case: str, level: str) -> None:
     values, x, t = llama_weights()
     model = Llama()
     model.load_state_dict({k: torch.from_numpy(v) for k, v in values.items()})
-    with tempfile.TemporaryDirectory() as tmp:
-        debugger = PrecisionDebugger(dump_path=tmp, level=level)
-        debugger.start(model)
-        loss = model(torch.from_numpy(x), torch.from_numpy(t))
-        loss.backward()
-        debugger.stop()
-        make.keep(Path(tmp), f"pt_{case}_{level}")
-    print(case, level, float(loss))
+    _step_pytorch(make, model, (x, t), f"pt_{case}_{level}", level)
 
 
 def gate_weights() -> tuple:
@@ -298,8 +314,6 @@ def gate_weights() -> tuple:
 def run_gate_mindspore(make, case: str, level: str) -> None:
     import mindspore as ms
     from mindspore import Tensor, mint, nn
-
-    from msprobe.mindspore import PrecisionDebugger
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
     bug = EXTRA[case][2]
@@ -323,21 +337,12 @@ def run_gate_mindspore(make, case: str, level: str) -> None:
     for param in model.get_parameters():
         head, _, leaf = param.name.rpartition(".")
         param.set_data(Tensor(values[f"{head}.{make.MS_NAMES.get(leaf, leaf)}"]))
-    grad_fn = ms.value_and_grad(model, None, model.trainable_params())
-    with tempfile.TemporaryDirectory() as tmp:
-        debugger = PrecisionDebugger(dump_path=tmp, level=level)
-        debugger.start(model)
-        loss, _ = grad_fn(Tensor(x), Tensor(t))
-        debugger.stop()
-        make.keep(Path(tmp), f"ms_{case}_{level}")
-    print(case, level, float(loss))
+    _step_mindspore(make, model, (x, t), f"ms_{case}_{level}", level)
 
 
 def run_gate_pytorch(make, case: str, level: str) -> None:
     import torch
     from torch import nn
-
-    from msprobe.pytorch import PrecisionDebugger
 
     torch.set_num_threads(1)
 
@@ -355,13 +360,7 @@ def run_gate_pytorch(make, case: str, level: str) -> None:
     values, x, t = gate_weights()
     model = Gate()
     model.load_state_dict({k: torch.from_numpy(v) for k, v in values.items()})
-    with tempfile.TemporaryDirectory() as tmp:
-        debugger = PrecisionDebugger(dump_path=tmp, level=level)
-        debugger.start(model)
-        model(torch.from_numpy(x), torch.from_numpy(t)).backward()
-        debugger.stop()
-        make.keep(Path(tmp), f"pt_{case}_{level}")
-    print(case, level)
+    _step_pytorch(make, model, (x, t), f"pt_{case}_{level}", level)
 
 
 # ------------------------------------------------------------------ dump: drives the workers
