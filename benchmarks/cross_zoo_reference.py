@@ -86,6 +86,8 @@ def worker(framework: str, case: str, level: str, out: Path, ours: bool) -> None
     if not ours:
         _reference_debugger(framework, out)
     make.HERE = out
+    if hasattr(make, "LOSSES"):      # the clean twins' losses, kept beside the dumps, not in the fixture's folder
+        make.LOSSES = out / "losses.json"
     make.LEVELS = (level,)
     sys.argv = [sys.argv[0], framework]
     if case.startswith("gate_"):
