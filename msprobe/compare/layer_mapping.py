@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from msprobe.compare.error_origin import numel
 from msprobe.compare.name_rules import golden_op, golden_suffix, out_of_place
 from msprobe.dump.flatten import Items
 from msprobe.dump.naming import BACKWARD, FORWARD, PARAMETERS_GRAD
@@ -209,6 +210,7 @@ def generate_data_mapping(target: Items, golden: Items, target_construct: dict, 
     target_tree = build_tree(target_scopes)
     golden_items = _items_by_entry(golden)
     target_items = _items_by_entry(target)
+    shapes = (dict(zip(target.name, target.shape)), dict(zip(golden.name, golden.shape)))
     data: dict = {}
     for name, (path, direction, _) in target_scopes.items():
         siblings = target_tree[path].entries[direction]
@@ -218,8 +220,29 @@ def generate_data_mapping(target: Items, golden: Items, target_construct: dict, 
         by_suffix = golden_items.get(partners[position], {}) if position < len(partners) else {}
         for suffix, item_name in target_items.get(name, {}).items():
             partner = golden_suffix(name, suffix)
-            data[item_name] = NA if partner is None else by_suffix.get(partner, NA)
+            golden_name = NA if partner is None else by_suffix.get(partner, NA)
+            if golden_name != NA and (partner != suffix or name.startswith("Primitive.")):
+                golden_name = _same_size(item_name, golden_name, suffix, by_suffix, shapes)
+            data[item_name] = golden_name
     return data
+
+
+def _same_size(target_name: str, golden_name: str, suffix: str, by_suffix: dict, shapes: tuple) -> str:
+    """A primitive's item, or one a rule renames (name_rules.PLACED_RULES), pairs with the golden item the rule names
+    when the two hold as many elements; else with the one golden item of its kind (outputs: gradients) of its shape,
+    or else of its element count, N/A if none or several. PyTorch records a linear's gradients in the order of its
+    inputs (x, W, b) after a linear on more than two dimensions, in addmm's (b, x, W transposed) after one on two."""
+    t_shapes, g_shapes = shapes
+    shape = t_shapes.get(target_name)
+    size = numel(shape)
+    if size != size or numel(g_shapes.get(golden_name)) == size:
+        return golden_name
+    kind = suffix.rsplit(".", 1)[0] + "."
+    for same in (lambda g: g_shapes.get(g) == shape, lambda g: numel(g_shapes.get(g)) == size):
+        found = [g for s, g in by_suffix.items() if s.startswith(kind) and same(g)]
+        if found:
+            return found[0] if len(found) == 1 else NA
+    return NA
 
 
 def _items_by_entry(items: Items) -> dict:
