@@ -205,8 +205,8 @@ def row_errors(mode: str, cells: dict, stats: tuple | None = None, mean_noise: n
             # (beyond MEAN_UNITS of the mean's own rounding: the mean of bfloat16 scores that moved by one such
             # unit, 2 % of a mean 0.006 of values of rms 1, carries no 2 % error into a softmax)
             shift = np.abs(t[2] - g[2])
-            if mean_noise is not None:
-                shift = np.fmax(shift - MEAN_UNITS * mean_noise, 0.0)
+            if mean_noise is not None:      # no discount where it is unknown (integers, no shape)
+                shift = np.fmax(shift - MEAN_UNITS * np.where(np.isfinite(mean_noise), mean_noise, 0.0), 0.0)
             mean_rel = shift / np.abs(g[2])
             mean_rel = np.where(np.abs(g[2]) >= MEAN_FLOOR * g_mag, mean_rel, 0.0)
             carried = np.fmax(errors, np.where(np.isfinite(mean_rel), mean_rel, 0.0))

@@ -123,3 +123,13 @@ def test_da_names_the_bug_zoo_transformer_bugs_below_one_bfloat16_unit(case, nam
     result = _da(str(FIXTURES / "bf16_mean" / case / "dump.json"), str(FIXTURES / "bf16_mean" / "golden" / "dump.json"),
                  tmp_path / "da")
     assert result["dtype_aware"]["op_name"] == named
+
+
+def test_a_mean_whose_rounding_is_unknown_is_read_without_discount():
+    # integer indices (no eps) and a float tensor without a shape keep the plain relative reading of their Mean
+    stats = ([np.array([9.0, 1.0]), np.array([0.0, -1.0]), np.array([4.4, 0.26]), np.array([20.0, 4.0])],
+             [np.array([9.0, 1.0]), np.array([0.0, -1.0]), np.array([4.0, 0.25]), np.array([20.0, 4.0])])
+    noise = eo.mean_rounding(stats[1][2], stats[1][3], ["[8]", "N/A"], np.array([0.0, EPS_BF16]))
+    assert np.isnan(noise).all()
+    carried = eo.row_errors(STATISTICS, {}, stats, noise)[1]
+    assert carried[0] == pytest.approx(0.1) and carried[1] == pytest.approx(0.04)
