@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from msprobe.compare.name_rules import FUNCTION_NAMES, PARAMETER_NAMES, PRIMITIVE_RULES, ApiRule
+from msprobe.compare.name_rules import FUNCTION_NAMES, LAYOUT_OPS, PARAMETER_NAMES, PRIMITIVE_RULES, ApiRule
 from msprobe.dump.paths import load_yaml
 from msprobe.dump.reader import read_stack
 from msprobe.errors import MsprobeError
@@ -499,7 +499,121 @@ def split_op_partners(target_items, golden_items) -> dict:
         for entry, cls, bias, output, direct in ops:
             _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direct, pairs)
             at = pairs.pop(None, at)
+            _pair_dense_reshapes(t_items, forward, entry, output, pairs)
+    pairs.update(layout_op_partners(t_items, g_items, forward, golden_items.entry_names))
+    _pair_shape_queries(t_items, g_items, forward, pairs)
     return pairs
+
+
+def _is_shape_query(entry: str) -> bool:
+    return ".Shape." in entry if entry.startswith("Primitive.") else entry.startswith("Functional.shape.")
+
+
+def _pair_shape_queries(t_items, g_items, forward, pairs) -> None:
+    """MindSpore's cells ask a tensor's shape before they use it (nn.Dense, nn.BatchNorm2d: a Shape primitive or
+    ops.shape), PyTorch records no such call. The queried tensor is the input of the next op, so the query's input
+    pairs with that input's partner when the two have the same shape; the sizes it returns stay unpaired."""
+    for at, entry in enumerate(forward):
+        if not _is_shape_query(entry) or entry + ".input.0" in pairs:
+            continue
+        following = next((e for e in forward[at + 1:] if not _is_shape_query(e)), None)
+        shape = t_items.get(entry, {}).get(".input.0")
+        if following is None or shape is None or t_items.get(following, {}).get(".input.0") != shape:
+            continue
+        partner = pairs.get(following + ".input.0") or map_primitive(following + ".input.0", "input")
+        if partner is None or partner.endswith(".abandoned"):
+            continue
+        g_entry = partner[:max(partner.rfind(".input."), partner.rfind(".output."))]
+        if partner[len(g_entry):] in g_items.get(g_entry, {}):
+            pairs[entry + ".input.0"] = partner
+
+
+# the API types under which the two frameworks record a layout op (LAYOUT_OPS): a Tensor method, a function
+_LAYOUT_TYPES = ("Tensor", "Torch", "Functional", "Mint", "MintFunctional")
+
+
+def layout_op_partners(t_items, g_items, t_forward, g_entries) -> dict:
+    """Pairs the shape changes, views and casts (name_rules.LAYOUT_OPS) of a golden dumped with them (PyTorch's
+    risk_level ALL) call by call: each target call of op X (Tensor.X, Mint.X, ops.X), in the order of the dump,
+    pairs with the next golden call of X (Tensor.X or torch.X) whose input and first output have the same shapes,
+    so calls one run makes and the other has not (nn.LayerNorm's casts of gamma and beta) leave the rest in step;
+    item by item (arguments, outputs, the backward's gradients by their place). A call with no such partner, and an
+    item its partner has not (an argument named otherwise: axis and dim), never match (nor by call count)."""
+    golden: dict = {}            # op -> golden forward entries, in the order of the dump
+    for entry in g_entries:
+        parts = entry.split(".")
+        if len(parts) == 4 and parts[3] == "forward" and parts[1] in LAYOUT_OPS and parts[0] in _LAYOUT_TYPES:
+            golden.setdefault(parts[1], []).append(entry)
+    if not golden:
+        return {}
+    table = builtin_api_table()
+    at: dict = {}
+    pairs: dict = {}
+    for entry in t_forward:
+        parts = entry.split(".")
+        if len(parts) != 4 or parts[0] not in _LAYOUT_TYPES:
+            continue
+        op = map_api_name(entry, table).split(".")[1]
+        calls = golden.get(op)
+        if calls is None:
+            continue
+        items = t_items.get(entry, {})
+        start = at.get(op, 0)
+        found = next((k for k in range(start, len(calls)) if g_items[calls[k]].get(".input.0") == items.get(".input.0")
+                      and g_items[calls[k]].get(".output.0") == items.get(".output.0")), None)
+        backward = entry[:-len("forward")] + "backward"
+        if found is None:
+            _abandon(t_items, (entry, backward), pairs, every=True)
+            continue
+        at[op] = found + 1
+        g_entry = calls[found]
+        g_backward = g_entry[:-len("forward")] + "backward"
+        for t_entry, partner in ((entry, g_entry), (backward, g_backward)):
+            g_have = g_items.get(partner, {})
+            for suffix in t_items.get(t_entry, {}):
+                pairs[t_entry + suffix] = partner + suffix if suffix in g_have else t_entry + suffix + ".abandoned"
+    return pairs
+
+
+def _pair_dense_reshapes(t_items, forward, entry, output, pairs) -> None:
+    """nn.Dense on an input of more than two dimensions records Shape and Reshape (to 2-D) before its MatMul and
+    (Functional.shape and) Reshape back after its BiasAdd: their tensors are the linear's x and y, flattened or
+    not (statistics do not depend on the shape), so they pair with the items MatMul's input and BiasAdd's output
+    got (same element counts), and the Reshapes' gradients with those of x and y. Shape's sizes and Reshape's
+    target shape have no counterpart in PyTorch's linear and stay unpaired."""
+    if not entry.startswith("Primitive.matmul.MatMul."):
+        return
+    x_partner, y_partner = pairs.get(entry + ".input.0"), pairs.get(output + ".output.0")
+    before = [e for e in forward[:forward.index(entry)] if not _is_shape_query(e)][-1:]
+    reshape = before[0] if before and ".Reshape." in before[0] else None
+    numel = _numel(t_items[entry].get(".input.0"))
+    if x_partner is not None and reshape and _numel(t_items[reshape].get(".output.0")) == numel:
+        for suffix in (".input.0", ".output.0"):
+            pairs[reshape + suffix] = x_partner
+        _pair_gradient(t_items, reshape, pairs.get(entry[:-len("forward")] + "backward.output.1"), numel, pairs)
+    y_grad = pairs.get(output[:-len("forward")] + "backward.input.0")
+    if output != entry and y_grad is not None and not y_grad.endswith(".abandoned"):
+        # BiasAdd's gradient of its input (MatMul's output before the bias) is y's gradient, passed through
+        bias_b = output[:-len("forward")] + "backward"
+        if t_items.get(bias_b, {}).get(".output.1") == t_items[output].get(".output.0"):
+            pairs[bias_b + ".output.1"] = y_grad
+    after = [e for e in forward[forward.index(output) + 1:] if not _is_shape_query(e)][:1]
+    numel = _numel(t_items[output].get(".output.0"))
+    if y_partner is not None and after and ".Reshape." in after[0] and \
+            t_items[after[0]].get(".input.0") == t_items[output].get(".output.0"):
+        for suffix in (".input.0", ".output.0"):
+            pairs[after[0] + suffix] = y_partner
+        _pair_gradient(t_items, after[0], y_grad, numel, pairs)
+
+
+def _pair_gradient(t_items, reshape, partner, numel, pairs) -> None:
+    """A Reshape's backward input and output (one gradient, shaped two ways) pair with `partner`, a golden item."""
+    backward = reshape[:-len("forward")] + "backward"
+    if partner is None or partner.endswith(".abandoned"):
+        return
+    for suffix in (".input.0", ".output.0"):
+        if _numel(t_items.get(backward, {}).get(suffix)) == numel:
+            pairs[backward + suffix] = partner
 
 
 def _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direct, pairs) -> None:
@@ -557,11 +671,12 @@ def _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direc
     _abandon(t_items, (op_b, out_b), pairs)
 
 
-def _abandon(t_items, entries, pairs) -> None:
-    """The backward outputs of a split op's entries that got no partner never match (nor by call count)."""
+def _abandon(t_items, entries, pairs, every=False) -> None:
+    """The backward outputs of a split op's entries that got no partner never match (nor by call count); `every`:
+    none of the entries' items does."""
     for entry in entries:
         for suffix in t_items.get(entry, {}):
-            if (suffix.startswith(".output.") or entry.endswith(".forward")) and entry + suffix not in pairs:
+            if (every or suffix.startswith(".output.") or entry.endswith(".forward")) and entry + suffix not in pairs:
                 pairs[entry + suffix] = entry + suffix + ".abandoned"
 
 

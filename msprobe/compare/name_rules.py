@@ -77,3 +77,13 @@ def golden_op(entry_name: str, op: str) -> str:
     head, _, rest = entry_name.partition(".")
     mapped = FUNCTION_NAMES.get(f"{head}.{rest.partition('.')[0]}")
     return mapped.split(".")[1] if mapped else op
+
+
+# Shape changes, views and casts: PyTorch's collector dumps them at risk_level ALL only (the reference's "low risk"
+# APIs), and MindSpore's cells call some of them themselves (nn.LayerNorm casts gamma and beta), so their call
+# counts drift between the runs. compare/mapping.py layout_op_partners pairs them by order and shapes instead.
+LAYOUT_OPS = frozenset("""
+squeeze unsqueeze reshape reshape_as view view_as flatten unflatten expand expand_as repeat repeat_interleave tile
+transpose permute moveaxis movedim swapaxes swapdims chunk split split_with_sizes tensor_split unbind stack cat
+concat t to type_as float double half bfloat16 int long bool contiguous narrow
+""".split())
