@@ -493,13 +493,14 @@ def split_op_partners(target_items, golden_items) -> dict:
         calls.setdefault(SPLIT_OPS[cls][0], []).append((entry, cls, bias, entry if direct or bias is None else bias,
                                                         direct or cls == "Dense"))
     pairs: dict = {}
+    position = {entry: at for at, entry in enumerate(forward)}
     for function, ops in calls.items():
         golden = [e for e in golden_items.entry_names if e.startswith(function + ".") and e.endswith(".forward")]
         at = 0
         for entry, cls, bias, output, direct in ops:
             _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direct, pairs)
             at = pairs.pop(None, at)
-            _pair_dense_reshapes(t_items, forward, entry, output, pairs)
+            _pair_dense_reshapes(t_items, forward, position, entry, output, pairs)
     pairs.update(layout_op_partners(t_items, g_items, forward, golden_items.entry_names))
     _pair_shape_queries(t_items, g_items, forward, pairs)
     return pairs
@@ -516,7 +517,7 @@ def _pair_shape_queries(t_items, g_items, forward, pairs) -> None:
     for at, entry in enumerate(forward):
         if not _is_shape_query(entry) or entry + ".input.0" in pairs:
             continue
-        following = next((e for e in forward[at + 1:] if not _is_shape_query(e)), None)
+        following = _neighbour(forward, at, 1)
         shape = t_items.get(entry, {}).get(".input.0")
         if following is None or shape is None or t_items.get(following, {}).get(".input.0") != shape:
             continue
@@ -536,9 +537,10 @@ def layout_op_partners(t_items, g_items, t_forward, g_entries) -> dict:
     """Pairs the shape changes, views and casts (name_rules.LAYOUT_OPS) of a golden dumped with them (PyTorch's
     risk_level ALL) call by call: each target call of op X (Tensor.X, Mint.X, ops.X), in the order of the dump,
     pairs with the next golden call of X (Tensor.X or torch.X) whose input and first output have the same shapes,
-    so calls one run makes and the other has not (nn.LayerNorm's casts of gamma and beta) leave the rest in step;
-    item by item (arguments, outputs, the backward's gradients by their place). A call with no such partner, and an
-    item its partner has not (an argument named otherwise: axis and dim), never match (nor by call count)."""
+    so calls one run makes and the other has not (nn.LayerNorm's casts of gamma and beta) leave the rest in step.
+    Between two such pairs, as many calls left on each side pair in order (a call whose shapes differ: a real
+    difference, shown); the others never match (nor by call count). Item by item: arguments, outputs and the
+    backward's gradients by their place; an item the partner has not (an argument named otherwise) stays unpaired."""
     golden: dict = {}            # op -> golden forward entries, in the order of the dump
     for entry in g_entries:
         parts = entry.split(".")
@@ -547,35 +549,71 @@ def layout_op_partners(t_items, g_items, t_forward, g_entries) -> dict:
     if not golden:
         return {}
     table = builtin_api_table()
-    at: dict = {}
-    pairs: dict = {}
+    target: dict = {}            # op -> target forward entries, in the order of the dump
     for entry in t_forward:
         parts = entry.split(".")
-        if len(parts) != 4 or parts[0] not in _LAYOUT_TYPES:
-            continue
-        op = map_api_name(entry, table).split(".")[1]
-        calls = golden.get(op)
-        if calls is None:
-            continue
-        items = t_items.get(entry, {})
-        start = at.get(op, 0)
-        found = next((k for k in range(start, len(calls)) if g_items[calls[k]].get(".input.0") == items.get(".input.0")
-                      and g_items[calls[k]].get(".output.0") == items.get(".output.0")), None)
-        backward = entry[:-len("forward")] + "backward"
-        if found is None:
-            _abandon(t_items, (entry, backward), pairs, every=True)
-            continue
-        at[op] = found + 1
-        g_entry = calls[found]
-        g_backward = g_entry[:-len("forward")] + "backward"
-        for t_entry, partner in ((entry, g_entry), (backward, g_backward)):
-            g_have = g_items.get(partner, {})
-            for suffix in t_items.get(t_entry, {}):
-                pairs[t_entry + suffix] = partner + suffix if suffix in g_have else t_entry + suffix + ".abandoned"
+        if len(parts) == 4 and parts[0] in _LAYOUT_TYPES:
+            op = map_api_name(entry, table).split(".")[1]
+            if op in golden:
+                target.setdefault(op, []).append(entry)
+    pairs: dict = {}
+    for op, calls in target.items():
+        for entry, found in zip(calls, _align_calls(t_items, g_items, calls, golden[op])):
+            backward = entry[:-len("forward")] + "backward"
+            if found is None:
+                _abandon(t_items, (entry, backward), pairs, every=True)
+                continue
+            g_entry = golden[op][found]
+            for t_entry, partner in ((entry, g_entry), (backward, g_entry[:-len("forward")] + "backward")):
+                g_have = g_items.get(partner, {})
+                for suffix in t_items.get(t_entry, {}):
+                    pairs[t_entry + suffix] = partner + suffix if suffix in g_have else t_entry + suffix + ".abandoned"
     return pairs
 
 
-def _pair_dense_reshapes(t_items, forward, entry, output, pairs) -> None:
+_LOOKAHEAD = 64      # golden calls searched ahead for a target call's partner (keeps the pairing linear)
+
+
+def _align_calls(t_items, g_items, calls, golden) -> list:
+    """Per target call, the index of its golden partner or None (layout_op_partners)."""
+    def shapes(items, entry):
+        have = items.get(entry, {})
+        return have.get(".input.0"), have.get(".output.0")
+
+    wanted = [shapes(g_items, entry) for entry in golden]
+    found: list = []
+    at = 0
+    for entry in calls:
+        mine = shapes(t_items, entry)
+        k = next((k for k in range(at, min(at + _LOOKAHEAD, len(golden))) if wanted[k] == mine), None)
+        found.append(k)
+        if k is not None:
+            at = k + 1
+    start = 0
+    while start < len(found):                # the calls left between two pairs, as many on each side: in order
+        if found[start] is not None:
+            start += 1
+            continue
+        stop = start
+        while stop < len(found) and found[stop] is None:
+            stop += 1
+        low = found[start - 1] + 1 if start else 0
+        high = found[stop] if stop < len(found) else len(golden)
+        if high - low == stop - start:
+            found[start:stop] = range(low, high)
+        start = stop
+    return found
+
+
+def _neighbour(forward, at: int, step: int) -> str | None:
+    """The forward entry before (step -1) or after (step 1) forward[at], shape queries skipped."""
+    at += step
+    while 0 <= at < len(forward) and _is_shape_query(forward[at]):
+        at += step
+    return forward[at] if 0 <= at < len(forward) else None
+
+
+def _pair_dense_reshapes(t_items, forward, position, entry, output, pairs) -> None:
     """nn.Dense on an input of more than two dimensions records Shape and Reshape (to 2-D) before its MatMul and
     (Functional.shape and) Reshape back after its BiasAdd: their tensors are the linear's x and y, flattened or
     not (statistics do not depend on the shape), so they pair with the items MatMul's input and BiasAdd's output
@@ -584,10 +622,10 @@ def _pair_dense_reshapes(t_items, forward, entry, output, pairs) -> None:
     if not entry.startswith("Primitive.matmul.MatMul."):
         return
     x_partner, y_partner = pairs.get(entry + ".input.0"), pairs.get(output + ".output.0")
-    before = [e for e in forward[:forward.index(entry)] if not _is_shape_query(e)][-1:]
-    reshape = before[0] if before and ".Reshape." in before[0] else None
+    reshape = _neighbour(forward, position[entry], -1)
     numel = _numel(t_items[entry].get(".input.0"))
-    if x_partner is not None and reshape and _numel(t_items[reshape].get(".output.0")) == numel:
+    if x_partner is not None and not x_partner.endswith(".abandoned") and reshape and ".Reshape." in reshape and \
+            t_items[reshape].get(".output.0") == t_items[entry].get(".input.0"):
         for suffix in (".input.0", ".output.0"):
             pairs[reshape + suffix] = x_partner
         _pair_gradient(t_items, reshape, pairs.get(entry[:-len("forward")] + "backward.output.1"), numel, pairs)
@@ -597,13 +635,13 @@ def _pair_dense_reshapes(t_items, forward, entry, output, pairs) -> None:
         bias_b = output[:-len("forward")] + "backward"
         if t_items.get(bias_b, {}).get(".output.1") == t_items[output].get(".output.0"):
             pairs[bias_b + ".output.1"] = y_grad
-    after = [e for e in forward[forward.index(output) + 1:] if not _is_shape_query(e)][:1]
+    after = _neighbour(forward, position[output], 1)
     numel = _numel(t_items[output].get(".output.0"))
-    if y_partner is not None and after and ".Reshape." in after[0] and \
-            t_items[after[0]].get(".input.0") == t_items[output].get(".output.0"):
+    if y_partner is not None and not y_partner.endswith(".abandoned") and after and ".Reshape." in after and \
+            t_items[after].get(".input.0") == t_items[output].get(".output.0"):
         for suffix in (".input.0", ".output.0"):
-            pairs[after[0] + suffix] = y_partner
-        _pair_gradient(t_items, after[0], y_grad, numel, pairs)
+            pairs[after + suffix] = y_partner
+        _pair_gradient(t_items, after, y_grad, numel, pairs)
 
 
 def _pair_gradient(t_items, reshape, partner, numel, pairs) -> None:
