@@ -272,3 +272,21 @@ def test_dense_as_primitives_pairs_its_reshapes_and_shape_queries(zoo):
         "Functional.linear.1.backward.input.0"       # the gradient of the output before the bias is y's
     rows = {r["NPU Name"]: r for r in compared(zoo, "cnn_clean", "L1")[0].rows}     # nn.BatchNorm2d's checks
     assert rows["Primitive.shape.Shape.1.forward.input.0"]["Bench Name"] == "Functional.batch_norm.0.forward.input.0"
+
+
+def test_a_layout_call_whose_shapes_differ_is_paired_and_shown(zoo, tmp_path):
+    """Between two calls paired by their shapes, the one call left on each side pairs with the other: a reshape
+    to another shape (a real difference) is an error row, not N/A."""
+    import json
+
+    target = json.loads((zoo / "ms_block_clean_L1" / "dump.json").read_text())
+    target["data"]["Tensor.reshape.3.forward"]["output"][0]["shape"] = [2, 6, 8]
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "dump.json").write_text(json.dumps(target))
+    result = msprobe.compare(tmp_path / "t" / "dump.json", zoo / "pt_block_plain_all_L1" / "dump.json",
+                             api_mapping=True)
+    rows = {r["NPU Name"]: r for r in result.rows}
+    row = rows["Tensor.reshape.3.forward.output.0"]
+    assert row["Bench Name"] == "Tensor.reshape.3.forward.output.0" and row["Result"] == "error"
+    assert "shape" in row["Err_message"]
+    assert rows["Tensor.reshape.4.forward.output.0"]["Bench Name"] == "Tensor.reshape.4.forward.output.0"
