@@ -275,8 +275,8 @@ UNMATCHED_CELL = ("note: not compared: the golden run has no module at this plac
 UNMATCHED_PRIMITIVE = ("note: not compared: a MindSpore primitive that no PyTorch op of the golden run stands for "
                        "(nn.Dense's Shape, Reshape, MatMul and BiasAdd are one linear there); its cell (mix) or "
                        "-lm pairs it.")
-UNMATCHED_ABSENT = ("note: not compared: the golden run records no {op} call (PyTorch's collector does not dump "
-                    "casts, reshapes and other low-risk APIs).")
+UNMATCHED_ABSENT = ("note: not compared: the golden run records no {op} call (PyTorch's collector dumps casts, "
+                    "reshapes and other low-risk APIs at risk_level ALL only).")
 UNMATCHED_LEFT_OUT = ("note: not compared: an argument, output or gradient that the PyTorch op has not (LayerNorm's "
                       "mean and rstd, Gather's axis).")
 UNMATCHED_OTHER = ("note: not compared: no golden item matches this one (the golden run calls {op} another number "
@@ -503,7 +503,50 @@ def split_op_partners(target_items, golden_items) -> dict:
             _pair_dense_reshapes(t_items, forward, position, entry, output, pairs)
     pairs.update(layout_op_partners(t_items, g_items, forward, golden_items.entry_names))
     _pair_shape_queries(t_items, g_items, forward, pairs)
+    _pair_passed_casts(target_items, t_items, g_items, forward, pairs)
     return pairs
+
+
+# casts that MindSpore's cells make of their own parameters (nn.LayerNorm: gamma and beta to float32), which PyTorch's
+# modules do not: their tensor is the argument of the next op
+_CASTS = frozenset({"to", "float", "half", "double", "bfloat16", "type_as"})
+
+
+def _pair_passed_casts(target_items, t_items, g_items, forward, pairs) -> None:
+    """A target cast left without a partner whose output is, with the very same statistics, an argument of the
+    next op (within 4 calls: nn.LayerNorm casts gamma and beta, then calls its LayerNorm primitive) is that
+    argument: its input (of the same dtype) and output pair with the argument's partner. Its dtype argument and
+    gradients stay unpaired."""
+    index = None
+    for at, entry in enumerate(forward):
+        parts = entry.split(".")
+        if len(parts) != 4 or parts[1] not in _CASTS or parts[0] not in _LAYOUT_TYPES:
+            continue
+        if not pairs.get(entry + ".output.0", ".abandoned").endswith(".abandoned"):
+            continue
+        if index is None:
+            index = {name: k for k, name in enumerate(target_items.name)}
+        stats = _stats(target_items, index.get(entry + ".output.0"))
+        if stats is None or stats != _stats(target_items, index.get(entry + ".input.0")):
+            continue
+        for later in forward[at + 1:at + 5]:
+            suffix = next((sfx for sfx in t_items.get(later, {}) if sfx.startswith(".input.")
+                           and _stats(target_items, index.get(later + sfx)) == stats), None)
+            if suffix is None:
+                continue
+            partner = pairs.get(later + suffix) or map_primitive(later + suffix, "input") or \
+                map_api_name(later + suffix, builtin_api_table())
+            g_entry = partner[:partner.rfind(".input.")] if ".input." in partner else ""
+            if not partner.endswith(".abandoned") and partner[len(g_entry):] in g_items.get(g_entry, {}):
+                pairs[entry + ".input.0"] = pairs[entry + ".output.0"] = partner
+            break
+
+
+def _stats(items, k):
+    """An item's dtype, shape and recorded statistics (None for a missing item or one without statistics)."""
+    if k is None or items.stat_max[k] is None:
+        return None
+    return items.dtype[k], items.shape[k], items.stat_max[k], items.stat_min[k], items.stat_mean[k], items.stat_norm[k]
 
 
 def _is_shape_query(entry: str) -> bool:
