@@ -536,10 +536,17 @@ def _pair_passed_casts(target_items, t_items, g_items, forward, pairs) -> None:
                 continue
             partner = pairs.get(later + suffix) or map_primitive(later + suffix, "input") or \
                 map_api_name(later + suffix, builtin_api_table())
-            g_entry = partner[:partner.rfind(".input.")] if ".input." in partner else ""
-            if not partner.endswith(".abandoned") and partner[len(g_entry):] in g_items.get(g_entry, {}):
+            if _golden_has(g_items, partner):
                 pairs[entry + ".input.0"] = pairs[entry + ".output.0"] = partner
             break
+
+
+def _golden_has(g_items, name) -> bool:
+    """Whether `name` (a golden item name, or a mapping's ".abandoned" mark) is an input or output of the golden."""
+    if name is None or name.endswith(".abandoned"):
+        return False
+    entry = name[:max(name.rfind(".input."), name.rfind(".output."))]
+    return name[len(entry):] in g_items.get(entry, {})
 
 
 def _stats(items, k):
@@ -565,10 +572,7 @@ def _pair_shape_queries(t_items, g_items, forward, pairs) -> None:
         if following is None or shape is None or t_items.get(following, {}).get(".input.0") != shape:
             continue
         partner = pairs.get(following + ".input.0") or map_primitive(following + ".input.0", "input")
-        if partner is None or partner.endswith(".abandoned"):
-            continue
-        g_entry = partner[:max(partner.rfind(".input."), partner.rfind(".output."))]
-        if partner[len(g_entry):] in g_items.get(g_entry, {}):
+        if _golden_has(g_items, partner):
             pairs[entry + ".input.0"] = partner
 
 
