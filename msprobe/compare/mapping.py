@@ -502,8 +502,8 @@ def split_op_partners(target_items, golden_items) -> dict:
             at = pairs.pop(None, at)
             _pair_dense_reshapes(t_items, forward, position, entry, output, pairs)
     pairs.update(layout_op_partners(t_items, g_items, forward, golden_items.entry_names))
+    _pair_passed_tensors(target_items, t_items, g_items, forward, pairs)
     _pair_shape_queries(t_items, g_items, forward, pairs)
-    _pair_passed_casts(target_items, t_items, g_items, forward, pairs)
     return pairs
 
 
@@ -512,33 +512,47 @@ def split_op_partners(target_items, golden_items) -> dict:
 _CASTS = frozenset({"to", "float", "half", "double", "bfloat16", "type_as"})
 
 
-def _pair_passed_casts(target_items, t_items, g_items, forward, pairs) -> None:
-    """A target cast left without a partner whose output is, with the very same statistics, an argument of the
-    next op (within 4 calls: nn.LayerNorm casts gamma and beta, then calls its LayerNorm primitive) is that
-    argument: its input (of the same dtype) and output pair with the argument's partner. Its dtype argument and
-    gradients stay unpaired."""
+def _passes_its_tensor(entry: str) -> bool:
+    """A cast (which may leave its tensor unchanged) or a Reshape primitive (which always does)."""
+    parts = entry.split(".")
+    if parts[0] == "Primitive":
+        return len(parts) == 5 and parts[2] == "Reshape"
+    return len(parts) == 4 and parts[1] in _CASTS and parts[0] in _LAYOUT_TYPES
+
+
+def _pair_passed_tensors(target_items, t_items, g_items, forward, pairs) -> None:
+    """A target cast or Reshape primitive left without a partner that passes its tensor on unchanged (the same
+    dtype and statistics in and out) is the tensor it passes: when its output is, with the very same statistics,
+    an argument of one of the next ops (within 4 calls: nn.LayerNorm casts gamma and beta, then calls its LayerNorm
+    primitive; nn.Embedding flattens its indices for Gather), or its input the output of the op just before
+    (nn.Embedding reshapes Gather's output back), its input and output pair with that item's partner. A cast's
+    dtype argument, a Reshape's target shape and their gradients stay unpaired."""
     index = None
+    table = builtin_api_table()
     for at, entry in enumerate(forward):
-        parts = entry.split(".")
-        if len(parts) != 4 or parts[1] not in _CASTS or parts[0] not in _LAYOUT_TYPES:
-            continue
-        if not pairs.get(entry + ".output.0", ".abandoned").endswith(".abandoned"):
+        if not _passes_its_tensor(entry) or not pairs.get(entry + ".output.0", ".abandoned").endswith(".abandoned"):
             continue
         if index is None:
             index = {name: k for k, name in enumerate(target_items.name)}
         stats = _stats(target_items, index.get(entry + ".output.0"))
         if stats is None or stats != _stats(target_items, index.get(entry + ".input.0")):
             continue
+        partner = None
+        numel = _numel(t_items[entry].get(".output.0"))
         for later in forward[at + 1:at + 5]:
-            suffix = next((sfx for sfx in t_items.get(later, {}) if sfx.startswith(".input.")
-                           and _stats(target_items, index.get(later + sfx)) == stats), None)
-            if suffix is None:
-                continue
-            partner = pairs.get(later + suffix) or map_primitive(later + suffix, "input") or \
-                map_api_name(later + suffix, builtin_api_table())
-            if _golden_has(g_items, partner):
-                pairs[entry + ".input.0"] = pairs[entry + ".output.0"] = partner
-            break
+            suffix = next((sfx for sfx, shape in t_items.get(later, {}).items() if sfx.startswith(".input.")
+                           and _numel(shape) == numel and _stats(target_items, index.get(later + sfx)) == stats),
+                          None)
+            if suffix is not None:
+                partner = pairs.get(later + suffix) or map_primitive(later + suffix, "input") or \
+                    map_api_name(later + suffix, table)
+                break
+        if partner is None and at and _numel(t_items.get(forward[at - 1], {}).get(".output.0")) == numel and \
+                _stats(target_items, index.get(forward[at - 1] + ".output.0")) == stats:
+            before = forward[at - 1] + ".output.0"
+            partner = pairs.get(before) or map_primitive(before, "output") or map_api_name(before, table)
+        if _golden_has(g_items, partner):
+            pairs[entry + ".input.0"] = pairs[entry + ".output.0"] = partner
 
 
 def _golden_has(g_items, name) -> bool:
@@ -550,10 +564,10 @@ def _golden_has(g_items, name) -> bool:
 
 
 def _stats(items, k):
-    """An item's dtype, shape and recorded statistics (None for a missing item or one without statistics)."""
+    """An item's dtype and recorded statistics, which a reshape keeps (None for a missing item or one without)."""
     if k is None or items.stat_max[k] is None:
         return None
-    return items.dtype[k], items.shape[k], items.stat_max[k], items.stat_min[k], items.stat_mean[k], items.stat_norm[k]
+    return items.dtype[k], items.stat_max[k], items.stat_min[k], items.stat_mean[k], items.stat_norm[k]
 
 
 def _is_shape_query(entry: str) -> bool:
