@@ -193,13 +193,15 @@ def test_the_layer_mapping_names_them_too(zoo):
             assert culprit is not None and want in culprit, (case, culprit)
 
 
+# the models whose golden cross_zoo_all.tar.gz holds (dumped at risk_level ALL)
+ALL_MODELS = ("block", "cnn", "mlp")
 # Against a golden dumped at risk_level ALL the cast to float16 before the float16 dense or conv is recorded on both
 # sides: the cast itself is the culprit (its dtype argument row says so), the first op that differs
 CULPRIT_AT_ALL = {"block_fp16_dense": "Tensor.to.4.forward", "cnn_fp16_conv": "Tensor.to.0.forward"}
 
 
 @pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize("case", [c for c, v in CASES.items() if v[2] is None])
+@pytest.mark.parametrize("case", [c for c, v in CASES.items() if v[2] is None and v[0] in ALL_MODELS])
 def test_a_clean_twin_raises_no_alarm_against_a_golden_dumped_at_risk_all(zoo, case, level):
     """The casts, reshapes, permutes and Dense's Reshape/Shape primitives now paired are calm: a dtype argument
     Float32 against torch.float32 and equal shape arguments pass. (A cast of LayerNorm's gamma that MindSpore makes
@@ -211,9 +213,9 @@ def test_a_clean_twin_raises_no_alarm_against_a_golden_dumped_at_risk_all(zoo, c
 
 def test_the_planted_bugs_are_named_against_a_golden_dumped_at_risk_all(zoo):
     named, missed = [], []
-    for case, (_, _, bug, want) in CASES.items():
+    for case, (model, _, bug, want) in CASES.items():
         for level in LEVELS:
-            if bug is None or (level == "L1" and case in NOT_AT_L1):
+            if bug is None or (level == "L1" and case in NOT_AT_L1) or model not in ALL_MODELS:
                 continue
             result, analysis = compared(zoo, case, level, "_all")
             culprit = result.summary.first_error
@@ -224,7 +226,7 @@ def test_the_planted_bugs_are_named_against_a_golden_dumped_at_risk_all(zoo):
             else:
                 missed.append((case, level, culprit))
     assert not missed, missed
-    assert len(named) == 2 * 11 - len(NOT_AT_L1)
+    assert len(named) >= 2 * 11 - len(NOT_AT_L1)      # every bug run of the three models (others may be added)
     rows = {r["NPU Name"]: r for r in compared(zoo, "cnn_fp16_conv", "L1", "_all")[0].rows}
     assert rows["Tensor.to.0.forward.input.1"]["Result"] == "error"         # Float16 against torch.float32
 
