@@ -11,7 +11,7 @@ config.py
         unknown keys (top level, task sections, keywords) name the closest known one; config_path must be str or
         os.PathLike; dump_path is created and must be writable (no NUL).
     DumpConfig(task, level, dump_path, step, rank, scope, api_list, data_mode, summary_mode, async_dump,
-        framework), frozen; wants_step(n), wants_rank(r).
+        framework, risk_level), frozen; wants_step(n), wants_rank(r).
     Ranges: step/rank sets kept as inclusive ranges ("0-100000000000" is two integers): `n in r`, bool(r),
         iter(r), r.intervals; Ranges.parse(name, config_list).
 

@@ -16,11 +16,16 @@ TASKS = ("statistics", "tensor")
 LEVELS = ("L0", "L1", "mix")
 DATA_MODES = ("all", "forward", "backward", "input", "output")
 SUMMARY_MODES = ("statistics", "md5")
+# which APIs the PyTorch collector dumps at L1/mix (the reference's `risk_level`; msprobe.pytorch.hooks.risk_allows):
+# FOCUS (the default) leaves out the low-risk ones (casts, views, shape changes, constructors: counted, not
+# dumped), ALL dumps them too, CORE only matrix products, convolutions, normalisations, embeddings, attention and
+# collectives. JSON null or "" is ALL, as with the reference. The MindSpore collector reads no risk level.
+RISK_LEVELS = ("CORE", "FOCUS", "ALL")
 # the keys of a task section; they may also be given at the top level or as keyword arguments
 SECTION_KEYS = ("scope", "list", "data_mode", "summary_mode")
 # top-level keys of the reference's config.json that change nothing here (accepted and ignored)
 IGNORED_KEYS = ("extra_info", "seed", "is_deterministic", "enable_dataloader", "framework", "precision",
-                "risk_level", "dump_enable", "custom_op_namespaces")
+                "dump_enable", "custom_op_namespaces")
 # sections of the reference's other tasks: accepted (the reference's own config.json holds them), never read
 # a config.json that replaces the arguments of every PrecisionDebugger made in the process (`msprobe triage` sets
 # it, so that a training script with its own debugger dumps what the triage asks for)
@@ -46,8 +51,8 @@ class ConfigSpec:
 
     @property
     def top_keys(self) -> tuple:
-        return ("task", "level", "dump_path", "step", "rank", "async_dump", *self.ignored_keys, *self.tasks,
-                *self.other_sections, *SECTION_KEYS)
+        return ("task", "level", "dump_path", "step", "rank", "async_dump", "risk_level", *self.ignored_keys,
+                *self.tasks, *self.other_sections, *SECTION_KEYS)
 
 
 PYTORCH = ConfigSpec()
@@ -130,6 +135,7 @@ class DumpConfig:
     summary_mode: str = "statistics"
     async_dump: bool = False
     framework: str = "pytorch"
+    risk_level: str = "FOCUS"
 
     def wants_step(self, step: int) -> bool:
         return not self.step or step in self.step
@@ -243,7 +249,14 @@ def load_config(config_path=None, spec: ConfigSpec = PYTORCH, **overrides) -> Du
                               f"({type(async_dump).__name__})")
     if async_dump:
         raise DumpConfigError("config 'async_dump' true is not supported by this collector; set it to false")
+    risk_level = raw.get("risk_level", "FOCUS")
+    if risk_level is None or risk_level == "":
+        risk_level = "ALL"
+    if not isinstance(risk_level, str) or risk_level not in RISK_LEVELS:
+        raise DumpConfigError(f"config 'risk_level' must be one of {', '.join(RISK_LEVELS)}, got {risk_level!r}"
+                              f"{_closest(risk_level, RISK_LEVELS) if isinstance(risk_level, str) else ''}")
     return DumpConfig(task=task, level=level, dump_path=check_dump_path(raw.get("dump_path", "./dump_path")),
                       step=Ranges.parse("step", raw.get("step")), rank=Ranges.parse("rank", raw.get("rank")),
                       scope=_str_list("scope", merged.get("scope")), api_list=_str_list("list", merged.get("list")),
-                      data_mode=data_mode, summary_mode=summary_mode, async_dump=False, framework=spec.framework)
+                      data_mode=data_mode, summary_mode=summary_mode, async_dump=False, framework=spec.framework,
+                      risk_level=risk_level)

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from msprobe.compare.name_rules import FUNCTION_NAMES, PARAMETER_NAMES, PRIMITIVE_RULES, ApiRule
+from msprobe.compare.name_rules import FUNCTION_NAMES, LAYOUT_OPS, PARAMETER_NAMES, PRIMITIVE_RULES, ApiRule
 from msprobe.dump.paths import load_yaml
 from msprobe.dump.reader import read_stack
 from msprobe.errors import MsprobeError
@@ -275,8 +275,8 @@ UNMATCHED_CELL = ("note: not compared: the golden run has no module at this plac
 UNMATCHED_PRIMITIVE = ("note: not compared: a MindSpore primitive that no PyTorch op of the golden run stands for "
                        "(nn.Dense's Shape, Reshape, MatMul and BiasAdd are one linear there); its cell (mix) or "
                        "-lm pairs it.")
-UNMATCHED_ABSENT = ("note: not compared: the golden run records no {op} call (PyTorch's collector does not dump "
-                    "casts, reshapes and other low-risk APIs).")
+UNMATCHED_ABSENT = ("note: not compared: the golden run records no {op} call (PyTorch's collector dumps casts, "
+                    "reshapes and other low-risk APIs at risk_level ALL only).")
 UNMATCHED_LEFT_OUT = ("note: not compared: an argument, output or gradient that the PyTorch op has not (LayerNorm's "
                       "mean and rstd, Gather's axis).")
 UNMATCHED_IN_PLACE = ("note: not compared: the golden run calls {op} in place ({op}_) and records no backward of "
@@ -597,13 +597,226 @@ def split_op_partners(target_items, golden_items) -> dict:
                                                         direct or cls == "Dense"))
     calls = _golden_forms(calls, golden_items.entry_names)
     pairs: dict = {}
+    position = {entry: at for at, entry in enumerate(forward)}
     for function, ops in calls.items():
         golden = golden_calls(function, golden_items.entry_names)
         at = 0
         for entry, cls, bias, output, direct in ops:
             _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direct, pairs)
             at = pairs.pop(None, at)
+            _pair_dense_reshapes(t_items, forward, position, entry, output, pairs)
+    pairs.update(layout_op_partners(t_items, g_items, forward, golden_items.entry_names))
+    _pair_passed_tensors(target_items, t_items, g_items, forward, pairs)
+    _pair_shape_queries(t_items, g_items, forward, pairs)
     return pairs
+
+
+# casts that MindSpore's cells make of their own parameters (nn.LayerNorm: gamma and beta to float32), which PyTorch's
+# modules do not: their tensor is the argument of the next op
+_CASTS = frozenset({"to", "float", "half", "double", "bfloat16", "type_as"})
+
+
+def _passes_its_tensor(entry: str) -> bool:
+    """A cast (which may leave its tensor unchanged) or a Reshape primitive (which always does)."""
+    parts = entry.split(".")
+    if parts[0] == "Primitive":
+        return len(parts) == 5 and parts[2] == "Reshape"
+    return len(parts) == 4 and parts[1] in _CASTS and parts[0] in _LAYOUT_TYPES
+
+
+def _pair_passed_tensors(target_items, t_items, g_items, forward, pairs) -> None:
+    """A target cast or Reshape primitive left without a partner that passes its tensor on unchanged (the same
+    dtype and statistics in and out) is the tensor it passes: when its output is, with the very same statistics,
+    an argument of one of the next ops (within 4 calls: nn.LayerNorm casts gamma and beta, then calls its LayerNorm
+    primitive; nn.Embedding flattens its indices for Gather), or its input the output of the op just before
+    (nn.Embedding reshapes Gather's output back), its input and output pair with that item's partner. A cast's
+    dtype argument, a Reshape's target shape and their gradients stay unpaired."""
+    index = None
+    table = builtin_api_table()
+    for at, entry in enumerate(forward):
+        if not _passes_its_tensor(entry) or not pairs.get(entry + ".output.0", ".abandoned").endswith(".abandoned"):
+            continue
+        if index is None:
+            index = {name: k for k, name in enumerate(target_items.name)}
+        stats = _stats(target_items, index.get(entry + ".output.0"))
+        if stats is None or stats != _stats(target_items, index.get(entry + ".input.0")):
+            continue
+        partner = None
+        numel = _numel(t_items[entry].get(".output.0"))
+        for later in forward[at + 1:at + 5]:
+            suffix = next((sfx for sfx, shape in t_items.get(later, {}).items() if sfx.startswith(".input.")
+                           and _numel(shape) == numel and _stats(target_items, index.get(later + sfx)) == stats),
+                          None)
+            if suffix is not None:
+                partner = pairs.get(later + suffix) or map_primitive(later + suffix, "input") or \
+                    map_api_name(later + suffix, table)
+                break
+        if partner is None and at and _numel(t_items.get(forward[at - 1], {}).get(".output.0")) == numel and \
+                _stats(target_items, index.get(forward[at - 1] + ".output.0")) == stats:
+            before = forward[at - 1] + ".output.0"
+            partner = pairs.get(before) or map_primitive(before, "output") or map_api_name(before, table)
+        if _golden_has(g_items, partner):
+            pairs[entry + ".input.0"] = pairs[entry + ".output.0"] = partner
+
+
+def _golden_has(g_items, name) -> bool:
+    """Whether `name` (a golden item name, or a mapping's ".abandoned" mark) is an input or output of the golden."""
+    if name is None or name.endswith(".abandoned"):
+        return False
+    entry = name[:max(name.rfind(".input."), name.rfind(".output."))]
+    return name[len(entry):] in g_items.get(entry, {})
+
+
+def _stats(items, k):
+    """An item's dtype and recorded statistics, which a reshape keeps (None for a missing item or one without)."""
+    if k is None or items.stat_max[k] is None:
+        return None
+    return items.dtype[k], items.stat_max[k], items.stat_min[k], items.stat_mean[k], items.stat_norm[k]
+
+
+def _is_shape_query(entry: str) -> bool:
+    return ".Shape." in entry if entry.startswith("Primitive.") else entry.startswith("Functional.shape.")
+
+
+def _pair_shape_queries(t_items, g_items, forward, pairs) -> None:
+    """MindSpore's cells ask a tensor's shape before they use it (nn.Dense, nn.BatchNorm2d: a Shape primitive or
+    ops.shape), PyTorch records no such call. The queried tensor is the input of the next op, so the query's input
+    pairs with that input's partner when the two have the same shape; the sizes it returns stay unpaired."""
+    for at, entry in enumerate(forward):
+        if not _is_shape_query(entry) or entry + ".input.0" in pairs:
+            continue
+        following = _neighbour(forward, at, 1)
+        shape = t_items.get(entry, {}).get(".input.0")
+        if following is None or shape is None or t_items.get(following, {}).get(".input.0") != shape:
+            continue
+        partner = pairs.get(following + ".input.0") or map_primitive(following + ".input.0", "input")
+        if _golden_has(g_items, partner):
+            pairs[entry + ".input.0"] = partner
+
+
+# the API types under which the two frameworks record a layout op (LAYOUT_OPS): a Tensor method, a function
+_LAYOUT_TYPES = ("Tensor", "Torch", "Functional", "Mint", "MintFunctional")
+
+
+def layout_op_partners(t_items, g_items, t_forward, g_entries) -> dict:
+    """Pairs the shape changes, views and casts (name_rules.LAYOUT_OPS) of a golden dumped with them (PyTorch's
+    risk_level ALL) call by call: each target call of op X (Tensor.X, Mint.X, ops.X), in the order of the dump,
+    pairs with the next golden call of X (Tensor.X or torch.X) whose input and first output have the same shapes,
+    so calls one run makes and the other has not (nn.LayerNorm's casts of gamma and beta) leave the rest in step.
+    Between two such pairs, as many calls left on each side pair in order (a call whose shapes differ: a real
+    difference, shown); the others never match (nor by call count). Item by item: arguments, outputs and the
+    backward's gradients by their place; an item the partner has not (an argument named otherwise) stays unpaired."""
+    golden: dict = {}            # op -> golden forward entries, in the order of the dump
+    for entry in g_entries:
+        parts = entry.split(".")
+        if len(parts) == 4 and parts[3] == "forward" and parts[1] in LAYOUT_OPS and parts[0] in _LAYOUT_TYPES:
+            golden.setdefault(parts[1], []).append(entry)
+    if not golden:
+        return {}
+    table = builtin_api_table()
+    target: dict = {}            # op -> target forward entries, in the order of the dump
+    for entry in t_forward:
+        parts = entry.split(".")
+        if len(parts) == 4 and parts[0] in _LAYOUT_TYPES:
+            op = map_api_name(entry, table).split(".")[1]
+            if op in golden:
+                target.setdefault(op, []).append(entry)
+    pairs: dict = {}
+    for op, calls in target.items():
+        for entry, found in zip(calls, _align_calls(t_items, g_items, calls, golden[op])):
+            backward = entry[:-len("forward")] + "backward"
+            if found is None:
+                _abandon(t_items, (entry, backward), pairs, every=True)
+                continue
+            g_entry = golden[op][found]
+            for t_entry, partner in ((entry, g_entry), (backward, g_entry[:-len("forward")] + "backward")):
+                g_have = g_items.get(partner, {})
+                for suffix in t_items.get(t_entry, {}):
+                    pairs[t_entry + suffix] = partner + suffix if suffix in g_have else t_entry + suffix + ".abandoned"
+    return pairs
+
+
+_LOOKAHEAD = 64      # golden calls searched ahead for a target call's partner (keeps the pairing linear)
+
+
+def _align_calls(t_items, g_items, calls, golden) -> list:
+    """Per target call, the index of its golden partner or None (layout_op_partners)."""
+    def shapes(items, entry):
+        have = items.get(entry, {})
+        return have.get(".input.0"), have.get(".output.0")
+
+    wanted = [shapes(g_items, entry) for entry in golden]
+    found: list = []
+    at = 0
+    for entry in calls:
+        mine = shapes(t_items, entry)
+        k = next((k for k in range(at, min(at + _LOOKAHEAD, len(golden))) if wanted[k] == mine), None)
+        found.append(k)
+        if k is not None:
+            at = k + 1
+    start = 0
+    while start < len(found):                # the calls left between two pairs, as many on each side: in order
+        if found[start] is not None:
+            start += 1
+            continue
+        stop = start
+        while stop < len(found) and found[stop] is None:
+            stop += 1
+        low = found[start - 1] + 1 if start else 0
+        high = found[stop] if stop < len(found) else len(golden)
+        if high - low == stop - start:
+            found[start:stop] = range(low, high)
+        start = stop
+    return found
+
+
+def _neighbour(forward, at: int, step: int) -> str | None:
+    """The forward entry before (step -1) or after (step 1) forward[at], shape queries skipped."""
+    at += step
+    while 0 <= at < len(forward) and _is_shape_query(forward[at]):
+        at += step
+    return forward[at] if 0 <= at < len(forward) else None
+
+
+def _pair_dense_reshapes(t_items, forward, position, entry, output, pairs) -> None:
+    """nn.Dense on an input of more than two dimensions records Shape and Reshape (to 2-D) before its MatMul and
+    (Functional.shape and) Reshape back after its BiasAdd: their tensors are the linear's x and y, flattened or
+    not (statistics do not depend on the shape), so they pair with the items MatMul's input and BiasAdd's output
+    got (same element counts), and the Reshapes' gradients with those of x and y. Shape's sizes and Reshape's
+    target shape have no counterpart in PyTorch's linear and stay unpaired."""
+    if not entry.startswith("Primitive.matmul.MatMul."):
+        return
+    x_partner, y_partner = pairs.get(entry + ".input.0"), pairs.get(output + ".output.0")
+    reshape = _neighbour(forward, position[entry], -1)
+    numel = _numel(t_items[entry].get(".input.0"))
+    if x_partner is not None and not x_partner.endswith(".abandoned") and reshape and ".Reshape." in reshape and \
+            t_items[reshape].get(".output.0") == t_items[entry].get(".input.0"):
+        for suffix in (".input.0", ".output.0"):
+            pairs[reshape + suffix] = x_partner
+        _pair_gradient(t_items, reshape, pairs.get(entry[:-len("forward")] + "backward.output.1"), numel, pairs)
+    y_grad = pairs.get(output[:-len("forward")] + "backward.input.0")
+    if output != entry and y_grad is not None and not y_grad.endswith(".abandoned"):
+        # BiasAdd's gradient of its input (MatMul's output before the bias) is y's gradient, passed through
+        bias_b = output[:-len("forward")] + "backward"
+        if t_items.get(bias_b, {}).get(".output.1") == t_items[output].get(".output.0"):
+            pairs[bias_b + ".output.1"] = y_grad
+    after = _neighbour(forward, position[output], 1)
+    numel = _numel(t_items[output].get(".output.0"))
+    if y_partner is not None and not y_partner.endswith(".abandoned") and after and ".Reshape." in after and \
+            t_items[after].get(".input.0") == t_items[output].get(".output.0"):
+        for suffix in (".input.0", ".output.0"):
+            pairs[after + suffix] = y_partner
+        _pair_gradient(t_items, after, y_grad, numel, pairs)
+
+
+def _pair_gradient(t_items, reshape, partner, numel, pairs) -> None:
+    """A Reshape's backward input and output (one gradient, shaped two ways) pair with `partner`, a golden item."""
+    backward = reshape[:-len("forward")] + "backward"
+    if partner is None or partner.endswith(".abandoned"):
+        return
+    for suffix in (".input.0", ".output.0"):
+        if _numel(t_items.get(backward, {}).get(suffix)) == numel:
+            pairs[backward + suffix] = partner
 
 
 def _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direct, pairs) -> None:
@@ -663,11 +876,12 @@ def _pair_split_op(t_items, g_items, golden, at, entry, cls, bias, output, direc
     _abandon(t_items, (op_b, out_b), pairs)
 
 
-def _abandon(t_items, entries, pairs) -> None:
-    """The backward outputs of a split op's entries that got no partner never match (nor by call count)."""
+def _abandon(t_items, entries, pairs, every=False) -> None:
+    """The backward outputs of a split op's entries that got no partner never match (nor by call count); `every`:
+    none of the entries' items does."""
     for entry in entries:
         for suffix in t_items.get(entry, {}):
-            if (suffix.startswith(".output.") or entry.endswith(".forward")) and entry + suffix not in pairs:
+            if (every or suffix.startswith(".output.") or entry.endswith(".forward")) and entry + suffix not in pairs:
                 pairs[entry + suffix] = entry + suffix + ".abandoned"
 
 

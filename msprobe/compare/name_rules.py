@@ -83,3 +83,13 @@ def out_of_place(op: str) -> str:
     """An API's op without its in-place mark (relu_, masked_fill_: relu, masked_fill; not __add__): PyTorch code
     calls in place what MindSpore, which has no such form, calls out of place; they are one op to pair."""
     return op[:-1] if op.endswith("_") and not op.endswith("__") and len(op) > 1 else op
+
+
+# Shape changes, views and casts: PyTorch's collector dumps them at risk_level ALL only (the reference's "low risk"
+# APIs), and MindSpore's cells call some of them themselves (nn.LayerNorm casts gamma and beta), so their call
+# counts drift between the runs. compare/mapping.py layout_op_partners pairs them by order and shapes instead.
+LAYOUT_OPS = frozenset("""
+squeeze unsqueeze reshape reshape_as view view_as flatten unflatten expand expand_as repeat repeat_interleave tile
+transpose permute moveaxis movedim swapaxes swapdims chunk split split_with_sizes tensor_split unbind stack cat
+concat t to type_as float double half bfloat16 int long bool contiguous narrow
+""".split())

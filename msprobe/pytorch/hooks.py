@@ -42,6 +42,30 @@ zeros_like ones ones_like full full_like arange linspace logspace eye identity d
 tril triu_indices tril_indices clone __bool__ stride
 """.split())
 
+# What `risk_level` CORE dumps at L1/mix (the reference's "core" APIs): matrix products, convolutions, linear, the
+# normalisations, embeddings, attention, the fused optimizers and the collectives (Distributed.*, all of them).
+# The reference's own list misses `linear` and `chain_matmul` (two names run together); here they are core.
+CORE_RISK = frozenset("""
+_fused_adamw_ _fused_adam_ matmul __matmul__ bmm addmm addmm_ addbmm addbmm_ baddbmm baddbmm_ mm mv addmv addmv_
+addr addr_ conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d conv_tbc convolution
+_convolution chain_matmul linear bilinear multi_dot vecdot batch_norm instance_norm layer_norm group_norm
+local_response_norm _batch_norm_impl_index batch_norm_elemt batch_norm_stats batch_norm_update_stats
+batch_norm_gather_stats batch_norm_gather_stats_with_counts batch_norm_backward_elemt batch_norm_backward_reduce
+embedding embedding_bag multi_head_attention_forward scaled_dot_product_attention
+""".split())
+
+
+def risk_allows(config, prefix: str, name: str) -> bool:
+    """Whether `risk_level` lets API `prefix.name` be dumped (counted it always is). A `scope` or `list` of the
+    config decides alone, as with the reference: what the user names is dumped whatever its risk. FOCUS (the
+    default) leaves out LOW_RISK, CORE keeps CORE_RISK and the collectives only, ALL keeps everything."""
+    level = config.risk_level
+    if level == "ALL" or config.scope or config.api_list:
+        return True
+    if level == "CORE":
+        return name in CORE_RISK or prefix == "Distributed"
+    return name not in LOW_RISK
+
 # Tensor methods / torch functions that are not hooked at all: metadata queries, indexing helpers, Python
 # protocol methods and autograd plumbing, as with the reference. Also (docs/dump.md, "What is recorded"):
 # detach (autograd bookkeeping, called by the optimizers themselves), `~` and the random generators (exact,
@@ -329,8 +353,9 @@ class Collector(Recording):
         parent = self.parent()
         if self.config.level == "mix":
             self.writer.add_construct(forward, parent)
-        forward_ok = name not in LOW_RISK and self.selected(forward) and self.direction_ok("forward")
-        dump_backward = name not in LOW_RISK and self.selected(f"{key}.{index}.backward")
+        risk_ok = risk_allows(self.config, prefix, name)
+        forward_ok = risk_ok and self.selected(forward) and self.direction_ok("forward")
+        dump_backward = risk_ok and self.selected(f"{key}.{index}.backward")
         with self.working():
             body: dict = {}
             stack = None

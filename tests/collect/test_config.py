@@ -135,6 +135,9 @@ def test_a_nul_in_dump_path_or_config_path_is_a_config_error(tmp_path):
     ({"task": "tensor", "summary_mode": "md5"}, "'summary_mode' 'md5' applies to task statistics only"),
     ({"task": "tensor", "tensor": {"summary_mode": "md5"}}, "applies to task statistics only"),
     ({"scope": "linear"}, "scope"),
+    # risk_level was accepted and ignored, whatever its value
+    ({"risk_level": "HIGH"}, r"^config 'risk_level' must be one of CORE, FOCUS, ALL, got 'HIGH'$"),
+    ({"risk_level": ["ALL"]}, r"^config 'risk_level' must be one of CORE, FOCUS, ALL, got \['ALL'\]$"),
 ])
 def test_invalid_values(tmp_path, content, message):
     if isinstance(content, dict):
@@ -142,3 +145,13 @@ def test_invalid_values(tmp_path, content, message):
     with pytest.raises(DumpConfigError, match=message) as info:
         load_config(write(tmp_path, content))
     assert isinstance(info.value, MsprobeError)
+
+
+@pytest.mark.parametrize("value, expected", [(None, "ALL"), ("", "ALL"), ("CORE", "CORE"), ("ALL", "ALL")])
+def test_risk_level_is_read_as_the_reference_reads_it(tmp_path, value, expected):
+    """The reference's PyTorch collector: absent = FOCUS; null or "" = every API (ALL); CORE, FOCUS, ALL."""
+    assert load_config(write(tmp_path, {"dump_path": str(tmp_path / "d")})).risk_level == "FOCUS"
+    assert load_config(write(tmp_path, {"dump_path": str(tmp_path / "d"), "risk_level": value})).risk_level \
+        == expected
+    assert load_config(dump_path=str(tmp_path / "d"), risk_level=value).risk_level == \
+        ("FOCUS" if value is None else expected)       # a keyword argument None is "not given"

@@ -264,7 +264,7 @@ def test_rules_for_apis_absent_from_the_dumps_are_ignored(tmp_path, capsys):
                     "-o", tmp_path / "o", "--csv", "-c", "-am", tmp_path / "api.yaml"]) == 0
     assert "Torch.nonexistent does not occur in the golden dump" in capsys.readouterr().out
     table = read_csv(only_file(tmp_path / "o", "*.csv"))
-    assert agreement(table)[0] == 324         # the built-in mapping still pairs Mint.matmul (and cells, norms)
+    assert agreement(table)[0] == 372         # the built-in mapping still pairs Mint.matmul (and cells, norms)
 
 
 @pytest.mark.parametrize("mapping", [["-lm"], ["-am"]])
