@@ -7,7 +7,14 @@ user's code, and the extra nodes change the order in which autograd sums an inpu
 node is added to the graph:
 
 * gradients w.r.t. the call's outputs: tensor hooks on the output tensors (a tensor hook keeps the gradient of the
-  value the module returned even when that tensor is modified in place afterwards);
+  value the module returned even when that tensor is modified in place afterwards). Such a hook sees the tensor's
+  total gradient, which is the one that came from outside only if nothing the call created consumes the tensor.
+  For an output the call also uses inside itself (attention weights that compute the attention output, a
+  BertModel's last hidden state fed to its pooler) or did not create (an input or a tensor it returns as it is),
+  the slot gets only what came from outside: when a backward starts, the graph is walked once from its roots and
+  post-hooks go on the nodes created after the call that consume such an output; their contributions are summed
+  in the order they arrive, and a slot none of them reached is null, as the reference's BackwardHookFunction
+  (which sees only the returned object's uses) has it;
 * gradients w.r.t. its inputs, through this call only: post-hooks on the nodes the call created that consume an
   input (found by walking from the outputs down to the nodes created before the call, by autograd sequence number),
   summed in the order they arrive, which is the order autograd sums them;
@@ -96,7 +103,8 @@ class _Call:
     """One forward call of a hooked module whose backward entry is still to be written."""
 
     __slots__ = ("name", "parent", "order", "generation", "marker", "in_edges", "grad_in", "grad_out", "passthrough",
-                 "out_nodes", "arrived", "consumers_left", "body", "placed", "written", "slot")
+                 "out_nodes", "arrived", "consumers_left", "body", "placed", "written", "slot", "end", "shared",
+                 "outside", "found", "seen")
 
     def __init__(self, name, parent, order, generation, marker, in_edges):
         self.name = name
@@ -115,6 +123,12 @@ class _Call:
         self.placed = False           # its position in dump.json is taken, the data follows
         self.written = False
         self.slot = None              # the writer's Slot of a placed call
+        self.end = marker             # sequence number at its return: nodes made later are outside the call
+        self.shared: dict = {}        # output position -> its edge key, for the outputs whose tensor hook sees
+        #                               more than what came from outside (used inside, or not made by the call)
+        self.outside: dict = {}       # output position -> sum of the gradients that came from outside
+        self.found = False            # a backward start looked for the consumers outside of its shared outputs
+        self.seen: dict = {}          # id(node) -> node: the consumers outside that got a hook
 
 
 class ModuleHooks:
@@ -129,6 +143,8 @@ class ModuleHooks:
         self._handles: list = []
         self._order = 0
         self._marker_leaf = None
+        self._shared: list = []      # calls with an output whose gradient from outside needs the graph walk
+        self._run_backward = None    # our replacement of torch.autograd._engine_run_backward, made once
 
     # ------------------------------------------------------------------ install
     def install(self, models, handles: list) -> None:
@@ -140,6 +156,7 @@ class ModuleHooks:
                     continue
                 prefix = f"Module.{model_index}.{path}" if many else f"Module.{path}"
                 self._hook(module, f"{prefix}.{type(module).__name__}", handles)
+        self._patch_backward()
 
     def _scripted(self, model) -> list:
         """Paths of the TorchScript modules (torch.jit.script/trace): they take no Python hooks, and what runs
@@ -158,6 +175,7 @@ class ModuleHooks:
         self._pending_grads = {}
         self._waits = {}
         self._ready = []
+        self._shared = []
 
     def stop(self) -> None:
         """End of recording: write the backward entries whose input gradients never came (their inputs' nodes
@@ -168,6 +186,7 @@ class ModuleHooks:
         for call in sorted(waiting.values(), key=lambda c: c.order, reverse=True):
             self._write(call)
         self._waits = {}
+        self._shared = []
         for handle in self._handles:
             handle.remove()
         self._handles = []
@@ -223,6 +242,8 @@ class ModuleHooks:
     def _after(self, mod, out) -> None:
         col = self.col
         forward, body, stack, dump, call = self._forward[(id(mod), threading.get_ident())].pop()
+        if call is not None:
+            call.end = self._marker()
         module_stack = col.thread_stack()
         if forward in module_stack:
             del module_stack[module_stack.index(forward):]
@@ -254,14 +275,22 @@ class ModuleHooks:
             slots.setdefault(_edge_key(edge), []).append(i)
         out_edges = [get_gradient_edge(t) for t in outputs]
         call.passthrough = [(j, slots[_edge_key(e)]) for j, e in enumerate(out_edges) if _edge_key(e) in slots]
-        consumers = self._consumers(out_edges, call.marker, slots)
+        unique: dict = {}
+        for j, tensor in enumerate(outputs):
+            unique.setdefault(id(tensor), (tensor, out_edges[j], []))[2].append(j)
+        positions = {_edge_key(edge): position for position, (_, edge, _) in enumerate(unique.values())}
+        used_inside: set = set()
+        consumers = self._consumers(out_edges, call.marker, slots, positions, used_inside)
         call.consumers_left = len(consumers)
         for node, pairs in consumers:
             node.register_hook(self._consumer_hook(call, pairs, id(node)))
-        unique: dict = {}
-        for j, tensor in enumerate(outputs):
-            unique.setdefault(id(tensor), (tensor, out_edges[j].node, []))[2].append(j)
-        call.out_nodes = [node for _, node, _ in unique.values()]
+        call.out_nodes = [edge.node for _, edge, _ in unique.values()]
+        for key, position in positions.items():
+            node = call.out_nodes[position]
+            if position in used_inside or not self._made_by(node, call):
+                call.shared[position] = key
+        if call.shared:
+            self._shared.append(call)
         for position, (tensor, _, output_slots) in enumerate(unique.values()):
             handle = tensor.register_hook(self._output_hook(call, position, output_slots))
             if tensor.grad_fn is None:
@@ -272,8 +301,14 @@ class ModuleHooks:
             self._wait(edge.node, call)
 
     @staticmethod
-    def _consumers(out_edges, marker: int, slots: dict) -> list:
-        """(node, [(next-edge index, input slots)]) for every node created by the call that consumes an input."""
+    def _made_by(node, call: _Call) -> bool:
+        """Whether the call created this node (a leaf's AccumulateGrad node has the largest sequence number)."""
+        return type(node).__name__ != "AccumulateGrad" and call.marker < node._sequence_nr() <= call.end
+
+    @staticmethod
+    def _consumers(out_edges, marker: int, slots: dict, positions: dict, used_inside: set) -> list:
+        """(node, [(next-edge index, input slots)]) for every node created by the call that consumes an input; the
+        positions of the outputs that such a node consumes go into `used_inside`."""
         found = []
         seen = set()
         todo = [e.node for e in out_edges]
@@ -291,10 +326,83 @@ class ModuleHooks:
                 hit = slots.get((id(nxt), nr))
                 if hit:
                     pairs.append((index, hit))
+                if (id(nxt), nr) in positions:
+                    used_inside.add(positions[(id(nxt), nr)])
                 todo.append(nxt)
             if pairs:
                 found.append((node, pairs))
         return found
+
+    # ------------------------------------------------------------------ gradients from outside
+    def _patch_backward(self) -> None:
+        """Every backward (Tensor.backward, torch.autograd.backward/grad) goes through
+        torch.autograd._engine_run_backward: ours looks for the consumers outside of the shared outputs, then runs
+        it. Made once (a function compiled with torch.compile is guarded on the globals it calls); without it
+        (another torch) the shared outputs keep their total gradient."""
+        original = getattr(torch.autograd, "_engine_run_backward", None)
+        if original is None:
+            return
+        if self._run_backward is None or self._run_backward.__wrapped__ is not original:
+            self._run_backward = self._backward_runner(original)
+        self.col._patches.set(torch.autograd, "_engine_run_backward", self._run_backward)
+
+    def _backward_runner(self, original):
+        def run_backward(t_outputs, *args, **kwargs):
+            if self._shared and self.col.module_active:
+                with self.col.shielded("module backward set-up"):
+                    self._find_outside(t_outputs)
+            return original(t_outputs, *args, **kwargs)
+        run_backward.__wrapped__ = original
+        return run_backward
+
+    def _find_outside(self, roots) -> None:
+        """Walk the graph of this backward once from its roots, down to the nodes made before the earliest waiting
+        call returned, and hook the nodes made after a call that consume one of its shared outputs."""
+        self._shared = calls = [c for c in self._shared if self._live(c)]
+        if not calls:
+            return
+        wanted: dict = {}
+        for call in calls:
+            for position, key in call.shared.items():
+                wanted.setdefault(key, []).append((call, position))
+        floor = min(call.end for call in calls)
+        todo = [getattr(root, "grad_fn", None) if isinstance(root, torch.Tensor) else getattr(root, "node", None)
+                for root in (roots if isinstance(roots, (list, tuple)) else (roots,))]
+        seen: dict = {}
+        hits: dict = {}
+        while todo:
+            node = todo.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen[id(node)] = node
+            sequence = node._sequence_nr()
+            if sequence <= floor or type(node).__name__ == "AccumulateGrad":
+                continue
+            for index, (nxt, nr) in enumerate(node.next_functions):
+                if nxt is None:
+                    continue
+                for call, position in wanted.get((id(nxt), nr), ()):
+                    if sequence > call.end and id(node) not in call.seen:
+                        hits.setdefault(id(node), (node, []))[1].append((index, call, position))
+                todo.append(nxt)
+        for node, targets in hits.values():
+            for _, call, _ in targets:
+                call.seen[id(node)] = node
+            node.register_hook(self._outside_hook(targets))
+        for call in calls:
+            call.found = True
+
+    def _outside_hook(self, targets: list):
+        def hook(grad_inputs, _grad_outputs):
+            with self.col.shielded("module output gradients from outside"):
+                for index, call, position in targets:
+                    grad = grad_inputs[index]
+                    if grad is None or not self._live(call):
+                        continue
+                    have = call.outside.get(position)
+                    call.outside[position] = grad if have is None else have + grad
+            return None
+        return hook
 
     def _live(self, call: _Call) -> bool:
         return self.col.module_active and call.generation == self.col.generation and not call.written
@@ -334,6 +442,8 @@ class ModuleHooks:
                 return None
             with self.col.shielded(f"{call.name} output gradients"):
                 self.flush()
+                if call.found and position in call.shared:
+                    grad = call.outside.get(position)     # only what came from outside, None when nothing did
                 for j in output_slots:
                     call.grad_out[j] = grad
                 call.arrived.add(position)
@@ -403,8 +513,12 @@ class ModuleHooks:
         call.written = True
         grad_in = list(call.grad_in)
         for j, input_slots in call.passthrough:
-            for slot in input_slots:        # the module returned this input: its gradient is the tensor's total
-                grad_in[slot] = call.grad_out[j]
+            for slot in input_slots:
+                if not call.found:          # the module returned this input: its gradient is the tensor's total
+                    grad_in[slot] = call.grad_out[j]
+                elif call.grad_out[j] is not None:   # what the call's inner uses gave plus what its return got
+                    grad_in[slot] = call.grad_out[j] if grad_in[slot] is None else grad_in[slot] + call.grad_out[j]
+        call.seen = {}
         name = call.name
         col.writer.add_construct(name, call.parent)
         body = call.body
