@@ -350,14 +350,16 @@ class ModuleHooks:
         def run_backward(t_outputs, *args, **kwargs):
             if self._shared and self.col.module_active:
                 with self.col.shielded("module backward set-up"):
-                    self._find_outside(t_outputs)
+                    self._find_outside(t_outputs, args[0] if args else None)
             return original(t_outputs, *args, **kwargs)
         run_backward.__wrapped__ = original
         return run_backward
 
-    def _find_outside(self, roots) -> None:
+    def _find_outside(self, roots, grads) -> None:
         """Walk the graph of this backward once from its roots, down to the nodes made before the earliest waiting
-        call returned, and hook the nodes made after a call that consume one of its shared outputs."""
+        call returned, and hook the nodes made after a call that consume one of its shared outputs. A root that is
+        such an output (`out.backward(g)`, the reentrant checkpoint's backward of its recomputed outputs) gets its
+        given gradient from outside."""
         self._shared = calls = [c for c in self._shared if self._live(c)]
         if not calls:
             return
@@ -366,8 +368,15 @@ class ModuleHooks:
             for position, key in call.shared.items():
                 wanted.setdefault(key, []).append((call, position))
         floor = min(call.end for call in calls)
-        todo = [getattr(root, "grad_fn", None) if isinstance(root, torch.Tensor) else getattr(root, "node", None)
-                for root in (roots if isinstance(roots, (list, tuple)) else (roots,))]
+        roots = list(roots) if isinstance(roots, (list, tuple)) else [roots]
+        grads = list(grads) if isinstance(grads, (list, tuple)) else [None] * len(roots)
+        todo = []
+        for root, grad in zip(roots, grads):
+            edge = get_gradient_edge(root) if isinstance(root, torch.Tensor) else root
+            todo.append(edge.node)
+            for call, position in wanted.get(_edge_key(edge), ()) if isinstance(grad, torch.Tensor) else ():
+                have = call.outside.get(position)
+                call.outside[position] = grad if have is None else have + grad
         seen: dict = {}
         hits: dict = {}
         while todo:
