@@ -6,6 +6,7 @@ checked against gradients worked out by hand and against autograd in the same pr
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,23 +18,14 @@ from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 from msprobe.pytorch import PrecisionDebugger  # noqa: E402
 
-
-class Attention(nn.Module):
-    """Returns (output, weights); the weights compute the output inside, like transformers' LlamaAttention."""
-
-    def __init__(self):
-        super().__init__()
-        self.q = nn.Linear(4, 4)
-
-    def forward(self, x):
-        weights = torch.softmax(self.q(x) @ x.transpose(-1, -2), -1)
-        return weights @ x, weights
+sys.path.insert(0, str(Path(__file__).parent))
+from zoo import Pooled, Weighted  # noqa: E402  (an eager attention returning its weights; a BertModel-like body)
 
 
 class Caller(nn.Module):
     def __init__(self, loss, reentrant=None):
         super().__init__()
-        self.att = Attention()
+        self.att = Weighted()
         self.loss = loss
         self.reentrant = reentrant
 
@@ -67,29 +59,33 @@ def record(tmp_path: Path, model: nn.Module, make_input, loss=None):
 
 
 def leaf():
-    return torch.randn(3, 4, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    return torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(1)).requires_grad_()
+
+
+def full(value, *shape):
+    return torch.full(shape or (2, 3, 8), value)
 
 
 def test_an_output_used_inside_and_dropped_by_the_caller_has_a_null_slot(tmp_path):
     torch.manual_seed(0)
     model = Caller(lambda out, _weights: (out * 2).sum())
     data, saved, x_grad = record(tmp_path, model, leaf)
-    entry = data["Module.att.Attention.backward.0"]
+    entry = data["Module.att.Weighted.backward.0"]
     assert entry["input"][1] is None                 # the weights got gradient only from inside the module
-    assert torch.equal(saved("Module.att.Attention.backward.0.input.0"), torch.full((3, 4), 2.0))
-    assert torch.equal(saved("Module.att.Attention.backward.0.output.0"), x_grad)
+    assert torch.equal(saved("Module.att.Weighted.backward.0.input.0"), full(2.0))
+    assert torch.equal(saved("Module.att.Weighted.backward.0.output.0"), x_grad)
 
 
 def test_outputs_used_inside_and_by_the_caller_hold_the_callers_gradient(tmp_path):
     """The weights used three times by the caller, once through a view: the slot is the sum of those uses only."""
     torch.manual_seed(0)
-    model = Caller(lambda out, weights: out.sum() + (weights * 3).sum() + weights[:, 0].sum())
+    model = Caller(lambda out, weights: out.sum() + (weights * 3).sum() + weights[0].sum())
     data, saved, x_grad = record(tmp_path, model, leaf)
-    weights_grad = torch.full((3, 3), 3.0)
-    weights_grad[:, 0] = 4.0
-    assert torch.equal(saved("Module.att.Attention.backward.0.input.0"), torch.ones(3, 4))
-    assert torch.equal(saved("Module.att.Attention.backward.0.input.1"), weights_grad)
-    assert torch.equal(saved("Module.att.Attention.backward.0.output.0"), x_grad)
+    weights_grad = full(3.0, 2, 3, 3)
+    weights_grad[0] = 4.0
+    assert torch.equal(saved("Module.att.Weighted.backward.0.input.0"), full(1.0))
+    assert torch.equal(saved("Module.att.Weighted.backward.0.input.1"), weights_grad)
+    assert torch.equal(saved("Module.att.Weighted.backward.0.output.0"), x_grad)
 
 
 @pytest.mark.parametrize("reentrant", [False, True])
@@ -97,13 +93,13 @@ def test_under_activation_checkpointing_a_dropped_output_stays_null(tmp_path, re
     torch.manual_seed(0)
     model = Caller(lambda out, _weights: (out * 2).sum(), reentrant=reentrant)
     data, saved, x_grad = record(tmp_path, model, leaf)
-    entries = [name for name in data if name.startswith("Module.att.Attention.backward.")]
+    entries = [name for name in data if name.startswith("Module.att.Weighted.backward.")]
     assert len(entries) == 1
     if reentrant:       # the reentrant checkpoint's backward passes zeros for an unused output: what came from outside
-        assert torch.equal(saved(f"{entries[0]}.input.1"), torch.zeros(3, 3))
+        assert torch.equal(saved(f"{entries[0]}.input.1"), full(0.0, 2, 3, 3))
     else:
         assert data[entries[0]]["input"][1] is None
-    assert torch.equal(saved(f"{entries[0]}.input.0"), torch.full((3, 4), 2.0))
+    assert torch.equal(saved(f"{entries[0]}.input.0"), full(2.0))
     assert torch.equal(saved(f"{entries[0]}.output.0"), x_grad)
 
 
@@ -112,23 +108,10 @@ def test_a_module_called_twice_gets_each_calls_own_slots(tmp_path):
     model = Caller(lambda out, weights: out.sum())
     model.forward = lambda x: (model.att(x)[0] * 2).sum() + (model.att(x)[1] * 5).sum()
     data, saved, _ = record(tmp_path, model, leaf)
-    first, second = data["Module.att.Attention.backward.0"], data["Module.att.Attention.backward.1"]
+    first, second = data["Module.att.Weighted.backward.0"], data["Module.att.Weighted.backward.1"]
     assert first["input"][1] is None and second["input"][0] is None
-    assert torch.equal(saved("Module.att.Attention.backward.0.input.0"), torch.full((3, 4), 2.0))
-    assert torch.equal(saved("Module.att.Attention.backward.1.input.1"), torch.full((3, 3), 5.0))
-
-
-class Pooled(nn.Module):
-    """(hidden, pooled, its input): the pooler reads the hidden state inside, like a BertModel."""
-
-    def __init__(self):
-        super().__init__()
-        self.layer = nn.Linear(4, 4)
-        self.pool = nn.Linear(4, 2)
-
-    def forward(self, x):
-        hidden = self.layer(x) * 1.5
-        return hidden, self.pool(hidden.mean(0)), x
+    assert torch.equal(saved("Module.att.Weighted.backward.0.input.0"), full(2.0))
+    assert torch.equal(saved("Module.att.Weighted.backward.1.input.1"), full(5.0, 2, 3, 3))
 
 
 def test_an_output_modified_in_place_by_the_caller_and_an_input_returned_as_it_is(tmp_path):
@@ -144,15 +127,17 @@ def test_an_output_modified_in_place_by_the_caller_and_an_input_returned_as_it_i
 
     _, saved, x_grad = record(tmp_path, Wrapper(model, loss), leaf)
     name = "Module.body.Pooled.backward.0"
-    assert torch.equal(saved(f"{name}.input.0"), torch.full((3, 4), 2.0))
-    assert torch.equal(saved(f"{name}.input.1"), torch.ones(2))
-    assert torch.equal(saved(f"{name}.input.2"), torch.full((3, 4), 5.0))     # only the returned object's uses
+    assert torch.equal(saved(f"{name}.input.0"), full(2.0))
+    assert torch.equal(saved(f"{name}.input.1"), full(1.0, 2, 8))
+    assert torch.equal(saved(f"{name}.input.2"), full(5.0))     # only the returned object's uses
     # the input's gradient through the module: its inner uses (hidden, and the pooler through the mean) plus the
     # uses of the object it returned; not the caller's own use of x before the call (7)
-    w1, w2 = model.layer.weight.detach(), model.pool.weight.detach()
-    through = (1.5 * (2.0 + w2.sum(0) / 3)) @ w1 + 5.0
-    assert torch.allclose(saved(f"{name}.output.0"), through.expand(3, 4), rtol=1e-5, atol=1e-6)
-    assert torch.allclose(x_grad, through.expand(3, 4) + 7.0, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        pooled = model(leaf())[1]
+        hidden_grad = 2.0 + (1 - pooled**2) @ model.pool.weight / 3                  # [2, 8], the same for each row
+        through = (1.5 * hidden_grad @ model.layer.weight)[:, None, :] + 5.0
+    assert torch.allclose(saved(f"{name}.output.0"), through.expand(2, 3, 8), rtol=1e-5, atol=1e-6)
+    assert torch.allclose(x_grad, through.expand(2, 3, 8) + 7.0, rtol=1e-5, atol=1e-6)
 
 
 class Wrapper(nn.Module):
@@ -173,5 +158,5 @@ def test_a_module_returning_its_input_gets_the_gradient_of_the_returned_object_o
         return (x * 7).sum() + (model(x) * 4).sum()
 
     data, saved, _ = record(tmp_path, model, leaf, loss=loss)
-    assert torch.equal(saved("Module.0.Identity.backward.0.input.0"), torch.full((3, 4), 4.0))
-    assert torch.equal(saved("Module.0.Identity.backward.0.output.0"), torch.full((3, 4), 4.0))
+    assert torch.equal(saved("Module.0.Identity.backward.0.input.0"), full(4.0))
+    assert torch.equal(saved("Module.0.Identity.backward.0.output.0"), full(4.0))
