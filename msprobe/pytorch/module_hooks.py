@@ -99,12 +99,35 @@ def _edge_key(edge) -> tuple:
     return id(edge.node), edge.output_nr
 
 
+def _view_region(tensor):
+    """Where a view lies in its base, for a view whose base requires grad (None otherwise): (the base's gradient
+    edge, the base's size and strides, the view's size, strides and offset in the base). An in-place op on a view
+    gives its base a CopySlices node; the gradient for the view's old value is that node's base gradient there."""
+    if not tensor._is_view():
+        return None
+    base = tensor._base
+    if base is None or not base.requires_grad:
+        return None
+    return (get_gradient_edge(base), tuple(base.shape), base.stride(), tuple(tensor.shape), tensor.stride(),
+            tensor.storage_offset() - base.storage_offset())
+
+
+def _in_region(grad, region):
+    """The part of a base's gradient that belongs to the view `region` describes (a copy), or None."""
+    _, base_size, base_stride, size, stride, offset = region
+    if grad is None or tuple(grad.shape) != base_size:
+        return None
+    whole = grad.new_empty_strided(base_size, base_stride)
+    whole.copy_(grad)
+    return whole.as_strided(size, stride, offset).clone()
+
+
 class _Call:
     """One forward call of a hooked module whose backward entry is still to be written."""
 
     __slots__ = ("name", "parent", "order", "generation", "marker", "in_edges", "grad_in", "grad_out", "passthrough",
                  "out_nodes", "arrived", "consumers_left", "body", "placed", "written", "slot", "end", "shared",
-                 "outside", "found", "seen")
+                 "outside", "found", "seen", "regions", "in_regions", "out_slots")
 
     def __init__(self, name, parent, order, generation, marker, in_edges):
         self.name = name
@@ -129,6 +152,9 @@ class _Call:
         self.outside: dict = {}       # output position -> sum of the gradients that came from outside
         self.found = False            # a backward start looked for the consumers outside of its shared outputs
         self.seen: dict = {}          # id(node) -> node: the consumers outside that got a hook
+        self.regions: dict = {}       # output position -> _view_region of an output that is a view
+        self.in_regions: dict = {}    # input slot -> _view_region of an input that is a view
+        self.out_slots: list = []     # output position -> its output slots
 
 
 class ModuleHooks:
@@ -235,8 +261,10 @@ class ModuleHooks:
             with col.shielded(f"{backward} set-up"):      # without it the forward entry is still written
                 self._order += 1
                 parent_bw = parent.replace(".forward.", ".backward.") if parent else None
+                inputs = grad_tensors(args)
                 call = _Call(backward, parent_bw, self._order, col.generation, self._marker(),
-                             [get_gradient_edge(t) for t in grad_tensors(args)])
+                             [get_gradient_edge(t) for t in inputs])
+                call.in_regions = {slot: r for slot, r in enumerate(map(_view_region, inputs)) if r is not None}
         self._forward.setdefault((id(mod), threading.get_ident()), []).append((forward, body, stack, dump, call))
 
     def _after(self, mod, out) -> None:
@@ -279,15 +307,22 @@ class ModuleHooks:
         for j, tensor in enumerate(outputs):
             unique.setdefault(id(tensor), (tensor, out_edges[j], []))[2].append(j)
         positions = {_edge_key(edge): position for position, (_, edge, _) in enumerate(unique.values())}
+        call.out_slots = [output_slots for _, _, output_slots in unique.values()]
+        base_slots: dict = {}
+        for slot, region in call.in_regions.items():
+            base_slots.setdefault(_edge_key(region[0]), []).append((slot, region))
         used_inside: set = set()
-        consumers = self._consumers(out_edges, call.marker, slots, positions, used_inside)
+        consumers = self._consumers(out_edges, call.marker, slots, positions, used_inside, base_slots)
         call.consumers_left = len(consumers)
         for node, pairs in consumers:
             node.register_hook(self._consumer_hook(call, pairs, id(node)))
         call.out_nodes = [edge.node for _, edge, _ in unique.values()]
         for key, position in positions.items():
             node = call.out_nodes[position]
-            if position in used_inside or not self._made_by(node, call):
+            region = _view_region(list(unique.values())[position][0])
+            if region is not None:
+                call.regions[position] = region      # the caller may modify it in place
+            if position in used_inside or region is not None or not self._made_by(node, call):
                 call.shared[position] = key
         if call.shared:
             self._shared.append(call)
@@ -306,9 +341,10 @@ class ModuleHooks:
         return type(node).__name__ != "AccumulateGrad" and call.marker < node._sequence_nr() <= call.end
 
     @staticmethod
-    def _consumers(out_edges, marker: int, slots: dict, positions: dict, used_inside: set) -> list:
-        """(node, [(next-edge index, input slots)]) for every node created by the call that consumes an input; the
-        positions of the outputs that such a node consumes go into `used_inside`."""
+    def _consumers(out_edges, marker: int, slots: dict, positions: dict, used_inside: set, base_slots: dict) -> list:
+        """(node, [(next-edge index, input slots, view region or None)]) for every node created by the call that
+        consumes an input, or modifies an input that is a view in place (its base's CopySlices node); the positions
+        of the outputs that such a node consumes go into `used_inside`."""
         found = []
         seen = set()
         todo = [e.node for e in out_edges]
@@ -325,7 +361,9 @@ class ModuleHooks:
                     continue
                 hit = slots.get((id(nxt), nr))
                 if hit:
-                    pairs.append((index, hit))
+                    pairs.append((index, hit, None))
+                if type(node).__name__ == "CopySlices":
+                    pairs.extend((index, [slot], region) for slot, region in base_slots.get((id(nxt), nr), ()))
                 if (id(nxt), nr) in positions:
                     used_inside.add(positions[(id(nxt), nr)])
                 todo.append(nxt)
@@ -364,9 +402,12 @@ class ModuleHooks:
         if not calls:
             return
         wanted: dict = {}
+        bases: dict = {}
         for call in calls:
             for position, key in call.shared.items():
-                wanted.setdefault(key, []).append((call, position))
+                wanted.setdefault(key, []).append((call, position, None))
+            for position, region in call.regions.items():
+                bases.setdefault(_edge_key(region[0]), []).append((call, position, region))
         floor = min(call.end for call in calls)
         roots = list(roots) if isinstance(roots, (list, tuple)) else [roots]
         grads = list(grads) if isinstance(grads, (list, tuple)) else [None] * len(roots)
@@ -374,7 +415,7 @@ class ModuleHooks:
         for root, grad in zip(roots, grads):
             edge = get_gradient_edge(root) if isinstance(root, torch.Tensor) else root
             todo.append(edge.node)
-            for call, position in wanted.get(_edge_key(edge), ()) if isinstance(grad, torch.Tensor) else ():
+            for call, position, _ in wanted.get(_edge_key(edge), ()) if isinstance(grad, torch.Tensor) else ():
                 have = call.outside.get(position)
                 call.outside[position] = grad if have is None else have + grad
         seen: dict = {}
@@ -387,15 +428,17 @@ class ModuleHooks:
             sequence = node._sequence_nr()
             if sequence <= floor or type(node).__name__ == "AccumulateGrad":
                 continue
+            copies = type(node).__name__ == "CopySlices"
             for index, (nxt, nr) in enumerate(node.next_functions):
                 if nxt is None:
                     continue
-                for call, position in wanted.get((id(nxt), nr), ()):
+                for call, position, region in wanted.get((id(nxt), nr), []) + (bases.get((id(nxt), nr), [])
+                                                                               if copies else []):
                     if sequence > call.end and id(node) not in call.seen:
-                        hits.setdefault(id(node), (node, []))[1].append((index, call, position))
+                        hits.setdefault(id(node), (node, []))[1].append((index, call, position, region))
                 todo.append(nxt)
         for node, targets in hits.values():
-            for _, call, _ in targets:
+            for _, call, _, _ in targets:
                 call.seen[id(node)] = node
             node.register_hook(self._outside_hook(targets))
         for call in calls:
@@ -404,10 +447,16 @@ class ModuleHooks:
     def _outside_hook(self, targets: list):
         def hook(grad_inputs, _grad_outputs):
             with self.col.shielded("module output gradients from outside"):
-                for index, call, position in targets:
+                for index, call, position, region in targets:
                     grad = grad_inputs[index]
                     if grad is None or not self._live(call):
                         continue
+                    if region is not None:      # the caller modified the returned view in place
+                        grad = _in_region(grad, region)
+                        if grad is None:
+                            continue
+                        if not self._will_run(call.out_nodes[position]):
+                            call.arrived.add(position)      # the view's own node has no use left: no hook there
                     have = call.outside.get(position)
                     call.outside[position] = grad if have is None else have + grad
             return None
@@ -432,8 +481,8 @@ class ModuleHooks:
             if not self._live(call):
                 return None
             with self.col.shielded(f"{call.name} input gradients"):
-                for index, input_slots in pairs:
-                    grad = grad_inputs[index]
+                for index, input_slots, region in pairs:
+                    grad = grad_inputs[index] if region is None else _in_region(grad_inputs[index], region)
                     if grad is None:
                         continue
                     for slot in input_slots:
@@ -451,8 +500,6 @@ class ModuleHooks:
                 return None
             with self.col.shielded(f"{call.name} output gradients"):
                 self.flush()
-                if call.found and position in call.shared:
-                    grad = call.outside.get(position)     # only what came from outside, None when nothing did
                 for j in output_slots:
                     call.grad_out[j] = grad
                 call.arrived.add(position)
@@ -460,6 +507,13 @@ class ModuleHooks:
                     self._write(call)
             return None
         return hook
+
+    @staticmethod
+    def _will_run(node) -> bool:
+        try:
+            return bool(torch._C._will_engine_execute_node(node))
+        except Exception:  # noqa: BLE001 - outside a backward call or an older torch
+            return True
 
     @staticmethod
     def _outputs_complete(call: _Call) -> bool:
@@ -521,6 +575,10 @@ class ModuleHooks:
         col = self.col
         call.written = True
         grad_in = list(call.grad_in)
+        if call.found:          # the shared outputs: only what came from outside, None where nothing did
+            for position in call.shared:
+                for j in call.out_slots[position]:
+                    call.grad_out[j] = call.outside.get(position)
         for j, input_slots in call.passthrough:
             for slot in input_slots:
                 if not call.found:          # the module returned this input: its gradient is the tensor's total

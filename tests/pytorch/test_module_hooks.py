@@ -160,3 +160,56 @@ def test_a_module_returning_its_input_gets_the_gradient_of_the_returned_object_o
     data, saved, _ = record(tmp_path, model, leaf, loss=loss)
     assert torch.equal(saved("Module.0.Identity.backward.0.input.0"), full(4.0))
     assert torch.equal(saved("Module.0.Identity.backward.0.output.0"), full(4.0))
+
+
+def test_a_view_output_modified_in_place_by_the_next_module_keeps_its_entry(tmp_path):
+    """A 3-d Linear's output is a view of its 2-d result: ReLU(inplace=True) on it gives the result a CopySlices node
+    and leaves the view's own node unused. The Linear's entry is still written, with the gradient of its output."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 8), nn.ReLU(inplace=True), nn.Linear(8, 2))
+    data, saved, x_grad = record(tmp_path, net, leaf, loss=lambda x: net(x).sum())
+    relu_in, relu_out = saved("Module.1.ReLU.backward.0.input.0"), saved("Module.1.ReLU.backward.0.output.0")
+    assert torch.equal(relu_in, saved("Module.2.Linear.backward.0.output.0"))
+    assert torch.allclose(relu_in, net[2].weight.detach().sum(0).expand(2, 3, 8), rtol=1e-6, atol=1e-6)
+    assert torch.equal(relu_out, relu_in * (saved("Module.1.ReLU.forward.0.output.0") > 0))
+    assert torch.equal(saved("Module.0.Linear.backward.0.input.0"), relu_out)
+    assert torch.equal(saved("Module.0.Linear.backward.0.output.0"), x_grad)
+    assert [n for n in data if ".backward." in n] == ["Module.2.Linear.backward.0", "Module.1.ReLU.backward.0",
+                                                      "Module.0.Linear.backward.0"]
+
+
+class Part(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.lin(x)[..., :2]              # a view of part of a tensor the caller never sees
+
+
+class PooledView(Pooled):
+    def forward(self, x):
+        hidden = self.layer(x)                    # a view: a 3-d Linear's output
+        return hidden, torch.tanh(self.pool(hidden.mean(1))), x
+
+
+def test_view_outputs_modified_in_place_by_the_caller(tmp_path):
+    part, body = Part(), PooledView()
+
+    def loss(x):
+        y = part(x)
+        y.mul_(3.0)
+        hidden, pooled, _ = body(x)
+        hidden.add_(1.0)
+        return (y * 2).sum() + (hidden * 2).sum() + pooled.sum()
+
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"part": part, "body": body})
+    data, saved, _ = record(tmp_path, Wrapper(model, loss), leaf)
+    assert torch.equal(saved("Module.body.part.Part.backward.0.input.0"), full(6.0, 2, 3, 2))
+    assert torch.equal(saved("Module.body.body.PooledView.backward.0.input.0"), full(2.0))   # not the pooler's
+    with torch.no_grad():
+        pooled = body(leaf())[1]
+        layer_grad = (2.0 + (1 - pooled**2) @ body.pool.weight / 3)[:, None, :].expand(2, 3, 8)
+    assert torch.allclose(saved("Module.body.body.layer.Linear.backward.0.input.0"), layer_grad, rtol=1e-5,
+                          atol=1e-6)

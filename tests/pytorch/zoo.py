@@ -228,17 +228,19 @@ class Pooled(nn.Module):
 
 class ReturnedInside(nn.Module):
     """Outputs their module also uses inside: dropped, kept and used several times, modified in place and through a
-    view by the caller, inside a checkpoint; and an input returned as it is."""
+    view by the caller, inside a checkpoint; an input returned as it is; and a 3-d Linear's output (a view of its
+    2-d result) modified in place by the next module."""
 
     def __init__(self):
         super().__init__()
         self.inp = nn.Linear(4, 8)
+        self.act = nn.ReLU(inplace=True)
         self.attn = Weighted()
         self.body = Pooled()
         self.head = nn.Linear(8, 3)
 
     def forward(self, x, pad):
-        h = self.inp(x)
+        h = self.act(self.inp(x))
         out, _ = self.attn(h)
         again, weights = checkpoint(self.attn, out, use_reentrant=True)
         hidden, pooled, same = self.body(again + weights.masked_fill(pad[:, None, :], 0.0).mean(-1, keepdim=True))
