@@ -14,7 +14,10 @@ node is added to the graph:
   the slot gets only what came from outside: when a backward starts, the graph is walked once from its roots and
   post-hooks go on the nodes created after the call that consume such an output; their contributions are summed
   in the order they arrive, and a slot none of them reached is null, as the reference's BackwardHookFunction
-  (which sees only the returned object's uses) has it;
+  (which sees only the returned object's uses) has it. An output that is a view (a 3-d Linear's output) and is
+  modified in place later gives its base a CopySlices node and its own node may never run: the view's part of
+  that node's base gradient is added to its slot (`_view_region`), and likewise for an input that is a view
+  modified in place by the call;
 * gradients w.r.t. its inputs, through this call only: post-hooks on the nodes the call created that consume an
   input (found by walking from the outputs down to the nodes created before the call, by autograd sequence number),
   summed in the order they arrive, which is the order autograd sums them;
@@ -127,7 +130,7 @@ class _Call:
 
     __slots__ = ("name", "parent", "order", "generation", "marker", "in_edges", "grad_in", "grad_out", "passthrough",
                  "out_nodes", "arrived", "consumers_left", "body", "placed", "written", "slot", "end", "shared",
-                 "outside", "found", "seen", "regions", "in_regions", "out_slots")
+                 "outside", "found", "seen", "regions", "in_regions", "out_slots", "moved")
 
     def __init__(self, name, parent, order, generation, marker, in_edges):
         self.name = name
@@ -155,6 +158,7 @@ class _Call:
         self.regions: dict = {}       # output position -> _view_region of an output that is a view
         self.in_regions: dict = {}    # input slot -> _view_region of an input that is a view
         self.out_slots: list = []     # output position -> its output slots
+        self.moved: dict = {}         # output position -> gradient of a view output through in-place ops on it
 
 
 class ModuleHooks:
@@ -322,9 +326,9 @@ class ModuleHooks:
             region = _view_region(list(unique.values())[position][0])
             if region is not None:
                 call.regions[position] = region      # the caller may modify it in place
-            if position in used_inside or region is not None or not self._made_by(node, call):
+            if position in used_inside or not self._made_by(node, call):
                 call.shared[position] = key
-        if call.shared:
+        if call.shared or call.regions:
             self._shared.append(call)
         for position, (tensor, _, output_slots) in enumerate(unique.values()):
             handle = tensor.register_hook(self._output_hook(call, position, output_slots))
@@ -457,8 +461,9 @@ class ModuleHooks:
                             continue
                         if not self._will_run(call.out_nodes[position]):
                             call.arrived.add(position)      # the view's own node has no use left: no hook there
-                    have = call.outside.get(position)
-                    call.outside[position] = grad if have is None else have + grad
+                    into = call.outside if region is None or position in call.shared else call.moved
+                    have = into.get(position)
+                    into[position] = grad if have is None else have + grad
             return None
         return hook
 
@@ -579,6 +584,9 @@ class ModuleHooks:
             for position in call.shared:
                 for j in call.out_slots[position]:
                     call.grad_out[j] = call.outside.get(position)
+            for position, extra in call.moved.items():      # plus, for a view, what came through in-place ops
+                for j in call.out_slots[position]:
+                    call.grad_out[j] = extra if call.grad_out[j] is None else call.grad_out[j] + extra
         for j, input_slots in call.passthrough:
             for slot in input_slots:
                 if not call.found:          # the module returned this input: its gradient is the tensor's total
