@@ -321,13 +321,12 @@ class ModuleHooks:
         for node, pairs in consumers:
             node.register_hook(self._consumer_hook(call, pairs, id(node)))
         call.out_nodes = [edge.node for _, edge, _ in unique.values()]
-        for key, position in positions.items():
-            node = call.out_nodes[position]
-            region = _view_region(list(unique.values())[position][0])
+        for position, (tensor, edge, _) in enumerate(unique.values()):
+            region = _view_region(tensor)
             if region is not None:
                 call.regions[position] = region      # the caller may modify it in place
-            if position in used_inside or not self._made_by(node, call):
-                call.shared[position] = key
+            if position in used_inside or not self._made_by(edge.node, call):
+                call.shared[position] = _edge_key(edge)
         if call.shared or call.regions:
             self._shared.append(call)
         for position, (tensor, _, output_slots) in enumerate(unique.values()):
