@@ -130,7 +130,7 @@ class _Call:
 
     __slots__ = ("name", "parent", "order", "generation", "marker", "in_edges", "grad_in", "grad_out", "passthrough",
                  "out_nodes", "arrived", "consumers_left", "body", "placed", "written", "slot", "end", "shared",
-                 "outside", "found", "seen", "regions", "in_regions", "out_slots", "moved")
+                 "outside", "found", "seen", "regions", "in_regions", "out_slots", "moved", "inner")
 
     def __init__(self, name, parent, order, generation, marker, in_edges):
         self.name = name
@@ -159,6 +159,7 @@ class _Call:
         self.in_regions: dict = {}    # input slot -> _view_region of an input that is a view
         self.out_slots: list = []     # output position -> its output slots
         self.moved: dict = {}         # output position -> gradient of a view output through in-place ops on it
+        self.inner: dict = {}         # id(node) -> node: the call's nodes that consume an output or its view's base
 
 
 class ModuleHooks:
@@ -315,20 +316,24 @@ class ModuleHooks:
         base_slots: dict = {}
         for slot, region in call.in_regions.items():
             base_slots.setdefault(_edge_key(region[0]), []).append((slot, region))
-        used_inside: set = set()
-        consumers = self._consumers(out_edges, call.marker, slots, positions, used_inside, base_slots)
+        for position, (tensor, _, _) in enumerate(unique.values()):
+            region = _view_region(tensor)
+            if region is not None:
+                call.regions[position] = region      # the caller may modify it in place
+        watched = {_edge_key(region[0]): None for region in call.regions.values()} | positions
+        consumers = self._consumers(out_edges, call.marker, slots, watched, call.inner, base_slots)
         call.consumers_left = len(consumers)
         for node, pairs in consumers:
             node.register_hook(self._consumer_hook(call, pairs, id(node)))
         call.out_nodes = [edge.node for _, edge, _ in unique.values()]
-        for position, (tensor, edge, _) in enumerate(unique.values()):
-            region = _view_region(tensor)
-            if region is not None:
-                call.regions[position] = region      # the caller may modify it in place
+        used_inside = {positions.get((id(nxt), nr)) for node in call.inner.values() for nxt, nr in node.next_functions}
+        for position, (_, edge, _) in enumerate(unique.values()):
             if position in used_inside or not self._made_by(edge.node, call):
                 call.shared[position] = _edge_key(edge)
         if call.shared or call.regions:
             self._shared.append(call)
+        else:
+            call.inner = {}
         for position, (tensor, _, output_slots) in enumerate(unique.values()):
             handle = tensor.register_hook(self._output_hook(call, position, output_slots))
             if tensor.grad_fn is None:
@@ -344,10 +349,10 @@ class ModuleHooks:
         return type(node).__name__ != "AccumulateGrad" and call.marker < node._sequence_nr() <= call.end
 
     @staticmethod
-    def _consumers(out_edges, marker: int, slots: dict, positions: dict, used_inside: set, base_slots: dict) -> list:
+    def _consumers(out_edges, marker: int, slots: dict, watched: dict, inner: dict, base_slots: dict) -> list:
         """(node, [(next-edge index, input slots, view region or None)]) for every node created by the call that
-        consumes an input, or modifies an input that is a view in place (its base's CopySlices node); the positions
-        of the outputs that such a node consumes go into `used_inside`."""
+        consumes an input, or modifies an input that is a view in place (its base's CopySlices node); the nodes
+        created by the call that consume a `watched` edge (an output, a view output's base) go into `inner`."""
         found = []
         seen = set()
         todo = [e.node for e in out_edges]
@@ -367,8 +372,8 @@ class ModuleHooks:
                     pairs.append((index, hit, None))
                 if type(node).__name__ == "CopySlices":
                     pairs.extend((index, [slot], region) for slot, region in base_slots.get((id(nxt), nr), ()))
-                if (id(nxt), nr) in positions:
-                    used_inside.add(positions[(id(nxt), nr)])
+                if (id(nxt), nr) in watched:
+                    inner[id(node)] = node
                 todo.append(nxt)
             if pairs:
                 found.append((node, pairs))
@@ -397,8 +402,9 @@ class ModuleHooks:
         return run_backward
 
     def _find_outside(self, roots, grads) -> None:
-        """Walk the graph of this backward once from its roots, down to the nodes made before the earliest waiting
-        call returned, and hook the nodes made after a call that consume one of its shared outputs. A root that is
+        """Walk the graph of this backward once from its roots (all of it: sequence numbers are per thread, and the
+        graph may have been built in several) and hook the nodes outside a call that consume one of its shared
+        outputs or modify a view output's base in place. A root that is
         such an output (`out.backward(g)`, the reentrant checkpoint's backward of its recomputed outputs) gets its
         given gradient from outside."""
         self._shared = calls = [c for c in self._shared if self._live(c)]
@@ -408,17 +414,18 @@ class ModuleHooks:
         bases: dict = {}
         for call in calls:
             for position, key in call.shared.items():
-                wanted.setdefault(key, []).append((call, position, None))
+                made = self._made_by(call.out_nodes[position], call)
+                wanted.setdefault(key, []).append((call, position, None, made))
             for position, region in call.regions.items():
-                bases.setdefault(_edge_key(region[0]), []).append((call, position, region))
-        floor = min(call.end for call in calls)
+                made = self._made_by(region[0].node, call)
+                bases.setdefault(_edge_key(region[0]), []).append((call, position, region, made))
         roots = list(roots) if isinstance(roots, (list, tuple)) else [roots]
         grads = list(grads) if isinstance(grads, (list, tuple)) else [None] * len(roots)
         todo = []
         for root, grad in zip(roots, grads):
             edge = get_gradient_edge(root) if isinstance(root, torch.Tensor) else root
             todo.append(edge.node)
-            for call, position, _ in wanted.get(_edge_key(edge), ()) if isinstance(grad, torch.Tensor) else ():
+            for call, position, _, _ in wanted.get(_edge_key(edge), ()) if isinstance(grad, torch.Tensor) else ():
                 have = call.outside.get(position)
                 call.outside[position] = grad if have is None else have + grad
         seen: dict = {}
@@ -428,16 +435,16 @@ class ModuleHooks:
             if node is None or id(node) in seen:
                 continue
             seen[id(node)] = node
-            sequence = node._sequence_nr()
-            if sequence <= floor or type(node).__name__ == "AccumulateGrad":
-                continue
             copies = type(node).__name__ == "CopySlices"
             for index, (nxt, nr) in enumerate(node.next_functions):
                 if nxt is None:
                     continue
-                for call, position, region in wanted.get((id(nxt), nr), []) + (bases.get((id(nxt), nr), [])
-                                                                               if copies else []):
-                    if sequence > call.end and id(node) not in call.seen:
+                for call, position, region, made in wanted.get((id(nxt), nr), []) + (bases.get((id(nxt), nr), [])
+                                                                                     if copies else []):
+                    # outside: not one of the call's own nodes and, for a tensor the call did not make, made after
+                    # the call (by sequence number: in the call's thread)
+                    if id(node) not in call.inner and id(node) not in call.seen and \
+                            (made or node._sequence_nr() > call.end):
                         hits.setdefault(id(node), (node, []))[1].append((index, call, position, region))
                 todo.append(nxt)
         for node, targets in hits.values():
@@ -592,7 +599,7 @@ class ModuleHooks:
                     grad_in[slot] = call.grad_out[j]
                 elif call.grad_out[j] is not None:   # what the call's inner uses gave plus what its return got
                     grad_in[slot] = call.grad_out[j] if grad_in[slot] is None else grad_in[slot] + call.grad_out[j]
-        call.seen = {}
+        call.seen = call.inner = {}
         name = call.name
         col.writer.add_construct(name, call.parent)
         body = call.body

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,21 @@ def test_view_outputs_modified_in_place_by_the_caller(tmp_path):
         layer_grad = (2.0 + (1 - pooled**2) @ body.pool.weight / 3)[:, None, :].expand(2, 3, 8)
     assert torch.allclose(saved("Module.body.body.layer.Linear.backward.0.input.0"), layer_grad, rtol=1e-5,
                           atol=1e-6)
+
+
+def test_uses_made_in_another_thread_count(tmp_path):
+    """Autograd numbers nodes per thread: the uses of the outputs made in another thread are found all the same."""
+    torch.manual_seed(0)
+    model = Caller(lambda out, weights: out.sum())
+
+    def loss(x):
+        out, weights = model.att(x)
+        made = []
+        worker = threading.Thread(target=lambda: made.append(out.sum() + (weights * 3).sum()))
+        worker.start()
+        worker.join()
+        return made[0]
+
+    _, saved, _ = record(tmp_path, model, leaf, loss=loss)
+    assert torch.equal(saved("Module.att.Weighted.backward.0.input.0"), full(1.0))
+    assert torch.equal(saved("Module.att.Weighted.backward.0.input.1"), full(3.0, 2, 3, 3))
