@@ -394,7 +394,7 @@ class ModuleHooks:
 
     def _backward_runner(self, original):
         def run_backward(t_outputs, *args, **kwargs):
-            if self._shared and self.col.module_active and not torch.compiler.is_compiling():
+            if not torch.compiler.is_compiling() and self._shared and self.col.module_active:
                 with self.col.shielded("module backward set-up"):
                     self._find_outside(t_outputs, args[0] if args else None)
             return original(t_outputs, *args, **kwargs)
