@@ -7,7 +7,17 @@ user's code, and the extra nodes change the order in which autograd sums an inpu
 node is added to the graph:
 
 * gradients w.r.t. the call's outputs: tensor hooks on the output tensors (a tensor hook keeps the gradient of the
-  value the module returned even when that tensor is modified in place afterwards);
+  value the module returned even when that tensor is modified in place afterwards). Such a hook sees the tensor's
+  total gradient, which is the one that came from outside only if nothing the call created consumes the tensor.
+  For an output the call also uses inside itself (attention weights that compute the attention output, a
+  BertModel's last hidden state fed to its pooler) or did not create (an input or a tensor it returns as it is),
+  the slot gets only what came from outside: when a backward starts, the graph is walked once from its roots and
+  post-hooks go on the nodes created after the call that consume such an output; their contributions are summed
+  in the order they arrive, and a slot none of them reached is null, as the reference's BackwardHookFunction
+  (which sees only the returned object's uses) has it. An output that is a view (a 3-d Linear's output) and is
+  modified in place later gives its base a CopySlices node and its own node may never run: the view's part of
+  that node's base gradient is added to its slot (`_view_region`), and likewise for an input that is a view
+  modified in place by the call;
 * gradients w.r.t. its inputs, through this call only: post-hooks on the nodes the call created that consume an
   input (found by walking from the outputs down to the nodes created before the call, by autograd sequence number),
   summed in the order they arrive, which is the order autograd sums them;
@@ -92,11 +102,35 @@ def _edge_key(edge) -> tuple:
     return id(edge.node), edge.output_nr
 
 
+def _view_region(tensor):
+    """Where a view lies in its base, for a view whose base requires grad (None otherwise): (the base's gradient
+    edge, the base's size and strides, the view's size, strides and offset in the base). An in-place op on a view
+    gives its base a CopySlices node; the gradient for the view's old value is that node's base gradient there."""
+    if not tensor._is_view():
+        return None
+    base = tensor._base
+    if base is None or not base.requires_grad:
+        return None
+    return (get_gradient_edge(base), tuple(base.shape), base.stride(), tuple(tensor.shape), tensor.stride(),
+            tensor.storage_offset() - base.storage_offset())
+
+
+def _in_region(grad, region):
+    """The part of a base's gradient that belongs to the view `region` describes (a copy), or None."""
+    _, base_size, base_stride, size, stride, offset = region
+    if grad is None or tuple(grad.shape) != base_size:
+        return None
+    whole = grad.new_empty_strided(base_size, base_stride)
+    whole.copy_(grad)
+    return whole.as_strided(size, stride, offset).clone()
+
+
 class _Call:
     """One forward call of a hooked module whose backward entry is still to be written."""
 
     __slots__ = ("name", "parent", "order", "generation", "marker", "in_edges", "grad_in", "grad_out", "passthrough",
-                 "out_nodes", "arrived", "consumers_left", "body", "placed", "written", "slot")
+                 "out_nodes", "arrived", "consumers_left", "body", "placed", "written", "slot", "end", "shared",
+                 "outside", "found", "seen", "regions", "in_regions", "out_slots", "moved", "inner")
 
     def __init__(self, name, parent, order, generation, marker, in_edges):
         self.name = name
@@ -115,6 +149,17 @@ class _Call:
         self.placed = False           # its position in dump.json is taken, the data follows
         self.written = False
         self.slot = None              # the writer's Slot of a placed call
+        self.end = marker             # sequence number at its return: nodes made later are outside the call
+        self.shared: dict = {}        # output position -> its edge key, for the outputs whose tensor hook sees
+        #                               more than what came from outside (used inside, or not made by the call)
+        self.outside: dict = {}       # output position -> sum of the gradients that came from outside
+        self.found = False            # a backward start looked for the consumers outside of its shared outputs
+        self.seen: dict = {}          # id(node) -> node: the consumers outside that got a hook
+        self.regions: dict = {}       # output position -> _view_region of an output that is a view
+        self.in_regions: dict = {}    # input slot -> _view_region of an input that is a view
+        self.out_slots: list = []     # output position -> its output slots
+        self.moved: dict = {}         # output position -> gradient of a view output through in-place ops on it
+        self.inner: dict = {}         # id(node) -> node: the call's nodes that consume an output or its view's base
 
 
 class ModuleHooks:
@@ -129,6 +174,8 @@ class ModuleHooks:
         self._handles: list = []
         self._order = 0
         self._marker_leaf = None
+        self._shared: list = []      # calls with an output whose gradient from outside needs the graph walk
+        self._run_backward = None    # our replacement of torch.autograd._engine_run_backward, made once
 
     # ------------------------------------------------------------------ install
     def install(self, models, handles: list) -> None:
@@ -140,6 +187,7 @@ class ModuleHooks:
                     continue
                 prefix = f"Module.{model_index}.{path}" if many else f"Module.{path}"
                 self._hook(module, f"{prefix}.{type(module).__name__}", handles)
+        self._patch_backward()
 
     def _scripted(self, model) -> list:
         """Paths of the TorchScript modules (torch.jit.script/trace): they take no Python hooks, and what runs
@@ -158,6 +206,7 @@ class ModuleHooks:
         self._pending_grads = {}
         self._waits = {}
         self._ready = []
+        self._shared = []
 
     def stop(self) -> None:
         """End of recording: write the backward entries whose input gradients never came (their inputs' nodes
@@ -168,6 +217,7 @@ class ModuleHooks:
         for call in sorted(waiting.values(), key=lambda c: c.order, reverse=True):
             self._write(call)
         self._waits = {}
+        self._shared = []
         for handle in self._handles:
             handle.remove()
         self._handles = []
@@ -216,13 +266,17 @@ class ModuleHooks:
             with col.shielded(f"{backward} set-up"):      # without it the forward entry is still written
                 self._order += 1
                 parent_bw = parent.replace(".forward.", ".backward.") if parent else None
+                inputs = grad_tensors(args)
                 call = _Call(backward, parent_bw, self._order, col.generation, self._marker(),
-                             [get_gradient_edge(t) for t in grad_tensors(args)])
+                             [get_gradient_edge(t) for t in inputs])
+                call.in_regions = {slot: r for slot, r in enumerate(map(_view_region, inputs)) if r is not None}
         self._forward.setdefault((id(mod), threading.get_ident()), []).append((forward, body, stack, dump, call))
 
     def _after(self, mod, out) -> None:
         col = self.col
         forward, body, stack, dump, call = self._forward[(id(mod), threading.get_ident())].pop()
+        if call is not None:
+            call.end = self._marker()
         module_stack = col.thread_stack()
         if forward in module_stack:
             del module_stack[module_stack.index(forward):]
@@ -254,14 +308,32 @@ class ModuleHooks:
             slots.setdefault(_edge_key(edge), []).append(i)
         out_edges = [get_gradient_edge(t) for t in outputs]
         call.passthrough = [(j, slots[_edge_key(e)]) for j, e in enumerate(out_edges) if _edge_key(e) in slots]
-        consumers = self._consumers(out_edges, call.marker, slots)
+        unique: dict = {}
+        for j, tensor in enumerate(outputs):
+            unique.setdefault(id(tensor), (tensor, out_edges[j], []))[2].append(j)
+        positions = {_edge_key(edge): position for position, (_, edge, _) in enumerate(unique.values())}
+        call.out_slots = [output_slots for _, _, output_slots in unique.values()]
+        base_slots: dict = {}
+        for slot, region in call.in_regions.items():
+            base_slots.setdefault(_edge_key(region[0]), []).append((slot, region))
+        for position, (tensor, _, _) in enumerate(unique.values()):
+            region = _view_region(tensor)
+            if region is not None:
+                call.regions[position] = region      # the caller may modify it in place
+        watched = {_edge_key(region[0]): None for region in call.regions.values()} | positions
+        consumers = self._consumers(out_edges, call.marker, slots, watched, call.inner, base_slots)
         call.consumers_left = len(consumers)
         for node, pairs in consumers:
             node.register_hook(self._consumer_hook(call, pairs, id(node)))
-        unique: dict = {}
-        for j, tensor in enumerate(outputs):
-            unique.setdefault(id(tensor), (tensor, out_edges[j].node, []))[2].append(j)
-        call.out_nodes = [node for _, node, _ in unique.values()]
+        call.out_nodes = [edge.node for _, edge, _ in unique.values()]
+        used_inside = {positions.get((id(nxt), nr)) for node in call.inner.values() for nxt, nr in node.next_functions}
+        for position, (_, edge, _) in enumerate(unique.values()):
+            if position in used_inside or not self._made_by(edge.node, call):
+                call.shared[position] = _edge_key(edge)
+        if call.shared or call.regions:
+            self._shared.append(call)
+        else:
+            call.inner = {}
         for position, (tensor, _, output_slots) in enumerate(unique.values()):
             handle = tensor.register_hook(self._output_hook(call, position, output_slots))
             if tensor.grad_fn is None:
@@ -272,8 +344,15 @@ class ModuleHooks:
             self._wait(edge.node, call)
 
     @staticmethod
-    def _consumers(out_edges, marker: int, slots: dict) -> list:
-        """(node, [(next-edge index, input slots)]) for every node created by the call that consumes an input."""
+    def _made_by(node, call: _Call) -> bool:
+        """Whether the call created this node (a leaf's AccumulateGrad node has the largest sequence number)."""
+        return type(node).__name__ != "AccumulateGrad" and call.marker < node._sequence_nr() <= call.end
+
+    @staticmethod
+    def _consumers(out_edges, marker: int, slots: dict, watched: dict, inner: dict, base_slots: dict) -> list:
+        """(node, [(next-edge index, input slots, view region or None)]) for every node created by the call that
+        consumes an input, or modifies an input that is a view in place (its base's CopySlices node); the nodes
+        created by the call that consume a `watched` edge (an output, a view output's base) go into `inner`."""
         found = []
         seen = set()
         todo = [e.node for e in out_edges]
@@ -290,11 +369,109 @@ class ModuleHooks:
                     continue
                 hit = slots.get((id(nxt), nr))
                 if hit:
-                    pairs.append((index, hit))
+                    pairs.append((index, hit, None))
+                if type(node).__name__ == "CopySlices":
+                    pairs.extend((index, [slot], region) for slot, region in base_slots.get((id(nxt), nr), ()))
+                if (id(nxt), nr) in watched:
+                    inner[id(node)] = node
                 todo.append(nxt)
             if pairs:
                 found.append((node, pairs))
         return found
+
+    # ------------------------------------------------------------------ gradients from outside
+    def _patch_backward(self) -> None:
+        """Every backward (Tensor.backward, torch.autograd.backward/grad) goes through
+        torch.autograd._engine_run_backward: ours looks for the consumers outside of the shared outputs, then runs
+        it. Made once (a function compiled with torch.compile is guarded on the globals it calls); without it
+        (another torch) the shared outputs keep their total gradient."""
+        original = getattr(torch.autograd, "_engine_run_backward", None)
+        if original is None:
+            return
+        if self._run_backward is None or self._run_backward.__wrapped__ is not original:
+            self._run_backward = self._backward_runner(original)
+        self.col._patches.set(torch.autograd, "_engine_run_backward", self._run_backward)
+
+    def _backward_runner(self, original):
+        def run_backward(t_outputs, *args, **kwargs):
+            if not torch.compiler.is_compiling() and self._shared and self.col.module_active:
+                with self.col.shielded("module backward set-up"):
+                    self._find_outside(t_outputs, args[0] if args else None)
+            return original(t_outputs, *args, **kwargs)
+        run_backward.__wrapped__ = original
+        return run_backward
+
+    def _find_outside(self, roots, grads) -> None:
+        """Walk the graph of this backward once from its roots (all of it: sequence numbers are per thread, and the
+        graph may have been built in several) and hook the nodes outside a call that consume one of its shared
+        outputs or modify a view output's base in place. A root that is
+        such an output (`out.backward(g)`, the reentrant checkpoint's backward of its recomputed outputs) gets its
+        given gradient from outside."""
+        self._shared = calls = [c for c in self._shared if self._live(c)]
+        if not calls:
+            return
+        wanted: dict = {}
+        bases: dict = {}
+        for call in calls:
+            for position, key in call.shared.items():
+                made = self._made_by(call.out_nodes[position], call)
+                wanted.setdefault(key, []).append((call, position, None, made))
+            for position, region in call.regions.items():
+                made = self._made_by(region[0].node, call)
+                bases.setdefault(_edge_key(region[0]), []).append((call, position, region, made))
+        roots = list(roots) if isinstance(roots, (list, tuple)) else [roots]
+        grads = list(grads) if isinstance(grads, (list, tuple)) else [None] * len(roots)
+        todo = []
+        for root, grad in zip(roots, grads):
+            edge = get_gradient_edge(root) if isinstance(root, torch.Tensor) else root
+            todo.append(edge.node)
+            for call, position, _, _ in wanted.get(_edge_key(edge), ()) if isinstance(grad, torch.Tensor) else ():
+                have = call.outside.get(position)
+                call.outside[position] = grad if have is None else have + grad
+        seen: dict = {}
+        hits: dict = {}
+        while todo:
+            node = todo.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen[id(node)] = node
+            copies = type(node).__name__ == "CopySlices"
+            for index, (nxt, nr) in enumerate(node.next_functions):
+                if nxt is None:
+                    continue
+                for call, position, region, made in wanted.get((id(nxt), nr), []) + (bases.get((id(nxt), nr), [])
+                                                                                     if copies else []):
+                    # outside: not one of the call's own nodes and, for a tensor the call did not make, made after
+                    # the call (by sequence number: in the call's thread)
+                    if id(node) not in call.inner and id(node) not in call.seen and \
+                            (made or node._sequence_nr() > call.end):
+                        hits.setdefault(id(node), (node, []))[1].append((index, call, position, region))
+                todo.append(nxt)
+        for node, targets in hits.values():
+            for _, call, _, _ in targets:
+                call.seen[id(node)] = node
+            node.register_hook(self._outside_hook(targets))
+        for call in calls:
+            call.found = True
+
+    def _outside_hook(self, targets: list):
+        def hook(grad_inputs, _grad_outputs):
+            with self.col.shielded("module output gradients from outside"):
+                for index, call, position, region in targets:
+                    grad = grad_inputs[index]
+                    if grad is None or not self._live(call):
+                        continue
+                    if region is not None:      # the caller modified the returned view in place
+                        grad = _in_region(grad, region)
+                        if grad is None:
+                            continue
+                        if not self._will_run(call.out_nodes[position]):
+                            call.arrived.add(position)      # the view's own node has no use left: no hook there
+                    into = call.outside if region is None or position in call.shared else call.moved
+                    have = into.get(position)
+                    into[position] = grad if have is None else have + grad
+            return None
+        return hook
 
     def _live(self, call: _Call) -> bool:
         return self.col.module_active and call.generation == self.col.generation and not call.written
@@ -315,8 +492,8 @@ class ModuleHooks:
             if not self._live(call):
                 return None
             with self.col.shielded(f"{call.name} input gradients"):
-                for index, input_slots in pairs:
-                    grad = grad_inputs[index]
+                for index, input_slots, region in pairs:
+                    grad = grad_inputs[index] if region is None else _in_region(grad_inputs[index], region)
                     if grad is None:
                         continue
                     for slot in input_slots:
@@ -341,6 +518,13 @@ class ModuleHooks:
                     self._write(call)
             return None
         return hook
+
+    @staticmethod
+    def _will_run(node) -> bool:
+        try:
+            return bool(torch._C._will_engine_execute_node(node))
+        except Exception:  # noqa: BLE001 - outside a backward call or an older torch
+            return True
 
     @staticmethod
     def _outputs_complete(call: _Call) -> bool:
@@ -402,9 +586,20 @@ class ModuleHooks:
         col = self.col
         call.written = True
         grad_in = list(call.grad_in)
+        if call.found:          # the shared outputs: only what came from outside, None where nothing did
+            for position in call.shared:
+                for j in call.out_slots[position]:
+                    call.grad_out[j] = call.outside.get(position)
+            for position, extra in call.moved.items():      # plus, for a view, what came through in-place ops
+                for j in call.out_slots[position]:
+                    call.grad_out[j] = extra if call.grad_out[j] is None else call.grad_out[j] + extra
         for j, input_slots in call.passthrough:
-            for slot in input_slots:        # the module returned this input: its gradient is the tensor's total
-                grad_in[slot] = call.grad_out[j]
+            for slot in input_slots:
+                if not call.found:          # the module returned this input: its gradient is the tensor's total
+                    grad_in[slot] = call.grad_out[j]
+                elif call.grad_out[j] is not None:   # what the call's inner uses gave plus what its return got
+                    grad_in[slot] = call.grad_out[j] if grad_in[slot] is None else grad_in[slot] + call.grad_out[j]
+        call.seen = call.inner = {}
         name = call.name
         col.writer.add_construct(name, call.parent)
         body = call.body

@@ -1,6 +1,7 @@
 """A zoo of small CPU models that exercise what real training scripts do: BatchNorm with in-place ReLU, residual
 in-place adds, LSTM/GRU, attention with padding masks, activation checkpointing, tuple/dict outputs, parameters used
-directly as op inputs, in-place ops on views, bf16 autocast, padding embeddings and torch.compile.
+directly as op inputs, in-place ops on views, bf16 autocast, padding embeddings, outputs
+that their module also uses inside, and torch.compile.
 
 Only torch is imported, so the same file drives the reference collector in a black-box comparison."""
 
@@ -199,6 +200,55 @@ class Autocast(nn.Module):
         return out.float()
 
 
+class Weighted(nn.Module):
+    """An eager attention returning (output, weights), like transformers' LlamaAttention: the weights compute the
+    output inside, and callers often drop them."""
+
+    def __init__(self):
+        super().__init__()
+        self.qk = nn.Linear(8, 8)
+
+    def forward(self, h):
+        weights = torch.softmax(self.qk(h) @ h.transpose(1, 2), -1)
+        return weights @ h, weights
+
+
+class Pooled(nn.Module):
+    """Like a BertModel: (hidden state, pooled), the pooler reading the hidden state; and its input as it is."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(8, 8)
+        self.pool = nn.Linear(8, 8)
+
+    def forward(self, x):
+        hidden = self.layer(x) * 1.5     # not a view (a 3-d Linear's output is): the caller modifies it in place
+        return hidden, torch.tanh(self.pool(hidden.mean(1))), x
+
+
+class ReturnedInside(nn.Module):
+    """Outputs their module also uses inside: dropped, kept and used several times, modified in place and through a
+    view by the caller, inside a checkpoint; an input returned as it is; and a 3-d Linear's output (a view of its
+    2-d result) modified in place by the next module."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 8)
+        self.act = nn.ReLU(inplace=True)
+        self.attn = Weighted()
+        self.body = Pooled()
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x, pad):
+        h = self.act(self.inp(x))
+        out, _ = self.attn(h)
+        again, weights = checkpoint(self.attn, out, use_reentrant=True)
+        hidden, pooled, same = self.body(again + weights.masked_fill(pad[:, None, :], 0.0).mean(-1, keepdim=True))
+        hidden.add_(1.0)
+        hidden[:, 0] *= 2.0
+        return self.head(hidden.mean(1) + pooled + hidden[:, -1] + same.mean(1))
+
+
 class Mlp(nn.Module):
     def __init__(self):
         super().__init__()
@@ -269,6 +319,7 @@ MODELS = {
     "param_ops": (ParamOps, _features, "sgd"),
     "inplace_views": (InplaceViews, _features, "sgd"),
     "autocast": (Autocast, _features, "adam"),
+    "returned_inside": (ReturnedInside, _sequence, "adam"),
     "compiled": (Partly, _features, "sgd"),
 }
 
