@@ -13,11 +13,26 @@ import pytest
 from conftest import only_file, run_cli
 
 
+def _trained_step(net, root, autocast: bool, forward, labels):
+    """One step of net under the collector (level mix, statistics), in bfloat16 autocast or not; the dump folder."""
+    import torch
+
+    from msprobe.pytorch import PrecisionDebugger
+
+    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(root))
+    debugger.start(net)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = torch.nn.functional.cross_entropy(forward().float(), labels)
+    loss.backward()
+    debugger.stop()
+    (folder,) = [p for p in (root / "step0").iterdir() if p.is_dir()]
+    return folder
+
+
 def _dump(root, scaled: bool, autocast: bool):
     torch = pytest.importorskip("torch")
     from torch import nn
 
-    from msprobe.pytorch import PrecisionDebugger
 
     class Layer(nn.Module):
         def __init__(self, scale):
@@ -45,14 +60,7 @@ def _dump(root, scaled: bool, autocast: bool):
     net = Net()
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(4, 8, generator=g), torch.randint(0, 3, (4,), generator=g)
-    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(root))
-    debugger.start(net)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        loss = nn.functional.cross_entropy(net(x).float(), y)
-    loss.backward()
-    debugger.stop()
-    (folder,) = [p for p in (root / "step0").iterdir() if p.is_dir()]
-    return folder
+    return _trained_step(net, root, autocast, lambda: net(x), y)
 
 
 @pytest.mark.slow
@@ -80,7 +88,6 @@ def _dump_rotary(root, autocast: bool):
     torch = pytest.importorskip("torch")
     from torch import nn
 
-    from msprobe.pytorch import PrecisionDebugger
 
     class Rotary(nn.Module):
         def __init__(self):
@@ -97,14 +104,7 @@ def _dump_rotary(root, autocast: bool):
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(4, 8, generator=g), torch.randint(0, 8, (4,), generator=g)
     cos, sin = torch.rand(8, generator=g), torch.rand(8, generator=g)
-    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(root))
-    debugger.start(net)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        loss = nn.functional.cross_entropy(net(x, cos, sin).float(), y)
-    loss.backward()
-    debugger.stop()
-    (folder,) = [p for p in (root / "step0").iterdir() if p.is_dir()]
-    return folder
+    return _trained_step(net, root, autocast, lambda: net(x, cos, sin), y)
 
 
 @pytest.mark.slow
@@ -134,7 +134,6 @@ def _dump_shifted(root, extra: float, autocast: bool):
     torch = pytest.importorskip("torch")
     from torch import nn
 
-    from msprobe.pytorch import PrecisionDebugger
 
     class Scaled(nn.Linear):       # a forward hook's `output * 1.01`, as on a Llama's q_proj
         def forward(self, x):
@@ -154,14 +153,7 @@ def _dump_shifted(root, extra: float, autocast: bool):
     net = Heads()
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(4, 8, generator=g), torch.randint(0, 8, (4,), generator=g)
-    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(root))
-    debugger.start(net)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        loss = nn.functional.cross_entropy(net(x).float(), y)
-    loss.backward()
-    debugger.stop()
-    (folder,) = [p for p in (root / "step0").iterdir() if p.is_dir()]
-    return folder
+    return _trained_step(net, root, autocast, lambda: net(x), y)
 
 
 @pytest.mark.slow
