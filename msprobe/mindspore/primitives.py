@@ -44,7 +44,8 @@ class PrimitiveHooks:
         self.counts: dict = {}
         self.made = weakref.WeakValueDictionary()   # id -> a primitive made while recording, of a class in:
         self.made_classes: dict = {}                 # original class -> its recording subclass (made ones)
-        self.init = None                             # Primitive.__init__ while ours is in place
+        self.init = None                             # Primitive.__init__ while ours (self.hook) is in place
+        self.hook = None
 
     def reset(self) -> None:
         self.counts = {}
@@ -65,8 +66,9 @@ class PrimitiveHooks:
 
     def suspend(self) -> None:
         if self.init is not None:
-            Primitive.__init__ = self.init
-            self.init = None
+            if Primitive.__dict__["__init__"] is self.hook:   # else other code replaced it: left to that code
+                Primitive.__init__ = self.init
+            self.init = self.hook = None
         for primitive, original, _ in reversed(self.swapped):
             primitive.__class__ = original
         for primitive in list(self.made.values()):
@@ -83,9 +85,9 @@ class PrimitiveHooks:
             primitive.__class__ = subclass
         for cell, attribute, _, wrapper in self.held:
             vars(cell)[attribute] = wrapper
-        if self.init is None:
+        if self.init is None and self.col.api_active:        # L1 and mix only (not after a graph compiles at L0)
             self.init = Primitive.__dict__["__init__"]
-            Primitive.__init__ = self._made_hook(self.init)
+            Primitive.__init__ = self.hook = self._made_hook(self.init)
 
     def _made_hook(self, init):
         """Primitive.__init__ while the collector runs: a primitive made at depth 0 while recording gets its

@@ -127,3 +127,19 @@ def test_a_failure_adopting_a_made_primitive_never_reaches_training(tmp_path, mo
     data = _data(tmp_path, 0)
     assert "Primitive.concat.Concat.0.forward" in data and not any(".LSTM." in n for n in data)
     assert sum("no swap today" in r.getMessage() for r in msprobe_records) == 1
+
+
+def test_level_l0_leaves_primitive_init_alone_also_after_a_graph_compiles(tmp_path):
+    init = Primitive.__dict__["__init__"]
+
+    @ms.jit
+    def double(x):
+        return ops.mul(x, 2.0)
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
+    net = _Net()
+    debugger.start(net)
+    double(Tensor(X))                                 # compiles with the collector suspended, then resumed
+    assert Primitive.__dict__["__init__"] is init
+    net(Tensor(X))
+    debugger.stop()
+    assert not any(n.startswith("Primitive.") for n in _data(tmp_path, 0))
