@@ -5,20 +5,20 @@ before the collector wrapped the APIs) is replaced by its wrapper while recordin
 the API's own name (`Functional.relu`), as any other call of it.
 
 While the collector runs, each such primitive's class is swapped for a subclass whose `__call__` records the
-call; stop() (and every graph compilation) puts the original class back.
-
-A primitive made while recording, outside any recorded call (`ops.LSTM(...)(x, ...)` inside nn.LSTM's
-construct, `ops.Transpose()(x, perm)` in the user's code), is held by no cell when the collector starts, so no
-class of it was swapped: while the collector runs, `Primitive.__init__` (which every primitive's constructor
-calls) swaps the class of each primitive made at depth 0 for its class's recording subclass, recorded as
-`Primitive.<Class>.<Class>.<n>.forward/backward` (no attribute names it: its class takes the attribute's place;
-`n` counts the calls of that class's primitives made so). Primitives made inside a recorded call (an API's own)
-are left alone, as the calls inside it. Such a primitive, kept and called again in a later step (a cache), is
-swapped again at the next start(). The backward entry is filled by one
+call; stop() (and every graph compilation) puts the original class back. The backward entry is filled by one
 `HookBackward` per tensor argument and per tensor output: each gradient that arrives is appended to the entry's
 `output` (arguments) or `input` (outputs) in the order autograd delivers them, as the reference records them.
 The entry takes its place in dump.json at its first gradient and is complete once the gradients of its arguments
 came (another call's gradient arrives, or every floating-point argument got its own).
+
+A primitive made while recording, outside any recorded call (`ops.LSTM(...)(x, ...)` inside nn.LSTM's
+construct, `ops.Transpose()(x, perm)` in the user's code), is held by no cell when the collector starts, so no
+class of it was swapped: while the collector runs (L1, mix), `Primitive.__init__` (which every primitive's
+constructor calls) gives each primitive made at depth 0 its class's recording subclass, recorded as
+`Primitive.<Class>.<Class>.<n>.forward/backward` (no attribute names it: its class takes the attribute's place;
+`n` counts the calls of that class's primitives made so, in the step). Primitives made inside a recorded call (an
+API's own) are left alone, as the calls inside it. Such a primitive, kept and called again in a later step (a
+cache), is swapped again at the next start(). The reference records no entry for these calls.
 """
 
 from __future__ import annotations
