@@ -40,6 +40,13 @@ PRIMITIVE_RULES = {
     "Gather": ApiRule("Primitive.gather.Gather", "Functional.embedding",
                       {"input": {"0": "1", "1": "0"}, "output": {"0": "0"}, "grad_output": {"0": "0"},
                        "grad_input": {"0": "0"}}),
+    # nn.LSTM (CPU/GPU) makes an ops.LSTM in its construct, recorded as Primitive.LSTM.LSTM: x (time major), h0,
+    # c0 and its weights flattened into one tensor; PyTorch's nn.LSTM records Torch.lstm(x, [h0, c0], [weights],
+    # ...). Compared: x, h0, c0 (input.1.0 and 1.1 of PyTorch's) and y, h_n, c_n, and the gradient of y; not the
+    # flat weights, nor the gradients of the arguments (PyTorch records one at its last autograd node)
+    "LSTM": ApiRule("Primitive.LSTM.LSTM", "Torch.lstm",
+                    {"input": {"0": "0", "1": "1.0", "2": "1.1"}, "output": {"0": "0", "1": "1", "2": "2"},
+                     "grad_output": {}, "grad_input": {"0": "0"}}),
 }
 # Where entries pair by place (-lm) and not by call count, Dense pairs with linear too; not its input's gradient:
 # for an input of more than two dimensions PyTorch records at linear's last autograd node the gradient of the

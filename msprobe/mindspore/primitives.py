@@ -10,16 +10,30 @@ call; stop() (and every graph compilation) puts the original class back. The bac
 `output` (arguments) or `input` (outputs) in the order autograd delivers them, as the reference records them.
 The entry takes its place in dump.json at its first gradient and is complete once the gradients of its arguments
 came (another call's gradient arrives, or every floating-point argument got its own).
+
+A primitive made while recording, outside any recorded call (`ops.LSTM(...)(x, ...)` inside nn.LSTM's
+construct, `ops.Transpose()(x, perm)` in the user's code), is held by no cell when the collector starts, so no
+class of it was swapped: while the collector runs (L1, mix), `Primitive.__init__` (which every primitive's
+constructor calls) gives each primitive made at depth 0 its class's recording subclass, recorded as
+`Primitive.<Class>.<Class>.<n>.forward/backward` (no attribute names it: its class takes the attribute's place;
+`n` counts the calls of that class's primitives made so, in the step). Primitives made inside a recorded call (an
+API's own) are left alone, as the calls inside it. Such a primitive, kept and called again in a later step (a
+cache), is swapped again at the next start(). The reference records no entry for these calls.
 """
 
 from __future__ import annotations
 
+import weakref
+
 from mindspore import Tensor, ops
 from mindspore.ops.primitive import Primitive
 
+from msprobe.collect.guard import one_line
 from msprobe.mindspore.apis import is_float_dtype
 from msprobe.mindspore.cells import walk_cells
 from msprobe.mindspore.collector import Waiting
+
+_RECORDS = "_msprobe_records"      # in the dict of a recording subclass: the name it records its calls under
 
 
 class PrimitiveHooks:
@@ -28,6 +42,10 @@ class PrimitiveHooks:
         self.swapped: list = []      # (primitive, original class, recording subclass)
         self.held: list = []         # (cell, attribute, API function, its wrapper)
         self.counts: dict = {}
+        self.made = weakref.WeakValueDictionary()   # id -> a primitive made while recording, of a class in:
+        self.made_classes: dict = {}                 # original class -> its recording subclass (made ones)
+        self.init = None                             # Primitive.__init__ while ours (self.hook) is in place
+        self.hook = None
 
     def reset(self) -> None:
         self.counts = {}
@@ -47,16 +65,58 @@ class PrimitiveHooks:
         self.resume()
 
     def suspend(self) -> None:
+        if self.init is not None:
+            if Primitive.__dict__["__init__"] is self.hook:   # else other code replaced it: left to that code
+                Primitive.__init__ = self.init
+            self.init = self.hook = None
         for primitive, original, _ in reversed(self.swapped):
             primitive.__class__ = original
+        for primitive in list(self.made.values()):
+            if _RECORDS in vars(type(primitive)):
+                primitive.__class__ = type(primitive).__bases__[0]
         for cell, attribute, function, _ in reversed(self.held):
             vars(cell)[attribute] = function
 
     def resume(self) -> None:
+        for primitive in list(self.made.values()):
+            if type(primitive) in self.made_classes:
+                primitive.__class__ = self.made_classes[type(primitive)]
         for primitive, _, subclass in self.swapped:
             primitive.__class__ = subclass
         for cell, attribute, _, wrapper in self.held:
             vars(cell)[attribute] = wrapper
+        if self.init is None and self.col.api_active:        # L1 and mix only (not after a graph compiles at L0)
+            self.init = Primitive.__dict__["__init__"]
+            Primitive.__init__ = self.hook = self._made_hook(self.init)
+
+    def _made_hook(self, init):
+        """Primitive.__init__ while the collector runs: a primitive made at depth 0 while recording gets its
+        class's recording subclass (never raising: the primitive is then left as made)."""
+        hooks = self
+
+        def __init__(prim, *args, **kwargs):  # noqa: N807 - Primitive's constructor
+            init(prim, *args, **kwargs)
+            col = hooks.col
+            if col.api_active and not col.depth and type(prim) is not Primitive:
+                col.enter()
+                try:
+                    hooks._adopt(prim)
+                except Exception as exc:  # noqa: BLE001 - never into training
+                    col.errors.once((type(exc).__name__, "made primitive"), "a primitive made while recording "
+                                    "is not recorded (%s)", one_line(exc))
+                finally:
+                    col.leave()
+        return __init__
+
+    def _adopt(self, prim) -> None:
+        original = type(prim)
+        if _RECORDS in vars(original):
+            return              # swapped already (Primitive.__init__ called twice)
+        subclass = self.made_classes.get(original)
+        if subclass is None:
+            subclass = self.made_classes[original] = self._subclass(original, f"{original.__name__}.{original.__name__}")
+        prim.__class__ = subclass
+        self.made[id(prim)] = prim
 
     def uninstall(self) -> None:
         self.suspend()
@@ -65,6 +125,12 @@ class PrimitiveHooks:
 
     def _swap(self, primitive, combined: str) -> None:
         original = type(primitive)
+        subclass = self._subclass(original, combined)
+        primitive.__class__ = subclass
+        self.swapped.append((primitive, original, subclass))
+
+    def _subclass(self, original, combined: str):
+        """`original` with a `__call__` that records its calls as `Primitive.<combined>.<n>`."""
         call = original.__call__
         hooks = self
 
@@ -73,9 +139,8 @@ class PrimitiveHooks:
             if not col.api_active or col.depth:
                 return call(prim, *args, **kwargs)
             return hooks.run(combined, call, prim, args, kwargs)
-        subclass = type(original.__name__, (original,), {"__call__": __call__, "__module__": original.__module__})
-        primitive.__class__ = subclass
-        self.swapped.append((primitive, original, subclass))
+        return type(original.__name__, (original,), {"__call__": __call__, "__module__": original.__module__,
+                                                      _RECORDS: combined})
 
     def run(self, combined: str, call, prim, args, kwargs):
         return self.col.record_call(f"Primitive.{combined}", self.counts, lambda *a, **k: call(prim, *a, **k),
