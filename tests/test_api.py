@@ -509,7 +509,7 @@ def test_a_dump_root_of_steps(tmp_path):
     assert analysis.op_name == analysis.steps["step0"].op_name is not None
 
 
-def test_printing_the_analysis_of_a_dump_root_shows_every_step(tmp_path, capsys):
+def test_printing_the_analysis_of_a_dump_root_shows_every_step(tmp_path, capsys, fresh_logger):
     """print(diff_analyze(root)) answers for every step, as `compare -da` on the root prints it."""
     import shutil
 

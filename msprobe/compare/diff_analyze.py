@@ -216,7 +216,15 @@ def _row_differences(mode: str, cells: dict, matched: list, rows: int) -> list:
     if mode == col.MD5:
         return [m and a != b for m, a, b in zip(matched, cells[col.NPU_MD5], cells[col.BENCH_MD5])]
     diffs = [cells[name] for name in col.STAT_DIFFS[:4]]
-    return [matched[r] and any(d[r] != "0" for d in diffs) for r in range(rows)]
+    return [matched[r] and _stats_differ([d[r] for d in diffs]) for r in range(rows)]
+
+
+def _stats_differ(diffs: list) -> bool:
+    """A row's four statistic differences: a number other than 0 differs; `Diff` and N/A (a statistic one run does
+    not record: PyTorch writes no Mean or Norm of an integer tensor, MindSpore does) count only when no statistic
+    could be compared as a number."""
+    numeric = [d for d in diffs if d not in ("Diff", NA)]
+    return any(d != "0" for d in numeric) if numeric else "Diff" in diffs
 
 
 def is_communication(name: str) -> bool:
