@@ -359,10 +359,10 @@ class MappingSet:
                 custom = map_primitive(key, state)
             key = custom if custom is not None else map_api_name(key, builtin_api_table())
             if self.in_place and custom is None:
-                key = _in_place(key, self.in_place)
+                key = _renamed(key, self.in_place)
         if (self.cell or self.api) and key.startswith("Cell."):
             key = map_cell_defaults(map_cell_name(key, self.cell_table))
-        return _twin(key, self.twins), False
+        return _renamed(key, self.twins), False
 
 
 @dataclass(frozen=True)
@@ -399,8 +399,16 @@ def _present_rules(rules: list, target_items, golden_items, label: str) -> list:
 TWIN_TYPES = {"Torch": "Functional", "Functional": "Torch"}
 
 
-def _api(name: str) -> str:
+def _api_head(name: str) -> str:
+    """The API of an entry or item name: `Torch.sigmoid.0.forward.input.0` -> `Torch.sigmoid`."""
     return ".".join(name.split(".", 2)[:2])
+
+
+def _renamed(key: str, apis: dict) -> str:
+    """key with its API replaced as the table {API: API} says (unchanged when the table has none for it)."""
+    api = _api_head(key)
+    other = apis.get(api)
+    return other + key[len(api):] if other is not None else key
 
 
 def _twin_form(api: str) -> str:
@@ -409,34 +417,34 @@ def _twin_form(api: str) -> str:
     return f"{TWIN_TYPES[head]}.{op}" if head in TWIN_TYPES else api
 
 
+def _golden_aliases(target_items, golden_items, alias) -> dict:
+    """{API: alias(API)} for the APIs the target calls (as the built-in table names them) that the golden dump
+    lacks while it records their alias."""
+    golden_apis = {_api_head(name) for name in golden_items.entry_names}
+    aliases = {}
+    for name in target_items.entry_names:
+        if name.startswith(("Cell.", "Primitive.")):
+            continue
+        api = _api_head(map_api_name(name, builtin_api_table()))
+        other = alias(api)
+        if other != api and api not in golden_apis and other in golden_apis:
+            aliases[api] = other
+    return aliases
+
+
 def twin_apis(target_items, golden_items) -> dict:
     """The built-in table's PyTorch APIs that the golden dump lacks while it has their twin: `torch.sigmoid` and
     `torch.nn.functional.sigmoid` are one function recorded under two names (Torch.* and Functional.*), and the
     table can name only one of them (the reference's table says Functional.sigmoid, ours Torch.sigmoid)."""
-    golden_apis = {_api(name) for name in golden_items.entry_names}
-    twins = {}
-    for name in target_items.entry_names:
-        if name.startswith(("Cell.", "Primitive.")):
-            continue
-        mapped = _api(map_api_name(name, builtin_api_table()))
-        twin = _twin_form(mapped)
-        if twin != mapped and mapped not in golden_apis and twin in golden_apis:
-            twins[mapped] = twin
-    return twins
+    return _golden_aliases(target_items, golden_items, _twin_form)
 
 
 def _golden_forms(calls: dict, golden_entries) -> dict:
     """split_op_partners' calls keyed by the form of their function the golden dump records: Torch.sigmoid where
     the table says so and the golden has it, else Functional.sigmoid if only that is recorded (twin_apis)."""
-    golden_apis = {_api(name) for name in golden_entries}
+    golden_apis = {_api_head(name) for name in golden_entries}
     return {(_twin_form(function) if function not in golden_apis and _twin_form(function) in golden_apis
              else function): ops for function, ops in calls.items()}
-
-
-def _twin(key: str, twins: dict) -> str:
-    api = _api(key)
-    twin = twins.get(api)
-    return twin + key[len(api):] if twin else key
 
 
 def build_mappings(options: MappingOptions, target, golden, target_items, golden_items, output_dir: str | None,
@@ -450,7 +458,6 @@ def build_mappings(options: MappingOptions, target, golden, target_items, golden
     if options.api is not None:
         mappings.linears = split_op_partners(target_items, golden_items)
         mappings.in_place = in_place_aliases(target_items, golden_items)
-    if options.api is not None:
         mappings.api = True
         mappings.twins = twin_apis(target_items, golden_items)
         if options.api:
@@ -489,25 +496,7 @@ def in_place_aliases(target_items, golden_items) -> dict:
     """{golden API: its in-place form} for the APIs the target calls (as the built-in table names them) that the
     golden run calls in place only: MindSpore has no in-place masked_fill or relu where PyTorch code often writes
     scores.masked_fill_(mask, v), x.relu_(): Tensor.masked_fill pairs with Tensor.masked_fill_, call by call."""
-    golden_apis = {_api_head(name) for name in golden_items.entry_names}
-    aliases = {}
-    for name in target_items.entry_names:
-        if name.startswith(("Cell.", "Primitive.")):
-            continue
-        api = _api_head(map_api_name(name, builtin_api_table()))
-        if api not in golden_apis and api + "_" in golden_apis:
-            aliases[api] = api + "_"
-    return aliases
-
-
-def _api_head(name: str) -> str:
-    return ".".join(name.split(".", 2)[:2])
-
-
-def _in_place(key: str, aliases: dict) -> str:
-    api = _api_head(key)
-    alias = aliases.get(api)
-    return alias + key[len(api):] if alias is not None else key
+    return _golden_aliases(target_items, golden_items, lambda api: api + "_")
 
 
 def _shape(text) -> tuple | None:

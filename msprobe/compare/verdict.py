@@ -285,7 +285,8 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
             neighbour=neighbour(row), norm=stats_g[3][row], units=NOISE_UNITS, reference=floors[row]))
     in_entry_ok = np.logical_and.reduceat(~inputs | equal, starts)
     has_input = np.add.reduceat(inputs.astype(np.int64), starts) > 0
-    identical_inputs = np.repeat(_with_saved_tensors(data, starts, in_entry_ok & has_input), lengths)
+    twins = _forward_twins(data, starts)
+    identical_inputs = np.repeat(_with_saved_tensors(twins, in_entry_ok & has_input), lengths)
     same_dtype, same_shape, recorded = none, none.copy(), none.copy()
     if cross:
         same_dtype, same_shape = _conventions(data, stats_t, stats_g, matched & tensor & ~no_data, notes)
@@ -305,7 +306,7 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     unjudged = no_data | noise | recorded | ignored
     enters = None if cross else _entering(data, states, matched, matched & tensor & ~unjudged & ~equal)
     same_dtypes = _same_texts(data.dtypes)
-    inherited = np.repeat(_backward_reads_forward(data, starts, np.logical_or.reduceat(
+    inherited = np.repeat(_backward_reads_forward(twins, np.logical_or.reduceat(
         _dtype_from_earlier_op(data, stats_t, same_dtypes, tensor, out), starts), np.logical_or.reduceat(
         ~same_dtypes & inputs, starts)), lengths)
     # the rows before it are matched and identical (equal statistics, dtypes and shapes)
@@ -358,7 +359,8 @@ def _extra_changes(data, states: list, stats_t: list, stats_g: list, usable: np.
         if not before or not after:
             continue
         q, r = before[-1], after[0]
-        if key(stats_g, g_dtype, q) != key(stats_g, g_dtype, r) or any(math.isnan(v) for v in key(stats_g, g_dtype, q)[1:]):
+        golden = key(stats_g, g_dtype, q)
+        if golden != key(stats_g, g_dtype, r) or any(math.isnan(v) for v in golden[1:]):
             continue
         magnitude = max(abs(float(stats_t[0][q])), abs(float(stats_t[1][q])))
         norm = float(stats_t[3][q])
@@ -419,7 +421,7 @@ def _unjudged_maker(data, states: list, stats_t: list, matched: np.ndarray, igno
         if not matched[row]:
             return row, MSG_EXTRA_OP
         if ignored[row] and isinstance(g_dtype[row], str) and isinstance(t_dtype[row], str) \
-                and _canonical(t_dtype[row]) != _canonical(g_dtype[row]):
+                and canonical(t_dtype[row]) != canonical(g_dtype[row]):
             return row, MSG_FIRST_CAST
         return None
     return None
@@ -462,42 +464,38 @@ def _same_texts(pair: tuple) -> np.ndarray:
     same = np.fromiter((x == y for x, y in zip(a, b)), dtype=bool, count=len(a))
     for row in np.flatnonzero(~same).tolist():
         x, y = a[row], b[row]
-        same[row] = isinstance(x, str) and isinstance(y, str) and _canonical(x) == _canonical(y)
+        same[row] = isinstance(x, str) and isinstance(y, str) and canonical(x) == canonical(y)
     return same
 
 
-@lru_cache(maxsize=1024)
-def _canonical(dtype: str) -> str:
-    return canonical(dtype)
+def _forward_twins(data, starts: np.ndarray) -> list:
+    """Per entry: the position of its forward entry when it is a backward entry whose forward the table holds,
+    else None."""
+    names = [data.entry_names[e] for e in data.entry[starts].tolist()]
+    position = {name: k for k, name in enumerate(names)}
+    return [position.get(forward_twin(name)) if ".backward" in name else None for name in names]
 
 
-def _with_saved_tensors(data, starts: np.ndarray, identical: np.ndarray) -> np.ndarray:
+def _with_saved_tensors(twins: list, identical: np.ndarray) -> np.ndarray:
     """Per entry: its inputs are identical and, for a backward entry, those of its forward entry too (the saved
     tensors the backward reads: an attention's backward with identical incoming gradients but differing saved
     activations has differing inputs)."""
-    names = [data.entry_names[e] for e in data.entry[starts].tolist()]
-    position = {name: k for k, name in enumerate(names)}
     out = identical.copy()
-    for k, name in enumerate(names):
-        if out[k] and ".backward" in name:
-            twin = position.get(forward_twin(name))
-            if twin is not None:
-                out[k] = identical[twin]
+    for k, twin in enumerate(twins):
+        if out[k] and twin is not None:
+            out[k] = identical[twin]
     return out
 
 
-def _backward_reads_forward(data, starts: np.ndarray, inherited: np.ndarray, lower_input: np.ndarray) -> np.ndarray:
+def _backward_reads_forward(twins: list, inherited: np.ndarray, lower_input: np.ndarray) -> np.ndarray:
     """Per entry: its dtype change is inherited, and a backward entry's also when its forward entry reads an input
     of another dtype (autograd returns each input's gradient in that input's dtype: a bfloat16 input gets a
     bfloat16 gradient from float32 incoming gradients; the backward does not lower the precision, the forward's
     input did)."""
-    names = [data.entry_names[e] for e in data.entry[starts].tolist()]
-    position = {name: k for k, name in enumerate(names)}
     out = inherited.copy()
-    for k, name in enumerate(names):
-        if not out[k] and ".backward" in name:
-            twin = position.get(forward_twin(name))
-            out[k] = twin is not None and bool(lower_input[twin])
+    for k, twin in enumerate(twins):
+        if not out[k] and twin is not None:
+            out[k] = bool(lower_input[twin])
     return out
 
 
