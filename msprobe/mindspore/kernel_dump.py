@@ -25,7 +25,6 @@ import glob
 import hashlib
 import io
 import json
-import math
 import os
 import re
 import shutil
@@ -37,7 +36,7 @@ import numpy as np
 from msprobe.collect.config import DumpConfig, DumpConfigError
 from msprobe.collect.debugger import DebuggerBase
 from msprobe.collect.stats import array_statistics
-from msprobe.compare.kernel import parse_kernel_name
+from msprobe.compare.kernel import kernel_values, parse_kernel_name
 from msprobe.io import write_text
 from msprobe.log import get_logger
 from msprobe.names import printable
@@ -219,62 +218,53 @@ def _shape(shape: tuple) -> str:
     return "(" + ",".join(str(size) for size in shape) + ")"
 
 
-# the header MindSpore's (and numpy's) .npy writer gives a C-ordered array: read without numpy's literal_eval,
-# which costs more than the statistics of a small tensor; anything else goes through np.load
-_NPY_HEADER = re.compile(r"\{'descr': '([<>|=][a-z]\d+)', 'fortran_order': False, 'shape': \(([\d, ]*)\), \}\s*")
-
-
-def read_npy(path: str) -> np.ndarray:
-    """np.load(path) of a version 1 or 2 .npy file, faster for the plain C-ordered arrays MindSpore writes. Like
-    np.load it reads the first elements of a longer data part (MindSpore saves a view with its whole storage)."""
-    with open(path, "rb") as handle:
-        data = handle.read()
-    if data[:6] == b"\x93NUMPY" and data[6] in (1, 2) and len(data) >= 12:
-        start = 10 if data[6] == 1 else 12
-        end = start + int.from_bytes(data[8:start], "little")
-        found = _NPY_HEADER.fullmatch(data[start:end].decode("latin-1"))
-        if found:
-            shape = tuple(int(part) for part in found.group(2).split(",") if part.strip())
-            dtype = np.dtype(found.group(1))
-            count = math.prod(shape)
-            if len(data) - end >= count * dtype.itemsize:
-                return np.frombuffer(data, dtype, count=count, offset=end).reshape(shape)
-    return np.load(path, allow_pickle=False)
-
-
-def statistic_row(name: str, array: np.ndarray, summary_mode: str, parsed: tuple | None = None) -> list | None:
-    """The statistic.csv row of one kernel tensor file (None when the name is not a kernel file name)."""
+def statistic_row(name: str, array: np.ndarray, summary_mode: str, parsed: tuple | None = None,
+                  size: int | None = None) -> list | None:
+    """The statistic.csv row of one kernel tensor file (None when the name is not a kernel file name); `size` is
+    the tensor's bytes when they are not the array's (float32 values of a float16 tensor, kernel_values)."""
     parsed = parsed or parse_kernel_name(name)
     if parsed is None:
         return None
     op_type, op_name, task_id, stream_id, stamp, io_side, slot = parsed
     dtype = name[:-len(".npy")].rsplit(".", 1)[-1].lower()
-    row = [op_type, op_name, task_id, stream_id, str(stamp), io_side, str(slot), str(array.nbytes), dtype,
-           _shape(array.shape)]
+    row = [op_type, op_name, task_id, stream_id, str(stamp), io_side, str(slot),
+           str(array.nbytes if size is None else size), dtype, _shape(array.shape)]
     if summary_mode == "md5":
         return row + [hashlib.md5(np.ascontiguousarray(array).view(np.uint8).reshape(-1)).hexdigest()]
     stats = array_statistics(array)
     return row + [_cell(stats[key]) for key in ("Max", "Min", "Mean", "Norm")]
 
 
+_SAID_HALVES: list = []          # the directories said to hold float32 data under float16 headers (info once)
+
+
 def summarise_directory(directory: str, summary_mode: str) -> int:
     """Reduce the kernel .npy files of one step directory to statistic.csv (rows added to one already there),
-    then remove them; the number of rows added. The csv is complete on disk before any tensor is removed."""
+    then remove them; the number of rows added. The csv is complete on disk before any tensor is removed. A float16
+    file holding float32 data (MindSpore's CPU dump of a float16 op run in float32: kernel_values) is reduced from
+    those float32 values, its row keeping the float16 type, and said once per directory."""
     names = sorted(name for name in os.listdir(directory) if name.endswith(".npy"))
-    rows, done = [], []
+    rows, done, halves = [], [], 0
     for name in names:
         parsed = parse_kernel_name(name)
         if parsed is None:
             continue
         path = os.path.join(directory, name)
         try:
-            array = read_npy(path)
+            array, half = kernel_values(path)
         except (OSError, ValueError, EOFError) as exc:     # kept on disk, and said
             get_logger().warning("msprobe dump: %s is not a readable .npy file (%s); it is kept and has no row in "
                                  "statistic.csv", printable(path), exc)
             continue
-        rows.append(statistic_row(name, array, summary_mode, parsed))
+        halves += half
+        rows.append(statistic_row(name, array, summary_mode, parsed, array.size * 2 if half else None))
         done.append(path)
+    if halves:
+        say = get_logger().debug if _SAID_HALVES else get_logger().info
+        _SAID_HALVES.append(directory)
+        say("msprobe dump: %d kernel file(s) of %s hold float32 data under a float16 header "
+                          "(MindSpore's CPU dump of float16 ops its CPU kernels run in float32): their statistics "
+                          "are those of the float32 values (said once; then at debug level)", halves, printable(directory))
     if not rows:
         return 0
     rows.sort(key=lambda row: (int(row[4]), row[5], int(row[6])))
