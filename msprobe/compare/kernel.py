@@ -248,6 +248,29 @@ def numbered(items: list) -> dict:
     return out
 
 
+def _when(item: KernelItem) -> tuple:
+    """When a tensor was dumped: its timestamp (MindSpore stamps each file as it writes it, a kernel's inputs and
+    then its outputs), on a tie inputs before outputs, then the slot."""
+    return item.timestamp, item.sort_key[2], item.sort_key[3], item.key
+
+
+def execution_order(target: dict, golden: dict) -> list:
+    """The (key, n) of both sides in the target's execution order; a tensor only the golden has comes right after
+    the golden's previous tensor that both have (first, when none precedes it)."""
+    after: dict = {}
+    previous = None
+    for key in sorted(golden, key=lambda k: _when(golden[k])):
+        if key in target:
+            previous = key
+        else:
+            after.setdefault(previous, []).append(key)
+    keys = list(after.get(None, ()))
+    for key in sorted(target, key=lambda k: _when(target[k])):
+        keys.append(key)
+        keys.extend(after.get(key, ()))
+    return keys
+
+
 def accuracy(cosine, max_abs) -> str:
     """Accuracy Reached or Not from Cosine and MaxAbsErr (spec §4.9.2)."""
     if cosine == "shape unmatched":
@@ -419,7 +442,7 @@ def build_kernel_table(pair: KernelPair) -> ResultTable:
                            f"MATCH mode {'/'.join(sorted(g_modes))}.")
     mode = t_modes.pop()
     target, golden = numbered(t_items), numbered(g_items)
-    keys = sorted(set(target) | set(golden), key=lambda k: ((target.get(k) or golden.get(k)).sort_key, k[1]))
+    keys = execution_order(target, golden)
     compare = compare_npy_pair if mode == "npy" else compare_stat_pair
     columns = NPY_COLUMNS if mode == "npy" else STAT_COLUMNS
     rows = [compare(target.get(k), golden.get(k)) for k in keys]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tarfile
 from pathlib import Path
 
@@ -29,8 +30,12 @@ def test_real_kernel_dump_equals_reference(kernel_dump, tmp_path):
     reference = read_csv(kernel_dump / "reference.csv.gz")
     assert ours[0] == reference[0]
     assert len(ours) == len(reference) == 121
-    for mine, ref in zip(ours[1:], reference[1:]):
-        assert Path(mine[0]).name == Path(ref[0]).name          # paths differ by machine
+    # the same rows (paths differ by machine); ours in execution order, the reference's in name order
+    mine_by_name = {Path(row[0]).name: row for row in ours[1:]}
+    assert len(mine_by_name) == 120 and set(mine_by_name) == {Path(row[0]).name for row in reference[1:]}
+    for ref in reference[1:]:
+        mine = mine_by_name[Path(ref[0]).name]
+        assert re.sub(r"\.\d{10,}\.", ".", Path(mine[1]).name) == re.sub(r"\.\d{10,}\.", ".", Path(ref[1]).name)
         for column, a, b in zip(ours[0][2:], ref[2:], mine[2:]):
             assert cells_equal(a, b), (ref[0], column, a, b)
     assert {r[14] for r in ours[1:]} == {"Yes", "", "None"}
@@ -86,7 +91,7 @@ def test_statistic_mode(tmp_path):
                     "--csv"]) == 0
     table = read_csv(only_file(tmp_path / "o", "compare_result_0_0_*.csv"))
     header = table[0]
-    add, matmul = table[1], table[2]
+    matmul, add = table[1], table[2]           # in execution order (timestamps 100, 101)
     assert matmul[header.index("NPU Tensor Shape")] == "[4, 4]"
     assert matmul[header.index("Max diff")] == "1.0" and matmul[header.index("MaxRelativeErr")] == "100.0%"
     assert matmul[header.index("Accuracy Reached or Not")] == "Yes"   # 1 / (2 + 1e-10) <= 0.5
@@ -264,3 +269,50 @@ def test_a_statistic_row_holding_nan_is_never_yes(tmp_path, target_max, golden_m
     header, row = read_csv(only_file(tmp_path / "o", "compare_result_0_0_*.csv"))
     cell = dict(zip(header, row))
     assert cell["Accuracy Reached or Not"] == "No" and cell["Err_message"] == "".join(messages)
+
+
+def _stamp(name: str) -> int:
+    return parse_kernel_name(Path(name).name)[4]
+
+
+def test_rows_follow_the_execution_order(kernel_dump, tmp_path):
+    """Issue 40: the rows were in name order (Default_AddExt-op0 before the GPT's first op): they are in the
+    target's execution order, the timestamps MindSpore gives each file as it dumps it (a kernel's inputs, then its
+    outputs)."""
+    assert run_cli(["compare", "-tp", kernel_dump / "target", "-gp", kernel_dump / "golden", "-o", tmp_path,
+                    "--rank", "0", "--csv"]) == 0
+    rows = read_csv(only_file(tmp_path, "compare_result_0_0_*.csv"))[1:]
+    stamps = [_stamp(row[0]) for row in rows]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps) == 120
+    names = [Path(row[0]).name.split(".")[1] for row in rows]
+    assert names[0] != "Default_AddExt-op0" and names.index("Default_AddExt-op0") > 0
+
+
+def test_a_golden_only_tensor_stays_where_the_golden_ran_it(tmp_path):
+    """Rows follow the target's order; a tensor only the golden has comes right after the golden's previous paired
+    tensor (here between the target's first and second op, although the target's clock says otherwise)."""
+    one = np.ones(4, np.float32)
+    for side, ops in (("t", [("Mul", "B-op0", 300), ("Add", "C-op0", 100)]),
+                      ("g", [("Mul", "B-op0", 10), ("Sub", "Z-op0", 20), ("Add", "C-op0", 30)])):
+        folder = tmp_path / side / "rank_0" / "Net" / "0" / "0"
+        folder.mkdir(parents=True)
+        for op_type, name, stamp in ops:
+            np.save(folder / f"{op_type}.{name}.0.0.{stamp}.output.0.DefaultFormat.Float32.npy", one)
+    assert run_cli(["compare", "-tp", tmp_path / "t", "-gp", tmp_path / "g", "-o", tmp_path / "o", "--rank", "0",
+                    "--csv"]) == 0
+    rows = read_csv(only_file(tmp_path / "o", "compare_result_0_0_*.csv"))[1:]
+    assert [Path(r[0] or r[1]).name.split(".")[1] for r in rows] == ["C-op0", "B-op0", "Z-op0"]
+
+
+def test_statistic_rows_follow_the_execution_order(tmp_path):
+    rows = ["MatMul,Default_MatMul-op0,0,0,50,output,0,64,float32,\"(4, 4)\",2.0,-1.0,0.5,3.0",
+            "Add,Default_Add-op1,0,0,100,input,0,64,float32,\"(4, 4)\",1,1,1,1",
+            "Add,Default_Add-op1,0,0,100,output,0,64,float32,\"(4, 4)\",1,1,1,1",
+            "Add,Default_Add-op1,0,0,100,input,1,64,float32,\"(4, 4)\",1,1,1,1"]
+    write_statistic(tmp_path / "t" / "rank_0" / "Net" / "0" / "0", rows)
+    write_statistic(tmp_path / "g" / "rank_0" / "Net" / "0" / "0", rows)
+    assert run_cli(["compare", "-tp", tmp_path / "t", "-gp", tmp_path / "g", "-o", tmp_path / "o", "--rank", "0",
+                    "--csv"]) == 0
+    table = read_csv(only_file(tmp_path / "o", "compare_result_0_0_*.csv"))
+    assert [row[0] for row in table[1:]] == ["Default_MatMul-op0.0.output.0", "Default_Add-op1.0.input.0",
+                                             "Default_Add-op1.0.input.1", "Default_Add-op1.0.output.0"]
