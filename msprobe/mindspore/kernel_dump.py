@@ -113,6 +113,7 @@ def _iteration(steps) -> str:
 
 # ---------------------------------------------------------------------------------------------- the dump path
 _LINKS: list = []          # the private folders holding a link for MindSpore (removed at the process's end)
+_LINK_OWNER: list = []     # the pid of the process that made them
 
 
 def mindspore_path(dump_path: str) -> str:
@@ -140,11 +141,15 @@ def mindspore_path(dump_path: str) -> str:
                               f"{base!r} ({exc.strerror or exc}): {fix}") from None
     if not _LINKS:
         atexit.register(_remove_links)
+        _LINK_OWNER[:] = [os.getpid()]
     _LINKS.append((folder, link))
     return link
 
 
 def _remove_links() -> None:
+    """At the end of the process that made the links (a forked child's exit leaves them to its parent)."""
+    if _LINK_OWNER and _LINK_OWNER[0] != os.getpid():
+        return
     for folder, link in _LINKS:
         if os.path.islink(link):
             os.unlink(link)

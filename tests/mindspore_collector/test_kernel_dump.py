@@ -392,6 +392,7 @@ def test_a_dump_path_mindspore_refuses_becomes_a_link_to_it(tmp_path, monkeypatc
     from msprobe.mindspore import kernel_dump
 
     monkeypatch.setattr(kernel_dump, "_LINKS", [])
+    monkeypatch.setattr(kernel_dump, "_LINK_OWNER", [])
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     wanted = tmp_path / "tmp.Ab3x" / "exp v1.2+"
@@ -400,6 +401,11 @@ def test_a_dump_path_mindspore_refuses_becomes_a_link_to_it(tmp_path, monkeypatc
     assert re.fullmatch(r"[A-Za-z0-9_/-]+", path) and os.path.realpath(path) == str(wanted.resolve())
     assert settings(wanted, task="statistics")["common_dump_settings"]["path"] == path       # one link per path
     assert settings(tmp_path, task="tensor")["common_dump_settings"]["path"] == str(tmp_path)  # accepted: itself
+    owner = kernel_dump._LINK_OWNER[0]
+    kernel_dump._LINK_OWNER[:] = [owner + 1]        # the exit of a forked child leaves the link to its parent
+    kernel_dump._remove_links()
+    assert os.path.islink(path)
+    kernel_dump._LINK_OWNER[:] = [owner]
     kernel_dump._remove_links()
     assert not os.path.lexists(path) and os.listdir(tmp_path / "tmp") == []
 
