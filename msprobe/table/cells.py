@@ -24,7 +24,7 @@ def cell_text(value) -> str:
 
 
 def column_texts(values: list, spell=cell_text) -> list:
-    """Texts of a column: strings as they are, finite floats by repr (table/float_texts.py: the floats of a column at
+    """Texts of a column: strings as they are, finite floats by repr (table/floats.py: the floats of a column at
     once), everything else by spell."""
     kinds = set(map(type, values))
     if float not in kinds:
@@ -33,7 +33,7 @@ def column_texts(values: list, spell=cell_text) -> list:
         if kinds == _BOOL:
             return list(map(_BOOL_TEXTS.__getitem__, values))
         return [v if v.__class__ is str else spell(v) for v in values]
-    from msprobe.table.float_texts import column_texts as with_floats
+    from msprobe.table.floats import column_texts as with_floats
 
     return with_floats(values, spell)
 

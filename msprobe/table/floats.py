@@ -5,7 +5,7 @@ two ranges: an exponent of one digit (1e-9 <= |v| < 1e-5: orjson `1e-7`, repr `1
 of those values, and the decade from 1e-5 to 1e-4, which orjson writes without an exponent (`0.000015`, repr
 `1.5e-05`): those values, and NaN and the infinities (orjson writes null), are spelled by repr one by one. Whether
 repr gives a value an exponent of one digit is exact from the value: a decimal below 1e-9 reads back as a float at
-most float(1e-9). tests/table/test_float_texts.py checks every text against repr on values of every exponent and
+most float(1e-9). tests/table/test_floats.py checks every text against repr on values of every exponent and
 the edges of each decade.
 """
 
@@ -65,3 +65,4 @@ def column_texts(values: list, spell) -> list:
     if len(others):
         objects[others] = [spell(value) for value in objects[others].tolist()]
     return objects.tolist()
+

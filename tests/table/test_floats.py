@@ -1,4 +1,4 @@
-"""table/float_texts.py: the texts of many floats at once are repr's texts, on every exponent and every edge."""
+"""table/floats.py: the texts of many floats at once are repr's texts, on every exponent and every edge."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 
 from msprobe.table.cells import cell_text, column_texts
 from msprobe.table.csv_writer import csv_text
-from msprobe.table.float_texts import reprs
+from msprobe.table.floats import reprs
 
 
 def _edges() -> list:
