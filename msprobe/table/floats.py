@@ -11,6 +11,9 @@ the edges of each decade.
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import is_
+
 import numpy as np
 import orjson
 
@@ -53,13 +56,13 @@ def column_texts(values: list, spell) -> list:
     else (NaN, infinities, ints, None, bools) by spell."""
     count = len(values)
     objects = np.fromiter(values, dtype=object, count=count)
-    kinds = np.fromiter(map(type, values), dtype=object, count=count)
-    is_float = kinds == float
+    kinds = list(map(type, values))
+    is_float = np.fromiter(map(is_, kinds, repeat(float)), dtype=bool, count=count)
     numbers = objects[is_float].astype(np.float64)
     finite = np.isfinite(numbers)
     where = np.flatnonzero(is_float)
     objects[where[finite]] = reprs(numbers[finite])
-    others = np.flatnonzero(~((kinds == str) | is_float))
+    others = np.flatnonzero(~(np.fromiter(map(is_, kinds, repeat(str)), dtype=bool, count=count) | is_float))
     if not finite.all():
         others = np.concatenate((others, where[~finite]))
     if len(others):
