@@ -678,16 +678,10 @@ def _eps_of(dtypes: list) -> np.ndarray:
 def row_levels(states: list, results: list, messages: list, origins: list | None) -> np.ndarray:
     """The level of every judged row (NOTHING ... MADE_HERE, see the module docstring), from its state, Result,
     Err_message and Error_Origin cells."""
-    cache: dict = {}
-    out = np.zeros(len(results), dtype=np.int8)
-    for row, (state, result, message) in enumerate(zip(states, results, messages)):
-        origin = origins[row] if origins is not None else ""
-        key = (state in _OWN_STATES, result, message, origin)
-        level = cache.get(key)
-        if level is None:
-            level = cache[key] = _level(*key)
-        out[row] = level
-    return out
+    keys = list(zip(map(_OWN_STATES.__contains__, states), results, messages,
+                    origins if origins is not None else repeat("")))
+    levels = {key: _level(*key) for key in set(keys)}     # a handful of distinct rows
+    return np.fromiter(map(levels.__getitem__, keys), dtype=np.int8, count=len(keys))
 
 
 def _level(own: bool, result: str, message: str, origin: str) -> int:
