@@ -44,7 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from run import DATA, OUT, ensure_dataset  # noqa: E402
+from run import DATA, OUT, ensure_dataset, msprobe_revision  # noqa: E402
 
 REFERENCE = "/work/venvs/ref-pt/bin/msprobe"
 CASES = ("compare", "graph", "build")
@@ -179,17 +179,6 @@ def table(runs: dict, cases: list) -> str:
     return "\n".join(lines)
 
 
-def revision() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "msprobe"], cwd=ROOT, capture_output=True,
-                               text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown revision"
-    return head + (" + local changes" if dirty else "")
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="3 rounds (the default is 5)")
@@ -204,7 +193,7 @@ def main(argv=None) -> int:
     runs = measure(args)
     load_after = os.getloadavg()
     header = (f"bench_speed.py, {time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, {os.cpu_count()} cores, "
-              f"python {platform.python_version()}, msprobe at {revision()}; {args.runs} interleaved rounds, medians; "
+              f"python {platform.python_version()}, {msprobe_revision()}; {args.runs} interleaved rounds, medians; "
               f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; "
               f"{time.perf_counter() - started:.0f} s")
     text = header + "\n\n" + table(runs, args.cases)
