@@ -23,6 +23,7 @@ these figures size a cluster.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import statistics
@@ -101,6 +102,7 @@ def cases(dataset: str, ranks: int, rows: list, address: str | None) -> None:
 
 
 LINEAR = {1: "stats_20k", 5: "stats_100k", 25: "stats_500k"}     # factor of the 20k pair -> run.py dataset
+WORK = ("compare", "graph", "build")
 
 
 def child_cpu(command: list) -> tuple[float, float, float]:
@@ -122,7 +124,7 @@ def child_cpu(command: list) -> tuple[float, float, float]:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def linear(factors: list, repeat: int) -> None:
+def linear(factors: list, repeat: int, kinds: list) -> None:
     """The three kinds of work at each factor; per-entry CPU against the 1x pair."""
     from run import DATASETS
 
@@ -138,6 +140,8 @@ def linear(factors: list, repeat: int) -> None:
                 "graph (compare)": head + ["graph", "-tp", target, "-gp", golden],
                 "graph (build)": head + ["graph", "-tp", target]}
         for label, command in work.items():
+            if WORK[list(work).index(label)] not in kinds:
+                continue
             runs = [child_cpu(command) for _ in range(repeat)]
             cpu = statistics.median(r[1] for r in runs)
             rows.append((label, factor, meta["entries"], statistics.median(r[0] for r in runs), cpu,
@@ -145,6 +149,7 @@ def linear(factors: list, repeat: int) -> None:
             print(f"  {label} x{factor} ({meta['entries']} entries, {DATASETS[dataset]}): CPU {cpu:.2f} s, "
                   f"peak RSS {rows[-1][5]:.0f} MB", flush=True)
     base = {label: cpu / entries for label, factor, entries, _, cpu, _ in rows if factor == min(factors)}
+    base = {label: base.get(label, math.nan) for label, *_ in rows}
     print(f"\nload average {os.getloadavg()[0]:.1f}; medians of {repeat}\n")
     print("| work | x | entries | wall s | CPU s | CPU us per entry | per entry / at 1x | peak RSS MB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -169,11 +174,12 @@ def main() -> int:
                         "with --linear the median (default 3)")
     parser.add_argument("--linear", action="store_true", help="compare and graph at 1x, 5x and 25x the entries")
     parser.add_argument("--factors", type=int, nargs="+", choices=sorted(LINEAR), default=sorted(LINEAR))
+    parser.add_argument("--work", nargs="+", choices=WORK, default=list(WORK), help="with --linear: which work")
     args = parser.parse_args()
     REPEAT[0] = max(1, args.repeat)
     os.makedirs(OUT, exist_ok=True)
     if args.linear:
-        linear(args.factors, args.repeat if "--repeat" in sys.argv else 3)
+        linear(args.factors, args.repeat if "--repeat" in sys.argv else 3, args.work)
         return 0
     plan = [("stats_20k", args.ranks)] + ([("tensor_0.6gb", args.tensor_ranks)] if args.tensor_ranks else [])
     rows: list = []
