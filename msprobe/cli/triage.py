@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 DESCRIPTION = ("Run the whole precision-debugging loop on two training commands, without a change to the scripts: "
@@ -13,7 +14,8 @@ DESCRIPTION = ("Run the whole precision-debugging loop on two training commands,
                "CPU high-precision benchmark. The answer: the culprit, its module and source line, the category of "
                "cause with advice, the evidence of each round and the commands that reproduce it, as one HTML page "
                "(<-o>/triage.html) and a console summary. Exit status 0 when the runs agree, 1 when a culprit is "
-               "named, 2 on error.")
+               "named or a run failed, 2 on error; stopped by Ctrl-C, SIGTERM or SIGHUP, it ends both runs and exits 128 + "
+               "the signal's number.")
 EPILOG = """examples:
   # a target against a golden command (each runs in its own process group, one step each per round)
   msprobe triage --target "python train.py --bf16" --golden "python train.py" -o triage_out
@@ -75,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
     from msprobe.names import printable
+    from msprobe.triage.launch import Interrupted
     from msprobe.triage.loop import triage
 
     # the rounds' compares log to the console; the triage's summary (or --json's one object) is the output, and the
@@ -89,6 +92,11 @@ def run(args: argparse.Namespace) -> int:
         findings = triage(args.target, args.golden, output_dir=args.output_path, step=args.step, level=args.level,
                           framework=args.framework, timeout=args.timeout, keep_dumps=args.keep_dumps, stop=args.stop,
                           target_dump=args.target_path, golden_dump=args.golden_path, progress=progress)
+    except Interrupted as exc:        # Ctrl-C, SIGTERM, SIGHUP: the runs were ended, the partial answer written
+        folder = getattr(exc, "folder", None) or os.path.abspath(args.output_path)
+        sys.stderr.write(f"msprobe triage: interrupted ({exc.name}): the runs were stopped; what finished is in "
+                         f"{printable(folder)}\n")
+        return 128 + int(exc.signum)
     except MsprobeError as exc:       # an error is exit status 2 here: 1 means a culprit was named
         exc.exit_code = 2
         raise
