@@ -31,7 +31,8 @@ EPILOG = """examples:
   msprobe triage -tp target_dump/step0 -gp golden_dump/step0 --target "python train.py --bf16" --golden \\
       "python train.py"
 
-Every dump and output goes under -o; the dumps are removed at the end unless --keep-dumps. See docs/triage.md."""
+Every dump and output goes into a new folder under -o (a rerun never mixes with an earlier triage); round 2's
+tensor dumps are removed at the end unless --keep-dumps. See docs/triage.md."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(dump.json, or a step folder of rank folders)")
     parser.add_argument("-gp", "--golden_path", metavar="DUMP", help="the golden's existing statistics dump")
     parser.add_argument("-o", "--output_path", default="triage_out", metavar="DIR",
-                        help="where every dump, log and report goes (default ./triage_out)")
+                        help="where every dump, log and report goes (default ./triage_out): each triage in a new "
+                        "folder of its own there, DIR/triage_<stamp>/, and DIR/triage.html the latest answer")
     parser.add_argument("--step", type=_non_negative, default=0, metavar="N", help="the step to dump (default 0)")
     parser.add_argument("--level", choices=("mix", "L1"), default="mix", help="collector level of round 1 "
                         "(default mix: modules and APIs)")
@@ -51,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "and its partial dump used")
     parser.add_argument("--no-stop", dest="stop", action="store_false",
                         help="let each run go on after the dumped step (default: stop it there)")
-    parser.add_argument("--keep-dumps", action="store_true", help="keep the dumps under -o (default: removed)")
+    parser.add_argument("--keep-dumps", action="store_true", help="keep round 2's tensor dumps (default: removed; "
+                        "round 1's statistics dumps always stay)")
     parser.add_argument("--json", action="store_true", help="print the findings as one JSON object")
 
 

@@ -104,9 +104,10 @@ class Run:
                 why = (f"imported {imported} but ended after {steps} optimizer step{'' if steps == 1 else 's'}, "
                        f"before step {step}")
             else:
-                why = (f"imported {imported} but no model was called in step {step} (a torch.nn.Module or "
-                       "mindspore.nn.Cell called from Python; a model run only inside an @ms.jit function is not "
-                       "seen)")
+                why = f"imported {imported} but no model was called in step {step}" + (
+                    " (a model called only inside a compiled function, an @ms.jit step or ms.value_and_grad in "
+                    "GRAPH_MODE, is not seen: wrap the step in nn.TrainOneStepCell, or run it in PyNative mode)"
+                    if "mindspore" in frameworks else " (no torch.nn.Module was called)")
         else:
             why = "recorded nothing"
         errors = "; ".join(self.errors)
