@@ -5,7 +5,9 @@ a plan (a JSON file the triage writes). arm() waits for torch or mindspore to be
 
 * wraps `nn.Module.__call__` / `nn.Cell.__call__`: the first top-level call of a module (one not made inside
   another module's call) starts our PrecisionDebugger on that module, the model (MindSpore's training wrappers,
-  `TrainOneStepCell(WithLossCell(net, loss), optimizer)` and the like, taken off: the model is `net`). Our
+  `TrainOneStepCell(WithLossCell(net, loss), optimizer)` and the like, taken off: the model is `net`; in
+  GRAPH_MODE a compiled function called from Python, an @ms.jit step or ms.value_and_grad's, is such a call too,
+  its model the first cell with parameters it refers to). Our
   debugger is made at the first call and started in every step until the chosen one (it records the chosen step
   only): a GRAPH_MODE network, or an @ms.jit cell, compiles at its first call, so its taps go in then;
 * marks the end of a step when an optimizer step returns (torch: around the hooked `Optimizer.step`, after every
@@ -158,12 +160,29 @@ class Session:
             return session.call(cell, original_call, args, kwargs, "mindspore")
 
         nn.Cell.__call__ = __call__
+        executor = _jit_executor()
+        if executor is None:
+            return
+        original_run = executor.__call__
+
+        def run(graph, *args, **kwargs):
+            # a compiled function called from Python (not a jit cell, whose Cell.__call__ is the step's): in
+            # GRAPH_MODE a step function (@ms.jit, or ms.value_and_grad's) runs the model inside its graph
+            function = getattr(graph, "fn", None)
+            if getattr(graph, "obj", None) is not None or function is None or not _graph_mode():
+                return original_run(graph, *args, **kwargs)
+            return session.call(function, lambda _function, *a, **k: original_run(graph, *a, **k), args, kwargs,
+                                "mindspore")
+
+        executor.__call__ = run
 
     # ------------------------------------------------------------------ the step
     def _depth(self) -> int:
         return getattr(self._tls, "depth", 0)
 
     def call(self, module, original, args, kwargs, framework: str):
+        """A module's call (or, in GRAPH_MODE, a compiled step function's): a top-level one starts the debugger on
+        the model and may end the step when it returns."""
         depth = self._depth()
         top = depth == 0 and not self.finished
         if top:
@@ -189,7 +208,9 @@ class Session:
         self._end_step()
 
     def _top_level(self, module, framework: str) -> None:
-        model = self._cell(module, framework)[1]
+        model = self._found(module, framework)[1]
+        if model is None:                # a compiled function that calls no model
+            return
         user = self._user_debugger(framework)
         if user is not None:             # the script's own debugger marks the steps; it may wait for the model
             if getattr(user, "waiting_for_model", False):
@@ -213,24 +234,26 @@ class Session:
             self.models.append(type(model).__name__)
             self.write_status()
 
-    def _cell(self, module, framework: str) -> tuple:
-        """(module, the model inside it, whether it holds an optimizer), computed once per top-level module."""
-        found = self._cells.get(id(module))
-        if found is None or found[0] is not module:
-            found = self._cells[id(module)] = (module, *(_unwrap(module) if framework == "mindspore" else
-                                                         (module, False)))
+    def _found(self, called, framework: str) -> tuple:
+        """(the module or function called, the model it runs or None, whether it holds an optimizer), computed
+        once per top-level module or compiled function."""
+        found = self._cells.get(id(called))
+        if found is None or found[0] is not called:
+            if framework != "mindspore":
+                found = (called, called, False)
+            else:
+                found = (called, *_ms_model(called))
+            self._cells[id(called)] = found
         return found
 
-    def _graph_step(self, module, framework: str) -> bool:
-        """A top-level cell that holds an optimizer and ran as one graph (GRAPH_MODE, or an @ms.jit construct):
-        its optimizer step ran inside the graph, where no Python call is seen, so its return ends the step."""
-        if framework != "mindspore" or not self._cell(module, framework)[2]:
+    def _graph_step(self, called, framework: str) -> bool:
+        """A top-level cell or compiled function that holds an optimizer and ran as one graph (GRAPH_MODE, or an
+        @ms.jit construct): its optimizer step ran inside the graph, where no Python call is seen, so its return
+        ends the step."""
+        if framework != "mindspore" or not self._found(called, framework)[2]:
             return False
-        import mindspore as ms
-
-        construct = getattr(type(module), "construct", None)
-        jit = getattr(getattr(construct, "__func__", construct), "__wrapped_by_jit__", False)
-        return bool(jit) or ms.get_context("mode") != ms.PYNATIVE_MODE
+        construct = getattr(type(called), "construct", None)
+        return bool(getattr(getattr(construct, "__func__", construct), "__wrapped_by_jit__", False)) or _graph_mode()
 
     def _end_step(self) -> None:
         self.steps_done += 1
@@ -293,6 +316,74 @@ class Session:
         with open(temporary, "w", encoding="utf-8") as handle:
             json.dump(status, handle)
         os.replace(temporary, path)
+
+
+def _graph_mode() -> bool:
+    import mindspore as ms
+
+    return ms.get_context("mode") != ms.PYNATIVE_MODE
+
+
+def _jit_executor():
+    """MindSpore's executor of compiled functions (its __call__ runs one), or None."""
+    try:
+        from mindspore.graph import api
+    except ImportError:       # MindSpore before 2.9
+        from mindspore.common import api
+    return getattr(api, "_JitExecutor", None)
+
+
+def _ms_model(called) -> tuple:
+    """(the model, whether it holds an optimizer) of a top-level MindSpore cell, or of a compiled function (the
+    first cell with parameters, not an optimizer, that the function refers to through its names and closures,
+    or None)."""
+    from mindspore import nn
+
+    if isinstance(called, nn.Cell):
+        return _unwrap(called)
+    cells = _referred_cells(called)
+    holds = any(isinstance(inner, nn.Optimizer) for cell in cells for _name, inner in cell.cells_and_names())
+    models = [cell for cell in cells if not isinstance(cell, nn.Optimizer)
+              and next(iter(cell.get_parameters()), None) is not None]
+    return (_unwrap(models[0])[0] if models else None), holds
+
+
+def _referred_cells(function, levels: int = 5) -> list:
+    """The cells a function refers to, in the order its code names them: its globals and closure variables, and
+    through the functions, bound methods and partials among them (`levels` deep)."""
+    import functools
+    import types
+
+    from mindspore import nn
+
+    found, seen, todo = [], set(), [(function, 0)]
+    while todo:
+        value, level = todo.pop(0)
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, nn.Cell):
+            found.append(value)
+            continue
+        if level >= levels:
+            continue
+        if isinstance(value, functools.partial):
+            inner = [value.func, *value.args]
+        elif isinstance(value, types.MethodType):
+            inner = [value.__self__, value.__func__]
+        elif isinstance(value, types.FunctionType):
+            closure = []
+            for cell in value.__closure__ or ():
+                try:
+                    closure.append(cell.cell_contents)
+                except ValueError:          # an empty closure cell
+                    continue
+            names = value.__globals__
+            inner = closure + [names[name] for name in value.__code__.co_names if name in names]
+        else:
+            continue
+        todo += [(item, level + 1) for item in inner]
+    return found
 
 
 def _unwrap(cell) -> tuple:

@@ -105,8 +105,8 @@ class Run:
                        f"before step {step}")
             else:
                 why = f"imported {imported} but no model was called in step {step}" + (
-                    " (a model called only inside a compiled function, an @ms.jit step or ms.value_and_grad in "
-                    "GRAPH_MODE, is not seen: wrap the step in nn.TrainOneStepCell, or run it in PyNative mode)"
+                    " (in PyNative mode a model called only inside an @ms.jit function runs unseen in its graph: "
+                    "triage the step without @ms.jit, or in GRAPH_MODE)"
                     if "mindspore" in frameworks else " (no torch.nn.Module was called)")
         else:
             why = "recorded nothing"

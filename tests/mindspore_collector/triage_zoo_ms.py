@@ -5,8 +5,8 @@ layer norm's epsilon), bias (a dense's bias dropped), softmax (the wrong axis), 
 bf16acc (attention scores accumulated in float16: CPU has no bfloat16 matmul), nondet (a dropout whose seed changes
 from run to run; PyNative only), nan (a log of a negative number). --train grad (the default) is a
 `value_and_grad` loop, --train onestep the standard `nn.TrainOneStepCell(nn.WithLossCell(model, loss), nn.SGD)`;
---mode graph runs it in GRAPH_MODE (the whole step compiled, with onestep). Only ops with CPU kernels in
-MindSpore 2.10."""
+--mode graph runs it in GRAPH_MODE (with onestep the whole step compiled; with grad the forward and backward,
+the optimizer called from Python). Only ops with CPU kernels in MindSpore 2.10."""
 
 import argparse
 import time

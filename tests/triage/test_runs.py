@@ -258,15 +258,24 @@ def test_a_stop_signal_ends_both_runs_and_leaves_a_partial_answer(tiny, stop):
     triage = subprocess.Popen([sys.executable, "-m", "msprobe", "triage", "--target", command("--hang"),
                                "--golden", command("--hang"), "-o", str(out)], cwd=tiny, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    sides = []
-    while time.monotonic() < deadline and not (len(sides) == 2 and all("hanging" in (side / "run.log").read_text()
-                                                                      for side in sides)):
-        time.sleep(0.3)
-        sides = [side for side in out.glob("triage_*/round1_statistics/*") if (side / "run.log").is_file()]
-    assert len(sides) == 2
-    triage.send_signal(getattr(signal, stop))
-    _stdout, stderr = triage.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 120
+        sides = []
+        while time.monotonic() < deadline and not (len(sides) == 2 and all(
+                "hanging" in (side / "run.log").read_text() for side in sides)):
+            time.sleep(0.3)
+            sides = [side for side in out.glob("triage_*/round1_statistics/*") if (side / "run.log").is_file()]
+        assert len(sides) == 2
+        triage.send_signal(getattr(signal, stop))
+        _stdout, stderr = triage.communicate(timeout=120)
+    finally:                                    # a failed wait: the triage ends its runs on SIGTERM
+        if triage.poll() is None:
+            triage.terminate()
+            try:
+                triage.wait(60)
+            except subprocess.TimeoutExpired:
+                triage.kill()
+                triage.wait()
     assert triage.returncode == 128 + getattr(signal, stop), stderr
     assert f"interrupted ({stop})" in stderr
     for side in sides:
