@@ -268,7 +268,7 @@ class Session:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 raise SystemExit(0)
-        else:
+        elif not self.finished:
             self._quietly(self.write_status)        # the steps counted, for a run that ends before its step
 
     def _make_debugger(self, framework: str):

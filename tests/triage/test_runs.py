@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import tracemalloc
 from pathlib import Path
@@ -27,59 +27,12 @@ from msprobe.triage.launch import Run, log_tail, read_statuses
 
 from conftest import run_cli
 
-# A tiny training loop: --crash raises before the first step, --hang sleeps inside the first step's forward,
-# --own makes its own PrecisionDebugger (level L1) and starts it without a model, --nomodel computes with torch but
-# calls no nn.Module, --steps N.
-TINY = textwrap.dedent('''
-    import sys
-    import time
-
-    import torch
-    from torch import nn
-
-    torch.manual_seed(0)
-    if "--crash" in sys.argv:
-        raise RuntimeError("planted crash before the first step")
-    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 3
-    if "--nomodel" in sys.argv:
-        w = torch.ones(6, 2, requires_grad=True)
-        for step in range(steps):
-            loss = (torch.linspace(-1, 1, 24).reshape(4, 6) @ w).pow(2).mean()
-            loss.backward()
-        print("done", flush=True)
-        raise SystemExit(0)
-
-    class Hang(nn.Module):
-        def forward(self, x):
-            if "--hang" in sys.argv:
-                print("hanging", flush=True)
-                time.sleep(600)
-            return x
-
-    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), Hang(), nn.Linear(8, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    debugger = None
-    if "--own" in sys.argv:
-        from msprobe.pytorch import PrecisionDebugger
-        debugger = PrecisionDebugger(dump_path="./own_dump", task="statistics", level="L1")
-    for step in range(steps):
-        x = torch.linspace(-1, 1, 24).reshape(4, 6) * (step + 1)
-        if debugger is not None:
-            debugger.start()
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        if debugger is not None:
-            debugger.stop()
-            debugger.step()
-        print(repr(loss.item()), flush=True)
-''')
+TINY = Path(__file__).with_name("tiny_train.py")       # --crash-early, --hang, --own-nomodel, --nomodel: its docstring
 
 
 @pytest.fixture
 def tiny(tmp_path):
-    (tmp_path / "train.py").write_text(TINY)
+    shutil.copy(TINY, tmp_path / "train.py")
     return tmp_path
 
 
@@ -235,7 +188,7 @@ def test_a_target_that_crashes_before_its_first_step_is_a_failure(tiny):
     crashed before its first step is a failure (exit 1) with its traceback's end, nothing is compared."""
     out = tiny / "out"
     write_stale_triage(out, "rank0")
-    code, stdout, stderr = triage_cli(tiny, out, command("--crash"), command(), "--json")
+    code, stdout, stderr = triage_cli(tiny, out, command("--crash-early"), command(), "--json")
     assert code == 1, (stdout, stderr)
     found = json.loads(stdout)
     assert found["outcome"] == "failed" and found["culprit"] is None
@@ -323,7 +276,7 @@ def test_a_scripts_own_debugger_started_without_a_model(tiny):
     the debugger waits for the first model called in the step (never an error raised into the training); the
     step is recorded with its modules, where the triage asks."""
     out = tiny / "out"
-    code, stdout, stderr = triage_cli(tiny, out, command("--own"), command("--own"), "--json", "--keep-dumps")
+    code, stdout, stderr = triage_cli(tiny, out, command("--own-nomodel"), command("--own-nomodel"), "--json", "--keep-dumps")
     assert code == 0, (stdout, stderr)
     found = json.loads(stdout)
     assert found["outcome"] == "agree" and not found["failures"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,7 @@ from conftest import run_cli  # noqa: E402
 pytestmark = pytest.mark.slow
 
 # (model, bug) -> the category the evidence must give
+TINY = Path(__file__).with_name("tiny_train.py")       # --crash, --hang, --own, --steps N: its docstring
 CASES = {("transformer", "eps"): cl.ARGUMENT, ("cnn", "cast"): cl.DTYPE,
          ("cnn", "nondet"): cl.NONDETERMINISM, ("transformer", "none"): None}
 
@@ -104,46 +105,10 @@ def test_start_from_existing_statistics_dumps(zoo_runs, tmp_path, capsys):
     assert found["rounds"][1]["evidence"][0].startswith("skipped: no training commands")
 
 
-TINY = textwrap.dedent('''
-    """A tiny training loop; --crash raises in the first step's backward, --hang sleeps in it, --own makes its own
-    PrecisionDebugger (dumping its own way), --steps N."""
-    import sys
-    import time
-
-    import torch
-    from torch import nn
-
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 3
-    debugger = None
-    if "--own" in sys.argv:
-        from msprobe.pytorch import PrecisionDebugger
-        debugger = PrecisionDebugger(dump_path="./own_dump", task="tensor", level="L1")
-    for step in range(steps):
-        x = torch.linspace(-1, 1, 24).reshape(4, 6) * (step + 1)
-        if debugger is not None:
-            debugger.start(model)
-        loss = model(x).pow(2).mean()
-        if "--crash" in sys.argv:
-            raise RuntimeError("planted crash")
-        if "--hang" in sys.argv:
-            time.sleep(600)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        if debugger is not None:
-            debugger.stop()
-            debugger.step()
-        print(repr(loss.item()), flush=True)
-''')
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny")
-    (folder / "train.py").write_text(TINY)
+    shutil.copy(TINY, folder / "train.py")
     return folder
 
 
