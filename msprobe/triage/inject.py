@@ -213,9 +213,13 @@ class Session:
             return
         user = self._user_debugger(framework)
         if user is not None:             # the script's own debugger marks the steps; it may wait for the model
+            self.framework = self.framework or framework
+            if user.current_step > self.step:        # its step() passed the recorded step: stop before the next
+                self._finish()
+                return
             if getattr(user, "waiting_for_model", False):
                 user.start(model)
-                self._started(user, model, framework)
+            self._started(user, model, framework)
             return
         if self.debugger is None:
             self.framework = framework
@@ -261,15 +265,21 @@ class Session:
             self._quietly(self.debugger.step)        # writes the recorded step, counts the step
         user = self._user_debugger(self.framework) if self.framework else None
         done = self.steps_done > self.step if user is None else user.current_step > self.step
-        if done and not self.finished:
-            self.finished = True
-            self._quietly(self.write_status)
-            if self.stop_after:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                raise SystemExit(0)
+        if done:
+            self._finish()
         elif not self.finished:
             self._quietly(self.write_status)        # the steps counted, for a run that ends before its step
+
+    def _finish(self) -> None:
+        """The recorded step is written: say so, and leave the process unless --no-stop."""
+        if self.finished:
+            return
+        self.finished = True
+        self._quietly(self.write_status)
+        if self.stop_after:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            raise SystemExit(0)
 
     def _make_debugger(self, framework: str):
         if framework == "pytorch":

@@ -108,6 +108,10 @@ class Run:
                     " (in PyNative mode a model called only inside an @ms.jit function runs unseen in its graph: "
                     "triage the step without @ms.jit, or in GRAPH_MODE)"
                     if "mindspore" in frameworks else " (no torch.nn.Module was called)")
+        elif os.path.isdir(os.path.join(self.dump_root, "graph")):
+            why = (f"recorded step {step} in two halves, graph/ and pynative/ (an @ms.jit cell inside the model), which "
+                   f"the triage does not compare: compare them with msprobe compare -tp {self.dump_root} -gp <the "
+                   "other run's dump>")
         else:
             why = "recorded nothing"
         errors = "; ".join(self.errors)
