@@ -96,7 +96,7 @@ class Session:
         self.stop_after = bool(plan.get("stop", True))
         self.steps_done = 0           # optimizer steps that have returned
         self.debugger = None
-        self.framework = ""           # the framework our debugger records
+        self.framework = ""           # the framework recorded (by our debugger or the script's)
         self.imported: list = []      # the frameworks hooked in this process
         self.models: list = []
         self.recorded = False         # a debugger recorded the chosen step
@@ -105,7 +105,7 @@ class Session:
         self._tls = threading.local()
         self._lock = threading.Lock()
         self._pending_end = False
-        self._cells: dict = {}        # id(top-level cell) -> (cell, its model, whether it holds an optimizer)
+        self._cells: dict = {}        # id(top-level module or compiled function) -> _found()
 
     # ------------------------------------------------------------------ the frameworks
     def patch(self, name: str) -> None:
