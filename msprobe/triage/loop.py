@@ -126,9 +126,12 @@ def own_folder(output_dir: str) -> str:
     raise UsageError(f"-o {output_dir} holds 10000 triages of this second; choose another folder.")
 
 
+_STAGES = ("round 1 (statistics)", "round 2 (tensors)", "round 3 (replay)", "the findings")
+
+
 def _stage(findings: Findings) -> str:
-    return ("round 1 (statistics)", "round 2 (tensors)", "round 3 (replay)", "the findings")[min(len(findings.rounds),
-                                                                                                  3)]
+    """What the triage was doing: the round after those recorded."""
+    return _STAGES[min(len(findings.rounds), len(_STAGES) - 1)]
 
 
 def _rounds(findings: Findings, options: rounds.Options, say) -> None:

@@ -33,7 +33,7 @@ GRAPH = "--train onestep --mode graph"
 # zoo: bench_triage.py
 CASES = {("cnn", "eps", ""): cl.ARGUMENT, ("transformer", "none", ""): None,
          ("cnn", "eps", ONESTEP): cl.ARGUMENT, ("cnn", "eps", GRAPH): None, ("transformer", "none", GRAPH): None,
-         ("lstm", "eps", "--mode graph"): None}
+         ("cnn", "eps", "--mode graph"): None}
 
 
 @pytest.fixture(scope="module", params=list(CASES), ids=lambda case: "-".join(filter(None, case)).replace(" ", ""))
