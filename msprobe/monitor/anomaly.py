@@ -133,6 +133,27 @@ def numels(shapes: Sequence) -> np.ndarray:
     return np.array([math.prod(s) if s is not None else math.nan for s in shapes], dtype=np.float64)
 
 
+STAT_OPS = ("min", "max", "mean", "norm")
+
+
+def decimal_quantum(records: StepRecords, most: int = 12) -> float:
+    """The absolute quantum of a step's statistics when they were written rounded to a number of decimals (the
+    reference's CSVs, and ours, round to `ndigits` = 6 decimals: 1e-6); 0 when they are not so rounded (exact
+    values, or significant digits)."""
+    columns = [records.ops.index(op) for op in STAT_OPS if op in records.ops]
+    if not columns or not len(records):
+        return 0.0
+    values = records.values[:, columns].ravel()
+    values = values[np.isfinite(values) & (values != 0)]
+    if len(values) < 8:
+        return 0.0
+    for digits in range(0, most + 1):
+        scaled = values * 10.0 ** digits
+        if np.all(np.abs(scaled - np.round(scaled)) <= 1e-6 * np.fmax(1.0, np.abs(scaled))):
+            return 10.0 ** -digits
+    return 0.0
+
+
 def nonfinite(records: StepRecords) -> tuple:
     """Per row: (a NaN in the tensor, an infinity in it, the op that shows it), for the rows that hold a tensor."""
     rows = len(records)
@@ -193,13 +214,18 @@ def metrics(records: StepRecords) -> tuple:
 
 
 class _History:
-    """Per metric key a ring of the last `window` accepted values of the two metrics."""
+    """Per metric key two rings of the last `window` accepted values: of the two metrics, and of their absolute
+    deviations from the baseline at the time (the residuals, whose median is the spread: it measures what the test
+    measures, whatever the series' trend or autocorrelation)."""
 
     def __init__(self, window: int) -> None:
         self.window = window
         self.values = np.full((0, window, 2), np.nan)
+        self.residuals = np.full((0, window, 2), np.nan)
         self.count = np.zeros((0, 2), dtype=np.int64)       # values held (<= window)
-        self.pos = np.zeros((0, 2), dtype=np.int64)          # next slot
+        self.pos = np.zeros((0, 2), dtype=np.int64)          # next slot of values
+        self.rcount = np.zeros((0, 2), dtype=np.int64)      # residuals held (<= window)
+        self.rpos = np.zeros((0, 2), dtype=np.int64)
         self.streak = np.zeros((0, 2), dtype=np.int64)       # anomalous values in a row
         self.recent = np.full((0, 2, 0), np.nan)             # the anomalous values of the current streak
 
@@ -208,13 +234,33 @@ class _History:
         if keys <= have:
             return
         extra = max(keys - have, have // 2, 16)
-        self.values = np.concatenate((self.values, np.full((extra, self.window, 2), np.nan)))
-        self.count = np.concatenate((self.count, np.zeros((extra, 2), dtype=np.int64)))
-        self.pos = np.concatenate((self.pos, np.zeros((extra, 2), dtype=np.int64)))
-        self.streak = np.concatenate((self.streak, np.zeros((extra, 2), dtype=np.int64)))
+        for name in ("values", "residuals"):
+            setattr(self, name, np.concatenate((getattr(self, name), np.full((extra, self.window, 2), np.nan))))
+        for name in ("count", "pos", "rcount", "rpos", "streak"):
+            setattr(self, name, np.concatenate((getattr(self, name), np.zeros((extra, 2), dtype=np.int64))))
         recent = np.full((have + extra, 2, persist), np.nan)
         recent[:have, :, :self.recent.shape[2]] = self.recent
         self.recent = recent
+
+    def push(self, ring: str, keys: np.ndarray, x: np.ndarray, metric: int) -> None:
+        values, count, pos = (self.values, self.count, self.pos) if ring == "values" else \
+            (self.residuals, self.rcount, self.rpos)
+        at = pos[keys, metric]
+        values[keys, at, metric] = x
+        pos[keys, metric] = (at + 1) % self.window
+        count[keys, metric] = np.minimum(count[keys, metric] + 1, self.window)
+
+
+def _median(window: np.ndarray, full: np.ndarray) -> np.ndarray:
+    """Row medians of a [rows, n] array whose rows are full (no NaN) where `full`, NaN-padded elsewhere."""
+    out = np.empty(len(window))
+    with np.errstate(invalid="ignore"):
+        if full.all():
+            return np.median(window, axis=1)
+        if full.any():
+            out[full] = np.median(window[full], axis=1)
+        out[~full] = np.nanmedian(window[~full], axis=1)
+    return out
 
 
 class AnomalyDetector:
@@ -313,46 +359,26 @@ class AnomalyDetector:
         found = []
         for metric in (NORM, MEAN):
             x = values[:, metric]
-            seen = ~np.isnan(x)
-            count = history.count[keys, metric]
-            judged = seen & (count >= settings.warmup)
             flags = np.zeros(len(rows), dtype=np.int8)     # 1 spike, -1 drop
             base = np.full(len(rows), np.nan)
-            if judged.any():
-                sel = np.flatnonzero(judged)
-                window = history.values[keys[sel], :, metric]
-                with np.errstate(invalid="ignore"):
-                    full = count[sel] >= history.window
-                    centre = np.empty(len(sel))
-                    spread = np.empty(len(sel))
-                    for part, reduce in ((full, np.median), (~full, np.nanmedian)):
-                        if part.any():
-                            w = window[part]
-                            c = reduce(w, axis=1)
-                            spread[part] = reduce(np.abs(w - c[:, None]), axis=1)
-                    # the level: the median of the last `recent` values (a trend lags by a step or two only)
-                    last = (history.pos[keys[sel], metric][:, None] - np.arange(1, settings.recent + 1)) % history.window
-                    centre = np.nanmedian(np.take_along_axis(window, last, axis=1), axis=1)
-                    deviation = x[sel] - centre
-                    robust = np.abs(deviation) > settings.spread * MAD_SIGMA * spread
-                    if self.resolution:
-                        raw = np.abs(np.exp(x[sel]) - np.exp(centre)) if metric == NORM else \
-                            np.abs(deviation) * np.where(loss[sel], 1.0, scale[sel])
-                        robust &= raw > RESOLUTION_UNITS * self.resolution
-                    if metric == NORM:
-                        jump = math.log1p(settings.threshold)
-                        up = robust & (deviation > jump)
-                        down = robust & (deviation < -jump) & ~loss[sel]
-                        base[sel] = np.exp(centre)
-                    else:
-                        relative = np.where(loss[sel], np.abs(centre) * settings.threshold, settings.threshold)
-                        up = robust & (deviation > relative)
-                        down = robust & (deviation < -relative) & ~loss[sel]
-                        base[sel] = centre
-                flags[sel[up]] = 1
-                flags[sel[down]] = -1
-            accepted = seen & (flags == 0)
-            self._accept(keys[accepted], x[accepted], metric)
+            deviation = np.full(len(rows), np.nan)
+            has = np.flatnonzero(~np.isnan(x) & (history.count[keys, metric] > 0))
+            if len(has):
+                # the baseline: the median of the last `recent` values (a trend lags by a step or two only)
+                k = keys[has]
+                last = (history.pos[k, metric][:, None] - np.arange(1, settings.recent + 1)) % history.window
+                centre = _median(history.values[k[:, None], last, metric], history.count[k, metric] >= settings.recent)
+                deviation[has] = x[has] - centre
+                base[has] = np.exp(centre) if metric == NORM else centre
+                judged = has[history.rcount[k, metric] >= settings.warmup]
+                if len(judged):
+                    flags[judged] = self._flags(keys[judged], metric, x[judged], deviation[judged], base[judged],
+                                                scale[judged], loss[judged], settings)
+            accepted = ~np.isnan(x) & (flags == 0)
+            history.push("values", keys[accepted], x[accepted], metric)
+            measured = accepted & ~np.isnan(deviation)
+            history.push("residuals", keys[measured], np.abs(deviation[measured]), metric)
+            history.streak[keys[accepted], metric] = 0
             self._streaks(keys, x, flags != 0, metric, settings)
             for i in np.flatnonzero(flags).tolist():
                 row = int(rows[i])
@@ -360,18 +386,29 @@ class AnomalyDetector:
                                         settings))
         return found
 
-    def _accept(self, keys: np.ndarray, x: np.ndarray, metric: int) -> None:
+    def _flags(self, keys: np.ndarray, metric: int, x: np.ndarray, deviation: np.ndarray, base: np.ndarray,
+               scale: np.ndarray, loss: np.ndarray, settings: TurbulenceSettings) -> np.ndarray:
+        """+1 (spike), -1 (drop) or 0 per judged row: beyond `threshold` in the metric's scale and beyond `spread`
+        robust standard deviations of its recent residuals (and, for rounded values, beyond their resolution)."""
         history = self._history
-        pos = history.pos[keys, metric]
-        history.values[keys, pos, metric] = x
-        history.pos[keys, metric] = (pos + 1) % history.window
-        history.count[keys, metric] = np.minimum(history.count[keys, metric] + 1, history.window)
-        history.streak[keys, metric] = 0
+        spread = MAD_SIGMA * _median(history.residuals[keys, :, metric], history.rcount[keys, metric] >= history.window)
+        with np.errstate(invalid="ignore", over="ignore"):
+            robust = np.abs(deviation) > settings.spread * spread
+            if self.resolution:
+                raw = np.abs(np.exp(x) - base) if metric == NORM else np.abs(deviation) * np.where(loss, 1.0, scale)
+                robust &= raw > RESOLUTION_UNITS * self.resolution
+            if metric == NORM:
+                jump = math.log1p(settings.threshold)
+                up, down = robust & (deviation > jump), robust & (deviation < -jump)
+            else:
+                relative = np.where(loss, np.abs(base) * settings.threshold, settings.threshold)
+                up, down = robust & (deviation > relative), robust & (deviation < -relative)
+        return np.where(up, 1, np.where(down & ~loss, -1, 0)).astype(np.int8)
 
     def _streaks(self, keys: np.ndarray, x: np.ndarray, flagged: np.ndarray, metric: int,
                  settings: TurbulenceSettings) -> None:
-        """Count anomalous values in a row; at `persist` of them the metric has a new level: its history restarts
-        from them (judged again after the warm-up)."""
+        """Count anomalous values in a row; at `persist` of them the metric has a new level: its values restart
+        from them (its residuals, the spread, stay)."""
         history = self._history
         if not flagged.any():
             return
@@ -380,8 +417,7 @@ class AnomalyDetector:
         history.recent[k, metric, np.minimum(streak, settings.persist - 1)] = x[flagged]
         streak = streak + 1
         history.streak[k, metric] = streak
-        done = k[streak >= settings.persist]
-        for key in done.tolist():
+        for key in k[streak >= settings.persist].tolist():
             history.values[key, :, metric] = np.nan
             history.values[key, :settings.persist, metric] = history.recent[key, metric, :settings.persist]
             history.count[key, metric] = settings.persist
