@@ -27,7 +27,7 @@ over any number of steps.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,7 +43,7 @@ LOSS_GROUPS = frozenset({"loss"})
 # the groups whose mean is judged: activations and parameters, whose mean is a property of the tensor; a gradient's
 # or an optimizer state's mean swings with the batch (the gradient of a BatchNorm bias of 8 channels goes from -0.9
 # to +0.5 of its root mean square between two clean steps) and says nothing its norm does not
-MEAN_GROUPS = frozenset({"actv", "param_origin", "param_updated", "param"})
+MEAN_GROUPS = frozenset({"actv", "param_origin", "param_updated"})
 RESOLUTION_UNITS = 10.0  # a jump smaller than this many quanta of rounded values is no jump
 MAD_SIGMA = 1.4826      # a normal distribution's standard deviation per median absolute deviation
 
@@ -72,6 +72,8 @@ class NanSettings:
 
 _TURBULENCE_ARGS = {"threshold": float, "window": int, "warmup": int, "spread": float, "persist": int,
                     "recent": int}
+# the rules a config may name and their arguments (name -> {argument: required?}), read by the config's validation
+RULE_ARGS = {TURBULENCE_RULE: {arg: arg == "threshold" for arg in _TURBULENCE_ARGS}, NAN_RULE: {"threshold": False}}
 
 
 def parse_rules(rules) -> tuple:
@@ -85,7 +87,7 @@ def parse_rules(rules) -> tuple:
             name, args = rule.get("rule_name"), rule.get("args")
         else:
             name, args = rule
-        args = {} if args is None else args
+        args = {} if args is None else dict(args) if isinstance(args, Mapping) else args
         if not isinstance(args, dict):
             raise AlertConfigError(f"alert rule {name!r}: args must be an object, not {type(args).__name__}")
         if name == TURBULENCE_RULE:
