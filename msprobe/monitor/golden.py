@@ -55,8 +55,8 @@ def split_name(name: str) -> tuple:
 
 
 class _Table:
-    """The rows of a statistics table being built: per row the (records, row) of each side (the golden's None when
-    it has no such row), its state and entry."""
+    """The rows of a statistics table being built: per row the flat row of each side (_Side; the golden's None
+    when it has no such row), its state and entry."""
 
     def __init__(self) -> None:
         self.target: list = []
@@ -74,11 +74,17 @@ class _Table:
         self.entry_module.append(module)
         return len(self.entry_names) - 1
 
-    def keep(self, mask: np.ndarray) -> None:
-        for name in ("target", "golden", "state", "entry"):
-            setattr(self, name, [v for v, k in zip(getattr(self, name), mask) if k])
+    def subset(self, mask: np.ndarray | None, golden: list) -> _Table:
+        """A copy with the rows of mask (all when None) and these golden rows."""
+        out = _Table()
+        out.entry_names, out.entry_module = self.entry_names, self.entry_module
+        for name in ("target", "state", "entry"):
+            values = getattr(self, name)
+            setattr(out, name, values if mask is None else [v for v, k in zip(values, mask) if k])
+        out.golden = golden
+        return out
 
-    def add(self, entry: int, target: tuple, golden: tuple | None, state: str) -> None:
+    def add(self, entry: int, target: int, golden: int | None, state: str) -> None:
         self.target.append(target)
         self.golden.append(golden)
         self.state.append(state)
@@ -86,23 +92,51 @@ class _Table:
 
 
 class _Side:
-    """One run's records of a step (and of the step before, for the weights and optimizer states carried over),
-    indexed by (group, name, micro-step, model chunk)."""
+    """One run's records of a step (and of the step before, for the weights carried over) as flat arrays: rows of the
+    step first, then those of the step before; indexed by (group, name, micro-step, model chunk)."""
 
     def __init__(self, records: StepRecords, previous: StepRecords | None = None) -> None:
         self.records = records
         # only the step just before holds the tensors this step starts from (with step_interval > 1 it is further)
         self.previous = previous if previous is not None and previous.step == records.step - 1 else None
+        parts = [records] if self.previous is None else [records, self.previous]
+        self.size = len(records)
         self.index = _index(records)
-        self.before = _index(self.previous) if self.previous is not None else {}
+        self.before = {key: row + self.size for key, row in _index(self.previous).items()} \
+            if self.previous is not None else {}
+        self.values = np.concatenate([_stats(part) for part in parts])
+        self.present = np.concatenate([_present(part) for part in parts])
+        self.name = [n for part in parts for n in part.name]
+        self.dtype = [d if p else None for part in parts for d, p in zip(part.dtype, _present(part))]
+        self._shapes = [s if p else None for part in parts for s, p in zip(part.shape, _present(part))]
 
-    def now(self, group: str, name: str, micro: int = 0, vpp: int = 0) -> tuple | None:
-        row = self.index.get((group, name, micro, vpp))
-        return None if row is None else (self.records, row)
+    def shape(self, row: int) -> str | None:
+        shape = self._shapes[row]
+        return None if shape is None else str(list(shape))
 
-    def then(self, group: str, name: str, vpp: int = 0) -> tuple | None:
-        row = self.before.get((group, name, 0, vpp))
-        return None if row is None else (self.previous, row)
+    def locate(self, row: int) -> tuple:
+        """(records, row) of a flat row."""
+        return (self.records, row) if row < self.size else (self.previous, row - self.size)
+
+    def now(self, group: str, name: str, micro: int = 0, vpp: int = 0) -> int | None:
+        return self.index.get((group, name, micro, vpp))
+
+    def then(self, group: str, name: str, vpp: int = 0) -> int | None:
+        return self.before.get((group, name, 0, vpp))
+
+
+def _stats(records: StepRecords) -> np.ndarray:
+    """[rows, 4]: Max, Min, Mean, Norm (NaN where not recorded or absent)."""
+    out = np.full((len(records), len(STATS)), np.nan)
+    for column, op in enumerate(STATS):
+        if op in records.ops:
+            out[:, column] = records.values[:, records.ops.index(op)]
+    out[~_present(records)] = np.nan
+    return out
+
+
+def _present(records: StepRecords) -> np.ndarray:
+    return records.present if len(records.present) == len(records) else np.ones(len(records), dtype=bool)
 
 
 def _index(records: StepRecords) -> dict:
@@ -194,7 +228,7 @@ def build_table(target: _Side, golden: _Side) -> _Table:
                 table.entry_module.pop()
                 continue
             row = rows["output"][0]
-            table.add(entry, (rec, row), golden.now(PARAMS, name, 0, vpp), "output")
+            table.add(entry, row, golden.now(PARAMS, name, 0, vpp), "output")
         elif direction == "optimizer":
             name = module
             inputs = [target.now(PARAMS, name, 0, vpp)]
@@ -211,101 +245,107 @@ def build_table(target: _Side, golden: _Side) -> _Table:
                 if t is not None:
                     table.add(entry, t, g, "input")
             for row in rows["output"]:
-                table.add(entry, (rec, row), golden.now(rec.group[row], name, 0, vpp), "output")
+                table.add(entry, row, golden.now(rec.group[row], name, 0, vpp), "output")
         elif direction == "forward":
             for row in rows["input"]:
-                table.add(entry, (rec, row), golden.now("actv", rec.name[row], micro, vpp), "input")
+                table.add(entry, row, golden.now("actv", rec.name[row], micro, vpp), "input")
             for owned, row in params.get(vpp, ()):
                 if module == "" or owned == module or owned.startswith(module + "."):
                     # an input here (the verdict's "parameters" rows are made at their entry: here the weights
                     # entry before judges where a weight's difference is made)
-                    table.add(entry, (rec, row), golden.now(PARAMS, rec.name[row], 0, vpp), "input")
+                    table.add(entry, row, golden.now(PARAMS, rec.name[row], 0, vpp), "input")
             for row in rows["output"]:
-                table.add(entry, (rec, row), golden.now("actv", rec.name[row], micro, vpp), "output")
+                table.add(entry, row, golden.now("actv", rec.name[row], micro, vpp), "output")
         else:
             for row in rows["output"]:          # the gradients of the outputs come in
-                table.add(entry, (rec, row), golden.now("actv_grad", rec.name[row], micro, vpp), "input")
+                table.add(entry, row, golden.now("actv_grad", rec.name[row], micro, vpp), "input")
             for row in rows["input"]:           # the gradients of the inputs go out
-                table.add(entry, (rec, row), golden.now("actv_grad", rec.name[row], micro, vpp), "output")
+                table.add(entry, row, golden.now("actv_grad", rec.name[row], micro, vpp), "output")
             if last_backward.get((vpp, module)) == (micro, counts[tag]):     # and its weights' gradients, once summed
                 for row in gradients.get((vpp, module), ()):
-                    table.add(entry, (rec, row), golden.now(WEIGHT_GRADIENT, rec.name[row], 0, vpp), "output")
+                    table.add(entry, row, golden.now(WEIGHT_GRADIENT, rec.name[row], 0, vpp), "output")
     return table
 
 
-def _column(refs: list, op: str) -> list:
-    """The statistic of each (records, row) (None where a row is missing, absent or the op not recorded)."""
-    out = []
-    for ref in refs:
-        if ref is None:
-            out.append(None)
-            continue
-        records, row = ref
-        out.append(float(records.values[row, records.ops.index(op)])
-                   if op in records.ops and records.present[row] else None)
-    return out
+def _cells(values: np.ndarray) -> list:
+    """Statistics as cells: floats, "N/A" where there is none."""
+    return [v if v == v else "N/A" for v in values.tolist()]
 
 
-def _texts(values: list, fallback) -> list:
-    return [fallback if v is None else v for v in values]
-
-
-def _of(refs: list, field: str) -> list:
-    out = []
-    for ref in refs:
-        if ref is None or not ref[0].present[ref[1]]:
-            out.append(None)
-        else:
-            value = getattr(ref[0], field)[ref[1]]
-            out.append(str(list(value)) if field == "shape" and value is not None else value)
-    return out
-
-
-def judge(target: _Side, golden: _Side, quantum: float = 0.0) -> tuple:
-    """(table, verdict, cells) of one step: the compare core's verdict of the step's entries. quantum: the
-    absolute rounding of the golden's written statistics (decimal_quantum): a target statistic within one quantum
-    of the golden's is the golden's (the same number, rounded), and a row below QUANTA quanta is not compared."""
-    table = build_table(target, golden)
-    rows = len(table.target)
-    present_t = [bool(r.present[i]) for r, i in table.target]
-    matched = np.array([g is not None and bool(g[0].present[g[1]]) == p for g, p in zip(table.golden, present_t)],
-                       dtype=bool)
-    npu = {op: _column(table.target, op) for op in STATS}
-    bench = {op: _column(table.golden, op) for op in STATS}
+def judge(target: _Side, golden: _Side, quantum: float = 0.0, cache: dict | None = None) -> tuple:
+    """(table, verdict, cells) of one step: the compare core's verdict of the step's entries; verdict None when the
+    two steps are identical (nothing to judge). quantum: the absolute rounding of the golden's written statistics
+    (decimal_quantum): a target statistic within one quantum of the golden's is the golden's (the same number,
+    rounded), and a row below QUANTA quanta is not compared. cache: a dict kept between steps, where the table of
+    a step whose rows are laid out as the step before's is taken from."""
+    table = _cached_table(target, golden, cache) if cache is not None else build_table(target, golden)
+    t_rows = np.array(table.target, dtype=np.int64)
+    g_rows = np.array([-1 if g is None else g for g in table.golden], dtype=np.int64)
+    has = g_rows >= 0
+    g_safe = np.where(has, g_rows, 0)
+    matched = has & (golden.present[g_safe] == target.present[t_rows])
+    npu = target.values[t_rows]
+    bench = np.where(matched[:, None], golden.values[g_safe], np.nan)
     if quantum:
-        for op in STATS:
-            npu[op] = [b if a is not None and b is not None and abs(a - b) <= 1.0001 * quantum else a
-                       for a, b in zip(npu[op], bench[op])]
-        magnitude = np.nanmax(np.array([[np.nan if v is None else abs(v) for v in bench[op]] for op in STATS],
-                                       dtype=np.float64), axis=0, initial=0.0)
-        keep = ~(magnitude < QUANTA * quantum)
+        with np.errstate(invalid="ignore"):
+            npu = np.where(np.abs(npu - bench) <= 1.0001 * quantum, bench, npu)
+            magnitude = np.nanmax(np.where(np.isnan(bench), -np.inf, np.abs(bench)), axis=1)
+        keep = ~(matched & (magnitude < QUANTA * quantum))
         if not keep.all():      # below the golden's precision: left out (neither compared nor read as an input)
-            table.keep(keep)
-            matched = matched[keep]
-            npu = {op: [v for v, k in zip(values, keep) if k] for op, values in npu.items()}
-            bench = {op: [v for v, k in zip(values, keep) if k] for op, values in bench.items()}
-            rows = len(table.target)
-    golden_refs = [g if m else None for g, m in zip(table.golden, matched)]
-    cells: dict = {col.NPU_NAME: [r.name[i] for r, i in table.target],
-                   col.BENCH_NAME: [g[0].name[g[1]] if g is not None else "N/A" for g in golden_refs]}
-    for op in STATS:
-        cells[f"NPU {CELL[op]}"] = _texts(npu[op], "N/A")
-        cells[f"Bench {CELL[op]}"] = _texts([b if m else None for b, m in zip(bench[op], matched)], "N/A")
-    t_dtype, g_dtype = _of(table.target, "dtype"), _of(golden_refs, "dtype")
+            t_rows, g_rows, matched, npu, bench = t_rows[keep], g_rows[keep], matched[keep], npu[keep], bench[keep]
+        else:
+            keep = None
+    else:
+        keep = None
+    rows = len(t_rows)
+    g_list = [int(g) if m else None for g, m in zip(g_rows.tolist(), matched.tolist())]
+    table = table.subset(keep, g_list)
+    t_list = t_rows.tolist()
+    t_dtype = [target.dtype[t] for t in t_list]
+    g_dtype = [golden.dtype[g] if g is not None else None for g in g_list]
+    if matched.all() and np.array_equal(npu, bench, equal_nan=True) and t_dtype == g_dtype:
+        return table, None, {}       # identical: nothing differs, nothing is made anywhere
+    cells: dict = {col.NPU_NAME: [target.name[t] for t in t_list],
+                   col.BENCH_NAME: [golden.name[g] if g is not None else "N/A" for g in g_list]}
+    for column, op in enumerate(STATS):
+        cells[f"NPU {CELL[op]}"] = _cells(npu[:, column])
+        cells[f"Bench {CELL[op]}"] = _cells(bench[:, column])
     cells["NPU Dtype"], cells["Bench Dtype"] = _texts(t_dtype, "N/A"), _texts(g_dtype, "N/A")
     with np.errstate(invalid="ignore", divide="ignore"):
-        t_norm = np.array([np.nan if v is None else v for v in npu["norm"]])
-        g_norm = np.array([np.nan if v is None or not m else v for v, m in zip(bench["norm"], matched)])
+        t_norm, g_norm = npu[:, 3], bench[:, 3]
         norm_rel = np.where(t_norm == g_norm, 0.0, (t_norm - g_norm) / g_norm)
     data = JudgeInput(mode=col.STATISTICS, entry=np.asarray(table.entry, dtype=np.int64),
                       entry_names=table.entry_names,
                       is_output=np.array([s == "output" for s in table.state], dtype=bool), matched=matched,
                       bench_names=cells[col.BENCH_NAME], dtypes=(t_dtype, g_dtype),
-                      shapes=(_of(table.target, "shape"), _of(golden_refs, "shape")),
+                      shapes=([target.shape(t) for t in t_list],
+                              [golden.shape(g) if g is not None else None for g in g_list]),
                       grads=([None] * rows, [None] * rows), npu_max=cells["NPU max"], npu_min=cells["NPU min"],
                       bench_max=cells["Bench max"], bench_min=cells["Bench min"], norm_rel=norm_rel)
     verdict = judge_rows(data, cells, table.state, [True] * rows, cross=_cross(t_dtype, g_dtype))
     return table, verdict, cells
+
+
+def _layout(records: StepRecords | None) -> tuple | None:
+    if records is None:
+        return None
+    return (records.group, records.name, records.micro_step, records.vpp_stage, records.call, records.module)
+
+
+def _cached_table(target: _Side, golden: _Side, cache: dict) -> _Table:
+    """build_table, or the table of the step before when both runs' rows (and their steps before) are laid out
+    the same (most steps of a run)."""
+    key = (_layout(target.records), _layout(golden.records)[:4], _layout(target.previous),
+           _layout(golden.previous) and _layout(golden.previous)[:4])
+    if cache.get("key") == key:
+        return cache["table"]
+    table = build_table(target, golden)
+    cache["key"], cache["table"] = key, table
+    return table
+
+
+def _texts(values: list, fallback) -> list:
+    return [fallback if v is None else v for v in values]
 
 
 def _cross(t_dtype: list, g_dtype: list) -> bool:
@@ -320,38 +360,41 @@ def _cross(t_dtype: list, g_dtype: list) -> bool:
 
 
 def divergences(target: StepRecords, golden: StepRecords, previous: tuple = (None, None),
-                first_only: bool = True) -> list:
+                first_only: bool = True, cache: dict | None = None) -> list:
     """The rows of the target's step that the verdict finds made at their entry, as Anomalies of kind divergence,
     in call order (only the first with first_only). previous: (target, golden) records of the step before, for the
     weights and optimizer states carried over."""
     if not len(target) or not len(golden):
         return []
-    table, verdict, cells = judge(_Side(target, previous[0]), _Side(golden, previous[1]), decimal_quantum(golden))
-    entering = _enters(table, verdict)
+    sides = _Side(target, previous[0]), _Side(golden, previous[1])
+    table, verdict, cells = judge(*sides, decimal_quantum(golden), cache)
+    if verdict is None:
+        return []
+    entering = _enters(table, sides[0], verdict)
     made = np.flatnonzero((verdict.levels >= MADE_HERE) | entering)
     if not len(made):
         return []
     errors = scale_errors(col.STATISTICS, cells)
-    found = sorted(made.tolist(), key=lambda r: _order(table, r))
+    found = sorted(made.tolist(), key=lambda r: _order(table, sides[0], r))
     if first_only:
         found = found[:1]
-    return [_anomaly(table, verdict, errors, row, bool(entering[row])) for row in found]
+    return [_anomaly(table, sides, verdict, errors, row, bool(entering[row])) for row in found]
 
 
-def _enters(table: _Table, verdict) -> np.ndarray:
+def _enters(table: _Table, target: _Side, verdict) -> np.ndarray:
     """The row where the verdict finds the difference entering, made by no entry (MSG_ENTERS), when it is an
     activation: the model's data, or the input of a module made by code of its parent's own forward (a functional
     call between two monitored modules). A weight's is judged by its own entry."""
     out = np.zeros(len(table.target), dtype=bool)
     for row, message in enumerate(verdict.messages):
         if MSG_ENTERS in message:
-            records, index = table.target[row]
+            records, index = target.locate(table.target[row])
             out[row] = records.group[index] == "actv"
     return out
 
 
-def _order(table: _Table, row: int) -> tuple:
-    records, index = table.target[row]
+def _order(table: _Table, target: _Side, row: int) -> tuple:
+    records, index = target.locate(table.target[row])
     return records.micro_step[index], records.call[index]
 
 
@@ -373,8 +416,8 @@ def _worst(target: StepRecords, t: int, golden: StepRecords, g: int) -> str:
     return best
 
 
-def _anomaly(table: _Table, verdict, errors: np.ndarray, row: int, entering: bool) -> Anomaly:
-    (target, t), (golden, g) = table.target[row], table.golden[row]
+def _anomaly(table: _Table, sides: tuple, verdict, errors: np.ndarray, row: int, entering: bool) -> Anomaly:
+    (target, t), (golden, g) = sides[0].locate(table.target[row]), sides[1].locate(table.golden[row])
     op = _worst(target, t, golden, g)
     value = float(target.values[t, target.ops.index(op)]) if op in target.ops else math.nan
     baseline = float(golden.values[g, golden.ops.index(op)]) if op in golden.ops else None
@@ -412,6 +455,7 @@ class GoldenWatch:
         self._done = False
         self.missing_weights = False      # the runs record no param_origin: weights taken as equal
         self._previous: tuple = (None, None)
+        self._cache: dict = {}
 
     def _golden_at(self, step: int) -> StepRecords | None:
         if self._steps is None and not self._done:
@@ -435,7 +479,7 @@ class GoldenWatch:
             return []
         if PARAMS not in records.group or PARAMS not in golden.group:
             self.missing_weights = True
-        found = divergences(records, golden, self._previous)
+        found = divergences(records, golden, self._previous, cache=self._cache)
         self._previous = (records, golden)
         return found
 
