@@ -12,6 +12,7 @@ import types
 from dataclasses import dataclass, field
 
 from msprobe.errors import MsprobeError
+from msprobe.monitor.anomaly import RULE_ARGS, AlertConfigError, parse_rules
 from msprobe.monitor.records import OPS
 
 FORMATS = ("csv", "tensorboard", "api")
@@ -20,13 +21,6 @@ ACTIONS = ("stop",)
 SILENT_OPS = ("shape", "dtype")
 UNSUPPORTED_OPS = ("id",)
 DEFAULT_COLLECT_TIMES = 100_000_000
-
-# The alert rules and their arguments: name -> {argument: required?}. The anomaly rules (msprobe.monitor.anomaly)
-# read the values; every rule they add is named here so that a config naming it is accepted.
-RULE_ARGS: dict = {
-    "AnomalyTurbulence": {"threshold": True},
-    "AnomalyNan": {"threshold": False},
-}
 
 # reference keys that are accepted and not honoured: key -> (value that changes nothing, what the user loses)
 NOT_HONOURED = {
@@ -226,6 +220,10 @@ def _alert(value, warnings: list) -> AlertConfig:
             elif isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0:
                 raise MonitorConfigError(f"alert rule {name}: args.{arg} must be a positive number, got {number!r}")
         parsed.append((name, types.MappingProxyType({k: v for k, v in args.items() if k in RULE_ARGS[name]})))
+    try:
+        parse_rules(parsed)         # the rules' own checks (whole numbers, ranges), before training starts
+    except AlertConfigError as exc:
+        raise MonitorConfigError(f"monitor config: {exc}") from None
     return AlertConfig(tuple(parsed), dump)
 
 
