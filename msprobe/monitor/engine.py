@@ -22,7 +22,7 @@ from msprobe.collect.guard import one_line
 from msprobe.io import atomic_path
 from msprobe.log import get_logger
 from msprobe.monitor.config import MonitorConfig, MonitorConfigError, load_config
-from msprobe.monitor.layout import RunWriter, output_root, stage_of
+from msprobe.monitor.layout import RunWriter, has_micro_step, output_root, stage_of
 from msprobe.monitor.records import StepRecords
 
 DYNAMIC_ENV = "DYNAMIC_MONITOR"
@@ -88,8 +88,10 @@ class StepBuffer:
         if present.any():
             values[present] = to_host([h for h in self.handle if h is not None],
                                       [n for n, h in zip(self.numel, self.handle) if h is not None])
+        # a group written without a micro_step column (gradients, optimizer) reads back as micro-step 0: so it is
+        micro = [m if has_micro_step(g) else 0 for g, m in zip(self.group, self.micro_step)]
         return StepRecords(rank=rank, step=step, ops=ops, group=self.group, name=self.name, module=self.module,
-                           stage=[stage_of(g) for g in self.group], micro_step=self.micro_step,
+                           stage=[stage_of(g) for g in self.group], micro_step=micro,
                            call=list(range(len(self.name))), vpp_stage=self.vpp_stage, shape=self.shape,
                            dtype=self.dtype, values=values, present=present)
 
@@ -161,6 +163,8 @@ class MonitorEngine:
 
     def _set_up(self, config: MonitorConfig) -> None:
         self.config = config
+        if self._writer is not None:            # the CSV columns of the files to come
+            self._writer.ops, self._writer.ndigits = config.ops, config.ndigits
         self._detector = self._watch = None
         self._failed -= {"anomaly rules", "golden watch"}
         try:
@@ -220,9 +224,9 @@ class MonitorEngine:
         self._log_warnings(config)
         self._active = config.dynamic_on
         self._collected = 0
-        self._first_step = self.step + 1
+        self._first_step = self.step          # end_step() has moved on to the next step already
         get_logger().info("msprobe monitor: config changed: monitoring %s from step %d", "on" if self._active else
-                          "off", self.step + 1)
+                          "off", self.step)
         self._set_up(config)
 
     # ------------------------------------------------------------------ schedule
