@@ -493,3 +493,26 @@ def test_memory_stays_flat_over_1000_steps(tmp_path, out):
     """Every feature on, every step written: Python objects and the resident set do not grow with the steps."""
     objects, rss = _flat_run(tmp_path, 1000)
     assert objects < 500 and rss < 32 * 2**20
+
+
+def test_dynamic_on_is_picked_up_at_a_step_boundary(tmp_path, out, monkeypatch):
+    monkeypatch.setenv("DYNAMIC_MONITOR", "True")
+    path = config_file(tmp_path, {"wg_distribution": True, "dynamic_on": False, "ops": ["norm"]})
+    torch.manual_seed(0)
+    model = Small()
+    optimizer = torch.optim.Adam(model.parameters())
+    monitor = TrainerMon(path, params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer)
+    for step in range(6):
+        if step == 2:
+            with open(path, "w") as handle:
+                json.dump({"wg_distribution": True, "dynamic_on": True, "collect_times": 2, "ops": ["norm"]}, handle)
+            stamp = os.stat(path).st_mtime_ns + 10**9
+            os.utime(path, ns=(stamp, stamp))
+        model(torch.randn(2, 3)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    monitor.close()
+    # seen at the end of step 2, collected from step 3 on, collect_times of them
+    assert [r.step for r in read_run(str(out))[0]] == [3, 4]
+    assert json.loads(open(path).read())["dynamic_on"] is True          # the user's file is left alone
