@@ -79,11 +79,13 @@ class EventFile:
 
 
 class TensorBoardWriter:
-    """One rank's event files under `directory`: `write` each step's records, `write_anomalies` what was found,
-    `close` at the end (it flushes). Files are opened when a group is first written."""
+    """One rank's event files under `where`: a directory, or the rank's CSV writer (layout.RunWriter, whose folder
+    is made when it first writes: the events go beside the CSVs). `write` each step's records, `write_anomalies` what
+    was found, `close` at the end. Files are opened when a group is first written. `config` (the monitor's) is
+    accepted for the engine's call and not needed."""
 
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
+    def __init__(self, where, config=None) -> None:
+        self._where = where
         proto = require("tensorboard.compat.proto.event_pb2", "the monitor's format tensorboard")
         summary = require("tensorboard.compat.proto.summary_pb2", "the monitor's format tensorboard")
         self._crc = _crc32c()
@@ -97,6 +99,15 @@ class TensorBoardWriter:
         if writer is None:
             writer = self._writers[run] = EventFile(os.path.join(self.directory, run), self._event, self._crc)
         return writer
+
+    @property
+    def directory(self) -> str:
+        where = self._where
+        if isinstance(where, (str, os.PathLike)):
+            return os.fspath(where)
+        if where.directory is None:         # the CSV writer makes the rank's folder when it first writes
+            return where._folder()
+        return where.directory
 
     def write(self, records: StepRecords, wall_time: float | None = None) -> None:
         """One event per group of the step, holding every present row's statistics."""
