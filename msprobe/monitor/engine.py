@@ -28,6 +28,18 @@ from msprobe.monitor.records import StepRecords
 DYNAMIC_ENV = "DYNAMIC_MONITOR"
 
 
+def check_format(config: MonitorConfig) -> None:
+    """`format: tensorboard` needs the tensorboard package: its absence is a config error before training."""
+    if config.format == "tensorboard":
+        from msprobe.errors import MsprobeError
+        from msprobe.optional import require
+
+        try:
+            require("tensorboard.compat.proto.event_pb2", "the monitor's format tensorboard")
+        except MsprobeError as exc:
+            raise MonitorConfigError(str(exc)) from None
+
+
 class MonitorStop(SystemExit):
     """Raised out of the optimizer's step() at the step boundary where the monitor ends training (`action: stop`
     after an anomaly, or `print_struct`), once every file is written. A SystemExit: an uncaught one ends the
@@ -136,7 +148,8 @@ class MonitorEngine:
 
     def start(self) -> None:
         """Install the hooks of the config and decide whether the first step is recorded (the adapter calls it
-        once it is wired to the engine)."""
+        once it is wired to the engine). A format whose package is missing is a MonitorConfigError here."""
+        check_format(self.config)
         self._set_up(self.config)
 
     # ------------------------------------------------------------------ failures
@@ -217,6 +230,7 @@ class MonitorEngine:
         self._mtime = mtime
         try:
             config = load_config(self.config_path)
+            check_format(config)
         except MonitorConfigError as exc:
             get_logger().warning("msprobe monitor: the changed config is not used (%s); the monitor goes on as "
                                  "before", exc)
@@ -325,7 +339,9 @@ class MonitorEngine:
         if self.ok("writing anomalies"):
             try:
                 self._writers()
-                self._writer.write_anomalies(anomalies)
+                for writer in [self._writer, *self._extra_writers]:
+                    if hasattr(writer, "write_anomalies"):
+                        writer.write_anomalies(anomalies)
             except Exception as exc:  # noqa: BLE001
                 self.fail("writing anomalies", exc)
         first = anomalies[0]

@@ -16,7 +16,7 @@ import torch
 
 from msprobe.log import get_logger
 from msprobe.monitor.config import MonitorConfigError, load_config
-from msprobe.monitor.engine import MonitorEngine, MonitorStop
+from msprobe.monitor.engine import MonitorEngine, MonitorStop, check_format
 from msprobe.monitor.layout import has_micro_step
 from msprobe.pytorch.stats import host_values, stat_vector, stat_vectors
 from msprobe.pytorch.taps import ModuleTaps, in_backward
@@ -39,6 +39,7 @@ class TrainerMon:
     def __init__(self, config_file_path, process_group=None, params_have_main_grad=True, opt_ty=None):
         try:
             config = load_config(config_file_path)
+            check_format(config)
         except MonitorConfigError:
             _one_line_on_exit()
             raise

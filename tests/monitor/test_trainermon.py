@@ -516,3 +516,32 @@ def test_dynamic_on_is_picked_up_at_a_step_boundary(tmp_path, out, monkeypatch):
     # seen at the end of step 2, collected from step 3 on, collect_times of them
     assert [r.step for r in read_run(str(out))[0]] == [3, 4]
     assert json.loads(open(path).read())["dynamic_on"] is True          # the user's file is left alone
+
+
+def test_format_tensorboard_writes_events_beside_the_csv(tmp_path, out):
+    pytest.importorskip("tensorboard")
+    torch.manual_seed(0)
+    model = Small()
+    optimizer = torch.optim.Adam(model.parameters())
+    monitor = TrainerMon(config_file(tmp_path, {"wg_distribution": True, "format": "tensorboard", "ops": ["norm"]}),
+                         params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer)
+    for _ in range(2):
+        model(torch.randn(2, 3)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    monitor.close()
+    folder = monitor.output_directory
+    events = [f for _, _, files in os.walk(folder) for f in files if f.startswith("events.out.tfevents")]
+    assert events and [r.step for r in read_run(str(out))[0]] == [0, 1]
+
+
+def test_format_tensorboard_without_the_package_is_a_config_error(tmp_path, out, monkeypatch):
+    import msprobe.optional
+
+    def missing(name, needed_for, error=MonitorConfigError):
+        raise error(f"{needed_for} needs {name}: pip install tensorboard")
+
+    monkeypatch.setattr(msprobe.optional, "require", missing)
+    with pytest.raises(MonitorConfigError, match="tensorboard"):
+        TrainerMon(config_file(tmp_path, {"format": "tensorboard"}))
