@@ -320,7 +320,8 @@ class MonitorEngine:
             except Exception as exc:  # noqa: BLE001 - without agreement this rank decides alone
                 self.fail("agreeing on the stop with the other ranks", exc, "each rank decides alone")
             if stop:
-                self._stop_message = self._stop_text(records.step, anomalies)
+                report = self._stop_report() if self.rank == 0 else None
+                self._stop_message = self._stop_text(records.step, anomalies, report)
 
     def _writers(self) -> None:
         if self._writer is not None:
@@ -350,13 +351,44 @@ class MonitorEngine:
                              step, first.kind, first.module or first.name, first.metric, first.stage,
                              first.micro_step, f": {first.message}" if first.message else "", more)
 
-    def _stop_text(self, step: int, anomalies: list) -> str:
-        where = os.path.join(self.root, "anomaly_detected")
+    def _stop_report(self) -> str | None:
+        """`action: stop`: the analysis of every rank's anomalies so far (each rank wrote its own before the ranks
+        agreed to stop) and the dump config of the first, as `msprobe monitor analyse` writes them, under
+        anomaly_detected/. The path of the dump config, or None."""
+        from msprobe.monitor.analyse import analyse, dump_config, to_json
+        from msprobe.monitor.layout import ANOMALY_DIR, read_anomalies
+
+        try:
+            for writer in [self._writer, *self._extra_writers]:
+                if writer is not None and hasattr(writer, "flush"):
+                    writer.flush()
+            analysis = analyse(read_anomalies(self.root), "the monitor's anomaly files",
+                               framework=getattr(self.adapter, "framework", "pytorch"))
+            if analysis.first is None:
+                return None
+            folder = os.path.join(self.root, ANOMALY_DIR)
+            config_path = os.path.join(folder, "dump_config.json")
+            for path, content in ((config_path, dump_config(analysis.first, analysis.framework)),
+                                  (os.path.join(folder, "analyse.json"), to_json(analysis, config_path))):
+                with atomic_path(path) as temporary:
+                    with open(temporary, "w", encoding="utf-8") as handle:
+                        json.dump(content, handle, indent=2, allow_nan=True)
+            return config_path
+        except Exception as exc:  # noqa: BLE001 - the stop goes on without its report
+            self.fail("writing the stop's analysis", exc, "msprobe monitor analyse writes it")
+            return None
+
+    def _stop_text(self, step: int, anomalies: list, report: str | None = None) -> str:
         if anomalies:
             first = min(anomalies, key=lambda a: a.order_key())
             what = f"{first.kind} in {first.module or first.name} ({first.metric}) at step {step}"
         else:
             what = f"another rank found an anomaly at step {step}"
+        where = os.path.join(self.root, "anomaly_detected")
+        if report:
+            return (f"msprobe monitor: training stopped after step {step} (action: stop): {what}; the analysis and "
+                    f"the dump config of the first anomaly in {where}; next: PrecisionDebugger(config_path="
+                    f"{report!r}) on this step, or msprobe monitor analyse -d {self.root}")
         return (f"msprobe monitor: training stopped after step {step} (action: stop): {what}; anomalies in "
                 f"{where}; next: msprobe monitor analyse -d {self.root}")
 

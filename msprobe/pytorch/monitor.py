@@ -214,6 +214,8 @@ class _Hooks:
     """The PyTorch side of one TrainerMon: the engine's adapter (to_host, apply, any_rank, structure) and every
     hook. Each hook body is guarded: a failure switches its part off (engine.fail) and training goes on."""
 
+    framework = "pytorch"
+
     def __init__(self, monitor: TrainerMon, chunks: list, optimizer, grad_acc_steps: int):
         self.monitor = monitor
         self.chunks = chunks

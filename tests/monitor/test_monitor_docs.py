@@ -56,4 +56,5 @@ def test_the_quoted_stop_message_is_the_printed_one():
     engine.root = "/runs/monitor_output"
     first = Anomaly("spike", 0, 20, 0, "forward", 0, "layers.2.fc1", "layers.2.fc1.weight", "param_origin", "norm",
                     3.0, 1.0, "AnomalyTurbulence")
-    assert line_pattern(block).search(engine._stop_text(20, [first]))
+    report = "/runs/monitor_output/anomaly_detected/dump_config.json"
+    assert line_pattern(block).search(engine._stop_text(20, [first], report))

@@ -440,6 +440,11 @@ def test_action_stop_ends_training_at_the_step_boundary(tmp_path, out, monkeypat
     assert done == [0, 1] and "training stopped after step 2" in str(stop.value)
     assert optimizer.state[model.fc1.weight]["step"].item() == 3          # step 2's update is complete
     assert [r.step for r in read_run(str(out))[0]] == [0, 1, 2]
+    dump_config = json.loads((out / "anomaly_detected" / "dump_config.json").read_text())
+    assert dump_config["step"] == [2] and dump_config["rank"] == [0] and dump_config["level"] == "mix"
+    analysis = json.loads((out / "anomaly_detected" / "analyse.json").read_text())
+    assert analysis["anomalies"] == 1 and analysis["first"]["step"] == 2
+    assert str(out / "anomaly_detected" / "dump_config.json") in str(stop.value)
     model(torch.randn(2, 3)).sum().backward()                            # the hooks are gone
     optimizer.step()
 
