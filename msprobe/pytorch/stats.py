@@ -114,6 +114,13 @@ def float_statistics(t: torch.Tensor) -> tuple:
     return high, low, mean, norm
 
 
+def local_part(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's (FSDP2, tensor parallel) shard on this rank; any other tensor itself. Its statistics need no
+    collective: every rank reduces its own part."""
+    local = getattr(t, "_local_tensor", None)
+    return local if isinstance(local, torch.Tensor) else t
+
+
 def stat_vector(t: torch.Tensor, ops: tuple, eps: float = 1e-8) -> torch.Tensor:
     """The monitor's statistics of a tensor, on its device, one 1-d tensor in the order of `ops` (a subset of
     msprobe.monitor.records.OPS): min, max, mean, norm as float_statistics takes them (integers and booleans as
@@ -121,7 +128,7 @@ def stat_vector(t: torch.Tensor, ops: tuple, eps: float = 1e-8) -> torch.Tensor:
     `eps` in magnitude (zeros; host_values() turns it into the reference's fraction), NaN (nans) and infinite
     (infs). An empty tensor gives NaN everywhere. On an accelerator nothing here waits for the device; on the CPU
     (where the device is the host) the NaN/Inf counts are skipped when min and max are finite."""
-    t = numeric_form(t.detach())
+    t = numeric_form(local_part(t.detach()))
     if t.is_complex():
         t = t.abs()
     if t.numel() == 0 or t.is_meta:
@@ -158,7 +165,7 @@ def stat_vectors(tensors: list, ops: tuple, eps: float = 1e-8) -> list:
     handles: list = [None] * len(tensors)
     groups: dict = {}
     for i, tensor in enumerate(tensors):
-        t = tensor.detach()
+        t = local_part(tensor.detach())
         if 0 < t.numel() <= SMALL_LIMIT and t.dim() > 0 and t.is_floating_point() and t.layout == torch.strided \
                 and t.dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
             groups.setdefault((t.device, t.dtype), []).append((i, t))
