@@ -240,7 +240,8 @@ class _Hooks:
         self._backward_seen = False
         self._stepped_hooks = False            # the optimizer's own pre/post hooks (else step() is wrapped)
         self._old_params: list = []
-        self._deferred: dict = {}              # buffer row -> (gradient, its version): grad_unreduced rows to fill
+        self._deferred: dict = {}              # buffer row -> gradient: grad_unreduced rows to fill
+        self._norm_taken = False               # the global gradient norm of this step is recorded
         # with several processes a gradient may be reduced in place before the optimizer: taken at its hook
         self._reducing = torch.distributed.is_available() and torch.distributed.is_initialized() and \
             torch.distributed.get_world_size() > 1
@@ -351,7 +352,10 @@ class _Hooks:
             if gradient is None and engine is not None and engine.collecting and not hooks.explicit_loss and \
                     hooks._loss_taken != engine.micro_step and self.dim() == 0:
                 hooks._guard("loss", hooks.take_loss, self)
-            return original(self, gradient, *args, **kwargs)
+            result = original(self, gradient, *args, **kwargs)
+            if engine is not None and engine.collecting and hooks.config is not None:
+                hooks._backward_done()
+            return result
         backward.__wrapped__ = original
         self._patched_backward = backward
         torch.Tensor.backward = backward
@@ -564,9 +568,11 @@ class _Hooks:
         return param.grad
 
     def _unreduced(self, entry: _Param) -> None:
-        """A gradient before reduction, as autograd accumulated it. With one process nothing reduces it before the
-        optimizer: its row is filled from the same gradient there, taken once with the others. A sharded
-        parameter's (FSDP2) gradient is reduced inside FSDP's own backward hook, before this one: not recorded."""
+        """A gradient before reduction, as autograd accumulated it. With several processes it is taken here, before
+        DDP's reducer (a node post-hook, run after this tensor hook) reads it. With one process nothing touches it
+        before the backward returns: the rows are filled then, every gradient of the backward taken together
+        (_backward_done). A sharded parameter's (FSDP2) gradient is reduced inside FSDP's own backward hook, before
+        this one: not recorded."""
         if local_part(entry.param) is not entry.param:
             self.engine.warn_once("sharded", "FSDP2/DTensor parameters: gradients before reduction are not recorded "
                                   "(FSDP reduces them in its own backward hook); after reduction, moments and "
@@ -578,7 +584,17 @@ class _Hooks:
             return
         at = self.engine.buffer.add("grad_unreduced", entry.name, entry.module, max(self.engine.micro_step, 0),
                                     entry.vpp, key=("grad_unreduced", id(entry)))
-        self._deferred[at] = (grad, grad._version)
+        self._deferred[at] = grad
+
+    def _backward_done(self) -> None:
+        """The script's `.backward()` returned (DDP's reduction included), before it can clip or scale the gradients
+        in place: the deferred gradients before reduction are taken together, and after the last micro-batch the
+        global gradient norm (the norm clipping would see)."""
+        engine = self.engine
+        if self._deferred:
+            self._guard("gradients", self._fill_deferred)
+        if engine.micro_step + 1 >= self.grad_acc_steps and engine.ok("gradient norm"):
+            self._guard("gradient norm", self._grad_norm)
 
     def _vectors(self, tensors: list) -> list:
         """Statistics of many tensors at once (stat_vectors), each value taken once per step (the cache)."""
@@ -628,22 +644,23 @@ class _Hooks:
             return
         if config.wg_distribution and engine.ok("gradients"):
             self._guard("gradients", self._reduced)
-        if engine.ok("gradient norm"):
+        if not self._norm_taken and engine.ok("gradient norm"):       # no .backward() of the script's was seen
             self._guard("gradient norm", self._grad_norm)
         if config.ur_distribution and engine.ok("update ratio"):
             self._guard("update ratio", self._keep_params)
 
     def _reduced(self) -> None:
-        self._rows("grad_reduced", [(entry, self._grad(entry.param)) for entry in self._params if entry.target])
         self._fill_deferred()
+        self._rows("grad_reduced", [(entry, self._grad(entry.param)) for entry in self._params if entry.target])
 
     def _fill_deferred(self) -> None:
-        """The deferred grad_unreduced rows: the same gradient as grad_reduced's is taken once (the cache)."""
+        """The deferred grad_unreduced rows, taken together (a gradient left as it was is taken once for
+        grad_reduced too: the cache)."""
         deferred, self._deferred = self._deferred, {}
         if not deferred:
             return
         buffer = self.engine.buffer
-        grads = [grad for grad, _ in deferred.values()]
+        grads = list(deferred.values())
         for at, grad, handle in zip(deferred, grads, self._vectors(grads)):
             buffer.handle[at], buffer.shape[at] = handle, tuple(grad.shape)
             buffer.dtype[at], buffer.numel[at] = str(grad.dtype), grad.numel()
@@ -654,7 +671,8 @@ class _Hooks:
             return
         norms = torch._foreach_norm([local_part(g.detach()) for g in grads])
         total = torch.linalg.vector_norm(torch.stack([n if n.dtype == torch.float32 else n.float() for n in norms]))
-        self._row("grad_norm", "total", "", 0, total)
+        self._row("grad_norm", "total", "", 0, total, key="grad_norm")
+        self._norm_taken = True
 
     def _keep_params(self) -> None:
         self._old_params = [(e, local_part(e.param.detach()).clone()) for e in self._params if e.target]
@@ -714,6 +732,7 @@ class _Hooks:
         self._cache = {}
         self._calls = {}
         self._deferred = {}
+        self._norm_taken = False
         self._loss_taken = -1
         self._backward_seen = False
         message = engine.end_step()

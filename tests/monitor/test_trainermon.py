@@ -588,3 +588,27 @@ def test_a_wrapped_optimizer_and_main_grad(tmp_path, out):
         model.fc1.weight.main_grad.norm().item(), rel=1e-6)
     assert rows[("exp_avg", "fc2.bias", 0)]["norm"] == pytest.approx(
         inner.state[model.fc2.bias]["exp_avg"].norm().item(), rel=1e-6)
+
+
+def test_gradients_clipped_in_place_before_the_step(tmp_path, out):
+    """grad_unreduced is the gradient as backward left it; grad_reduced what the optimizer gets (clipped here); the
+    global gradient norm the one clipping measured."""
+    torch.manual_seed(0)
+    model = Small()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = TrainerMon(config_file(tmp_path, {"wg_distribution": True, "ops": ["norm"], "ndigits": 12}),
+                         params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer)
+    model(torch.randn(4, 3) * 10).pow(2).sum().backward()
+    raw = {n: p.grad.norm().item() for n, p in model.named_parameters()}
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)
+    clipped = {n: p.grad.norm().item() for n, p in model.named_parameters()}
+    optimizer.step()
+    monitor.close()
+    rows = rows_of(next(iter(read_run(str(out))[0])))
+    for name in raw:
+        assert rows[("grad_unreduced", name, 0)]["norm"] == pytest.approx(raw[name], rel=1e-6)
+        assert rows[("grad_reduced", name, 0)]["norm"] == pytest.approx(clipped[name], rel=1e-6)
+    # the global norm clipping saw (clip_grad_norm_'s result), not the one after it
+    assert rows[("grad_norm", "total", 0)]["norm"] == pytest.approx(math.sqrt(sum(v * v for v in raw.values())),
+                                                                     rel=1e-5)
