@@ -425,34 +425,21 @@ class _Hooks:
 
     def inputs(self, call) -> None:
         if self.engine.ok("activations"):
-            self._guard("activations", self._inputs, call)
-
-    def _inputs(self, call) -> None:
-        prefix = self._prefix(call)
-        name, vpp = call.tap
-        if self.config.print_struct:
-            self._describe(call, "input", call.in_slots)
-        if self._forward_rows(call):
-            for label, tensor in call.in_slots:
-                self._row("actv", f"{prefix}.{label}", name, vpp, tensor, call.data[1])
-
-    def _forward_rows(self, call) -> bool:
-        config = self.config
-        name, vpp = call.tap
-        return config.activations and not config.backward_only and config.xy_target(name, vpp) and \
-            (not config.module_ranks or self.engine.rank in config.module_ranks)
+            self._guard("activations", self._forward, call, "input", call.in_slots)
 
     def outputs(self, call) -> None:
         if self.engine.ok("activations"):
-            self._guard("activations", self._outputs, call)
+            self._guard("activations", self._forward, call, "output", call.out_slots)
 
-    def _outputs(self, call) -> None:
+    def _forward(self, call, side: str, slots: list) -> None:
         prefix = self._prefix(call)
         name, vpp = call.tap
-        if self.config.print_struct:
-            self._describe(call, "output", call.out_slots)
-        if self._forward_rows(call):
-            for label, tensor in call.out_slots:
+        config = self.config
+        if config.print_struct:
+            self._describe(call, side, slots)
+        if config.activations and not config.backward_only and config.xy_target(name, vpp) and \
+                (not config.module_ranks or self.engine.rank in config.module_ranks):
+            for label, tensor in slots:
                 self._row("actv", f"{prefix}.{label}", name, vpp, tensor, call.data[1])
 
     def output_grad(self, call, position: int, grad) -> None:

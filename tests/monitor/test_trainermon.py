@@ -77,6 +77,23 @@ class Small(nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
+def monitored(tmp_path, data: dict, model=None, optimizer=None, **set_monitor) -> tuple:
+    """(model, optimizer, monitor): a Small model (seeded) and Adam, unless given, monitored with this config."""
+    torch.manual_seed(0)
+    model = model if model is not None else Small()
+    optimizer = optimizer if optimizer is not None else torch.optim.Adam(model.parameters())
+    monitor = TrainerMon(config_file(tmp_path, data), params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer, **set_monitor)
+    return model, optimizer, monitor
+
+
+def train_steps(model, optimizer, steps: int) -> None:
+    for _ in range(steps):
+        model(torch.randn(2, 3)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
 def test_every_metric_against_hand_computation(tmp_path, out):
     torch.manual_seed(0)
     model = Small()
@@ -135,10 +152,7 @@ def test_files_and_columns_are_the_references(tmp_path, out):
             "step_count_per_record": 2}
     monitor = TrainerMon(config_file(tmp_path, data), params_have_main_grad=False)
     monitor.set_monitor(model, grad_acc_steps=1, optimizer=optimizer)      # the reference's keywords
-    for _ in range(3):
-        model(torch.randn(2, 3)).sum().backward()
-        optimizer.step()
-        optimizer.zero_grad()
+    train_steps(model, optimizer, 3)
     monitor.close()
     (folder,) = os.listdir(out)
     assert folder.split("-rank")[1].startswith("0-")
@@ -271,15 +285,9 @@ def test_the_loss_wherever_the_script_computes_it(tmp_path, out, where):
 
 
 def test_evaluation_under_no_grad_is_not_recorded(tmp_path, out):
-    torch.manual_seed(0)
-    model = Small()
-    optimizer = torch.optim.Adam(model.parameters())
-    monitor = TrainerMon(config_file(tmp_path, {"xy_distribution": True, "ops": ["norm"]}), params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer)
+    model, optimizer, monitor = monitored(tmp_path, {"xy_distribution": True, "ops": ["norm"]})
     for _ in range(2):
-        model(torch.randn(2, 3)).sum().backward()
-        optimizer.step()
-        optimizer.zero_grad()
+        train_steps(model, optimizer, 1)
         with torch.no_grad():
             model(torch.randn(7, 3))
     monitor.close()
@@ -289,11 +297,7 @@ def test_evaluation_under_no_grad_is_not_recorded(tmp_path, out):
 
 
 def test_a_step_without_optimizer_step_ends_at_the_next_forward(tmp_path, out, caplog):
-    torch.manual_seed(0)
-    model = Small()
-    optimizer = torch.optim.Adam(model.parameters())
-    monitor = TrainerMon(config_file(tmp_path, {"wg_distribution": True, "ops": ["norm"]}), params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer)
+    model, optimizer, monitor = monitored(tmp_path, {"wg_distribution": True, "ops": ["norm"]})
     with caplog.at_level(logging.WARNING, logger="msprobe"):
         for step in range(3):
             model(torch.randn(2, 3)).sum().backward()
@@ -308,12 +312,8 @@ def test_a_step_without_optimizer_step_ends_at_the_next_forward(tmp_path, out, c
 
 
 def test_format_api_and_the_reference_getters(tmp_path, out):
-    torch.manual_seed(0)
-    model = Small()
-    optimizer = torch.optim.Adam(model.parameters())
-    monitor = TrainerMon(config_file(tmp_path, {"xy_distribution": True, "wg_distribution": True, "format": "api",
-                                                "ops": ["norm", "max"]}), params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer)
+    model, optimizer, monitor = monitored(tmp_path, {"xy_distribution": True, "wg_distribution": True, "format": "api",
+                                                "ops": ["norm", "max"]})
     model(torch.randn(2, 3)).sum().backward()
     actv, actv_grad = monitor.generate_xy_metrics()
     reduced, unreduced = monitor.generate_wgrad_metrics()
@@ -326,11 +326,7 @@ def test_format_api_and_the_reference_getters(tmp_path, out):
 
 
 def test_ops_and_reload_xy_during_training(tmp_path, out):
-    torch.manual_seed(0)
-    model = Small()
-    optimizer = torch.optim.Adam(model.parameters())
-    monitor = TrainerMon(config_file(tmp_path, {"wg_distribution": True, "ops": ["norm"]}), params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer)
+    model, optimizer, monitor = monitored(tmp_path, {"wg_distribution": True, "ops": ["norm"]})
     for step in range(3):
         if step == 1:
             monitor.reload_xy(True)
@@ -424,13 +420,8 @@ def test_action_stop_ends_training_at_the_step_boundary(tmp_path, out, monkeypat
                                     records.name[row], "grad_reduced", "norm", 1.0, 0.5, "AnomalyTurbulence")]
 
     monkeypatch.setattr(anomaly, "AnomalyDetector", Planted)
-    torch.manual_seed(0)
-    model = Small()
-    optimizer = torch.optim.Adam(model.parameters())
-    monitor = TrainerMon(config_file(tmp_path, {"wg_distribution": True, "action": "stop", "ops": ["norm"],
-                                                "alert": {"rules": [{"rule_name": "AnomalyNan"}]}}),
-                         params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer)
+    model, optimizer, monitor = monitored(tmp_path, {"wg_distribution": True, "action": "stop", "ops": ["norm"],
+                                                "alert": {"rules": [{"rule_name": "AnomalyNan"}]}})
     done = []
     with pytest.raises(MonitorStop) as stop:
         for step in range(10):
@@ -463,11 +454,7 @@ def _rss() -> int:
 def _flat_run(tmp_path, steps: int) -> tuple:
     import gc
 
-    torch.manual_seed(0)
-    model = Small()
-    optimizer = torch.optim.Adam(model.parameters())
-    monitor = TrainerMon(config_file(tmp_path, EVERYTHING), params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer)
+    model, optimizer, monitor = monitored(tmp_path, EVERYTHING)
     x = torch.randn(2, 3)
 
     def run(n):
@@ -525,16 +512,8 @@ def test_dynamic_on_is_picked_up_at_a_step_boundary(tmp_path, out, monkeypatch):
 
 def test_format_tensorboard_writes_events_beside_the_csv(tmp_path, out):
     pytest.importorskip("tensorboard")
-    torch.manual_seed(0)
-    model = Small()
-    optimizer = torch.optim.Adam(model.parameters())
-    monitor = TrainerMon(config_file(tmp_path, {"wg_distribution": True, "format": "tensorboard", "ops": ["norm"]}),
-                         params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer)
-    for _ in range(2):
-        model(torch.randn(2, 3)).sum().backward()
-        optimizer.step()
-        optimizer.zero_grad()
+    model, optimizer, monitor = monitored(tmp_path, {"wg_distribution": True, "format": "tensorboard", "ops": ["norm"]})
+    train_steps(model, optimizer, 2)
     monitor.close()
     folder = monitor.output_directory
     events = [f for _, _, files in os.walk(folder) for f in files if f.startswith("events.out.tfevents")]
