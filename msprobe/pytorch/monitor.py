@@ -16,7 +16,7 @@ import torch
 
 from msprobe.log import get_logger
 from msprobe.monitor.config import MonitorConfigError, load_config
-from msprobe.monitor.engine import MonitorEngine, MonitorStop, check_format
+from msprobe.monitor.engine import MonitorEngine, MonitorStop, check_format, check_output
 from msprobe.monitor.layout import has_micro_step
 from msprobe.pytorch.stats import host_values, local_part, stat_vector, stat_vectors
 from msprobe.pytorch.taps import ModuleTaps, in_backward
@@ -40,6 +40,7 @@ class TrainerMon:
         try:
             config = load_config(config_file_path)
             check_format(config)
+            check_output(config)
         except MonitorConfigError:
             _one_line_on_exit()
             raise
@@ -283,9 +284,15 @@ class _Hooks:
         backward = config.activations and not config.forward_only and rank_ok
         if forward or backward or config.print_struct:
             for vpp, chunk in enumerate(self.chunks):
+                scripted = [n for n, m in chunk.named_modules() if isinstance(m, torch.jit.ScriptModule)]
+                if scripted:
+                    self.engine.warn_once(("scripted", vpp), "TorchScript modules take no hooks: the activations of "
+                                          "%s and what is inside are not recorded", ", ".join(scripted) or "the model")
                 for name, module in chunk.named_modules():
                     if self._names.get(id(module)) != (name, vpp):
                         continue       # a module reachable twice is tapped once, under its first name
+                    if any(name == s or name.startswith(s + ".") or s == "" for s in scripted):
+                        continue
                     if config.print_struct or config.xy_target(name, vpp):
                         self.taps.install(module, (name, vpp), forward or config.print_struct,
                                           backward or config.print_struct)

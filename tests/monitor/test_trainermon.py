@@ -591,3 +591,27 @@ def test_gradients_clipped_in_place_before_the_step(tmp_path, out):
     # the global norm clipping saw (clip_grad_norm_'s result), not the one after it
     assert rows[("grad_norm", "total", 0)]["norm"] == pytest.approx(math.sqrt(sum(v * v for v in raw.values())),
                                                                      rel=1e-5)
+
+
+def test_an_output_directory_that_cannot_be_written_is_a_config_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(blocker / "out"))
+    with pytest.raises(MonitorConfigError, match="MONITOR_OUTPUT_DIR"):
+        TrainerMon(config_file(tmp_path, {"wg_distribution": True}))
+
+
+def test_torchscript_submodules_are_left_out(tmp_path, out, caplog):
+    torch.manual_seed(0)
+    model = Small()
+    model.fc2 = torch.jit.script(nn.Linear(5, 2))
+    with caplog.at_level(logging.WARNING, logger="msprobe"):
+        model, optimizer, monitor = monitored(tmp_path, {"xy_distribution": True, "wg_distribution": True,
+                                                         "ops": ["norm"]}, model=model)
+        train_steps(model, optimizer, 1)
+    monitor.close()
+    assert "TorchScript modules take no hooks" in caplog.text and "fc2" in caplog.text
+    (records,) = list(read_run(str(out))[0])
+    assert "fc1.output" in records.name and not any(n.startswith("fc2.") for n, g in
+                                                       zip(records.name, records.group) if g == "actv")
+    assert "fc2.weight" in records.name          # its parameters are recorded
