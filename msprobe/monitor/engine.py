@@ -22,10 +22,22 @@ from msprobe.collect.guard import one_line
 from msprobe.io import atomic_path
 from msprobe.log import get_logger
 from msprobe.monitor.config import MonitorConfig, MonitorConfigError, load_config
-from msprobe.monitor.layout import RunWriter, output_root, stage_of
+from msprobe.monitor.layout import RunWriter, has_micro_step, output_root, stage_of
 from msprobe.monitor.records import StepRecords
 
 DYNAMIC_ENV = "DYNAMIC_MONITOR"
+
+
+def check_format(config: MonitorConfig) -> None:
+    """`format: tensorboard` needs the tensorboard package: its absence is a config error before training."""
+    if config.format == "tensorboard":
+        from msprobe.errors import MsprobeError
+        from msprobe.optional import require
+
+        try:
+            require("tensorboard.compat.proto.event_pb2", "the monitor's format tensorboard")
+        except MsprobeError as exc:
+            raise MonitorConfigError(str(exc)) from None
 
 
 class MonitorStop(SystemExit):
@@ -88,8 +100,10 @@ class StepBuffer:
         if present.any():
             values[present] = to_host([h for h in self.handle if h is not None],
                                       [n for n, h in zip(self.numel, self.handle) if h is not None])
+        # a group written without a micro_step column (gradients, optimizer) reads back as micro-step 0: so it is
+        micro = [m if has_micro_step(g) else 0 for g, m in zip(self.group, self.micro_step)]
         return StepRecords(rank=rank, step=step, ops=ops, group=self.group, name=self.name, module=self.module,
-                           stage=[stage_of(g) for g in self.group], micro_step=self.micro_step,
+                           stage=[stage_of(g) for g in self.group], micro_step=micro,
                            call=list(range(len(self.name))), vpp_stage=self.vpp_stage, shape=self.shape,
                            dtype=self.dtype, values=values, present=present)
 
@@ -134,7 +148,8 @@ class MonitorEngine:
 
     def start(self) -> None:
         """Install the hooks of the config and decide whether the first step is recorded (the adapter calls it
-        once it is wired to the engine)."""
+        once it is wired to the engine). A format whose package is missing is a MonitorConfigError here."""
+        check_format(self.config)
         self._set_up(self.config)
 
     # ------------------------------------------------------------------ failures
@@ -161,6 +176,8 @@ class MonitorEngine:
 
     def _set_up(self, config: MonitorConfig) -> None:
         self.config = config
+        if self._writer is not None:            # the CSV columns of the files to come
+            self._writer.ops, self._writer.ndigits = config.ops, config.ndigits
         self._detector = self._watch = None
         self._failed -= {"anomaly rules", "golden watch"}
         try:
@@ -213,6 +230,7 @@ class MonitorEngine:
         self._mtime = mtime
         try:
             config = load_config(self.config_path)
+            check_format(config)
         except MonitorConfigError as exc:
             get_logger().warning("msprobe monitor: the changed config is not used (%s); the monitor goes on as "
                                  "before", exc)
@@ -220,9 +238,9 @@ class MonitorEngine:
         self._log_warnings(config)
         self._active = config.dynamic_on
         self._collected = 0
-        self._first_step = self.step + 1
+        self._first_step = self.step          # end_step() has moved on to the next step already
         get_logger().info("msprobe monitor: config changed: monitoring %s from step %d", "on" if self._active else
-                          "off", self.step + 1)
+                          "off", self.step)
         self._set_up(config)
 
     # ------------------------------------------------------------------ schedule
@@ -302,7 +320,8 @@ class MonitorEngine:
             except Exception as exc:  # noqa: BLE001 - without agreement this rank decides alone
                 self.fail("agreeing on the stop with the other ranks", exc, "each rank decides alone")
             if stop:
-                self._stop_message = self._stop_text(records.step, anomalies)
+                report = self._stop_report() if self.rank == 0 else None
+                self._stop_message = self._stop_text(records.step, anomalies, report)
 
     def _writers(self) -> None:
         if self._writer is not None:
@@ -321,7 +340,9 @@ class MonitorEngine:
         if self.ok("writing anomalies"):
             try:
                 self._writers()
-                self._writer.write_anomalies(anomalies)
+                for writer in [self._writer, *self._extra_writers]:
+                    if hasattr(writer, "write_anomalies"):
+                        writer.write_anomalies(anomalies)
             except Exception as exc:  # noqa: BLE001
                 self.fail("writing anomalies", exc)
         first = anomalies[0]
@@ -330,13 +351,44 @@ class MonitorEngine:
                              step, first.kind, first.module or first.name, first.metric, first.stage,
                              first.micro_step, f": {first.message}" if first.message else "", more)
 
-    def _stop_text(self, step: int, anomalies: list) -> str:
-        where = os.path.join(self.root, "anomaly_detected")
+    def _stop_report(self) -> str | None:
+        """`action: stop`: the analysis of every rank's anomalies so far (each rank wrote its own before the ranks
+        agreed to stop) and the dump config of the first, as `msprobe monitor analyse` writes them, under
+        anomaly_detected/. The path of the dump config, or None."""
+        from msprobe.monitor.analyse import analyse, dump_config, to_json
+        from msprobe.monitor.layout import ANOMALY_DIR, read_anomalies
+
+        try:
+            for writer in [self._writer, *self._extra_writers]:
+                if writer is not None and hasattr(writer, "flush"):
+                    writer.flush()
+            analysis = analyse(read_anomalies(self.root), "the monitor's anomaly files",
+                               framework=getattr(self.adapter, "framework", "pytorch"))
+            if analysis.first is None:
+                return None
+            folder = os.path.join(self.root, ANOMALY_DIR)
+            config_path = os.path.join(folder, "dump_config.json")
+            for path, content in ((config_path, dump_config(analysis.first, analysis.framework)),
+                                  (os.path.join(folder, "analyse.json"), to_json(analysis, config_path))):
+                with atomic_path(path) as temporary:
+                    with open(temporary, "w", encoding="utf-8") as handle:
+                        json.dump(content, handle, indent=2, allow_nan=True)
+            return config_path
+        except Exception as exc:  # noqa: BLE001 - the stop goes on without its report
+            self.fail("writing the stop's analysis", exc, "msprobe monitor analyse writes it")
+            return None
+
+    def _stop_text(self, step: int, anomalies: list, report: str | None = None) -> str:
         if anomalies:
             first = min(anomalies, key=lambda a: a.order_key())
             what = f"{first.kind} in {first.module or first.name} ({first.metric}) at step {step}"
         else:
             what = f"another rank found an anomaly at step {step}"
+        where = os.path.join(self.root, "anomaly_detected")
+        if report:
+            return (f"msprobe monitor: training stopped after step {step} (action: stop): {what}; the analysis and "
+                    f"the dump config of the first anomaly in {where}; next: PrecisionDebugger(config_path="
+                    f"{report!r}) on this step, or msprobe monitor analyse -d {self.root}")
         return (f"msprobe monitor: training stopped after step {step} (action: stop): {what}; anomalies in "
                 f"{where}; next: msprobe monitor analyse -d {self.root}")
 

@@ -27,6 +27,7 @@ from dataclasses import fields
 
 import numpy as np
 
+from msprobe.errors import PathError
 from msprobe.io import atomic_path
 from msprobe.monitor.records import OPS, STAGES, Anomaly, StepRecords
 
@@ -138,13 +139,15 @@ class RunWriter:
             text = io.StringIO()
             out = csv.writer(text, lineterminator="\n")
             span = window(records.step, self.count)
-            handle = self._file(folder, group, span, out, text)
+            handle, ops = self._file(folder, group, span, out)
+            if ops != self.ops:     # the ops changed within the file's window: its columns stay
+                columns = [records.ops.index(op) if op in records.ops else None for op in ops]
             for row in rows:
                 line = [records.vpp_stage[row], records.name[row], records.step]
                 if micro:
                     line.append(records.micro_step[row])
                 if records.present[row]:
-                    for op, column in zip(self.ops, columns):
+                    for op, column in zip(ops, columns):
                         value = math.nan if column is None else float(values[row, column])
                         if op in COUNT_OPS and math.isfinite(value):
                             line.append(int(value))
@@ -153,16 +156,17 @@ class RunWriter:
                     shape = records.shape[row]
                     line += [str(list(shape)) if shape is not None else "", records.dtype[row] or ""]
                 else:
-                    line += [""] * (len(self.ops) + 2)
+                    line += [""] * (len(ops) + 2)
                 line += [records.module[row], records.call[row]]
                 out.writerow(line)
             handle.write(text.getvalue())
             handle.flush()
 
-    def _file(self, folder: str, group: str, span: tuple, out, text):
+    def _file(self, folder: str, group: str, span: tuple, out) -> tuple:
+        """The group's file of this window (opened, its header written by `out`) and its ops columns."""
         current = self._open.get(group)
         if current is not None and current[0] == span:
-            return current[1]
+            return current[1], current[2]
         if current is not None:
             current[1].close()
         path = os.path.join(folder, f"{group}_{span[0]}-{span[1]}.csv")
@@ -170,8 +174,8 @@ class RunWriter:
         handle = open(path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - kept open for the window
         if fresh:
             out.writerow(self.header(group))
-        self._open[group] = (span, handle)
-        return handle
+        self._open[group] = (span, handle, self.ops)
+        return handle, self.ops
 
     def write_anomalies(self, anomalies: list) -> None:
         """Append anomalies to anomaly_detected/rank<r>/anomaly.jsonl, one JSON object per line."""
@@ -185,7 +189,7 @@ class RunWriter:
         self._anomalies.flush()
 
     def close(self) -> None:
-        for _, handle in self._open.values():
+        for _, handle, _ in self._open.values():
             handle.close()
         self._open = {}
         if self._anomalies is not None:
@@ -280,6 +284,8 @@ def run_folders(directory: str) -> dict:
     """rank -> its folders (oldest first) under a MONITOR_OUTPUT_DIR, or {rank: [directory]} for one rank folder.
     A rank with several folders (a resumed run) is read as one run: a step in a later folder replaces it."""
     directory = os.path.abspath(directory)
+    if not os.path.isdir(directory):
+        raise PathError(f"{directory} is not a directory (give a MONITOR_OUTPUT_DIR or one rank's folder of it)")
     match = _FOLDER.match(os.path.basename(directory))
     if match:
         return {int(match["rank"]): [directory]}

@@ -16,7 +16,7 @@ import torch
 
 from msprobe.log import get_logger
 from msprobe.monitor.config import MonitorConfigError, load_config
-from msprobe.monitor.engine import MonitorEngine, MonitorStop
+from msprobe.monitor.engine import MonitorEngine, MonitorStop, check_format
 from msprobe.monitor.layout import has_micro_step
 from msprobe.pytorch.stats import host_values, stat_vector, stat_vectors
 from msprobe.pytorch.taps import ModuleTaps, in_backward
@@ -39,6 +39,7 @@ class TrainerMon:
     def __init__(self, config_file_path, process_group=None, params_have_main_grad=True, opt_ty=None):
         try:
             config = load_config(config_file_path)
+            check_format(config)
         except MonitorConfigError:
             _one_line_on_exit()
             raise
@@ -89,9 +90,9 @@ class TrainerMon:
     def record_loss(self, loss) -> None:
         """Record this micro-step's loss explicitly (then only this call records it). Without it the loss is the
         0-d tensor the model returns (or its 'loss' entry), else the 0-d tensor `.backward()` is called on."""
-        if self._hooks is not None:
+        if self._hooks is not None and self._hooks.engine is not None:
             self._hooks.explicit_loss = True
-            self._hooks.take_loss(loss)
+            self._hooks._guard("loss", self._hooks.take_loss, loss)
 
     def reload_xy(self, xy_distribution=False) -> None:
         """Switch activation monitoring on or off (the reference's former way; dynamic_on is the new one)."""
@@ -143,6 +144,8 @@ class TrainerMon:
         if engine is None:
             return {}
         records = engine.last_records
+        if self._hooks._deferred:
+            self._hooks._guard("gradients", self._hooks._fill_deferred)
         if len(engine.buffer):
             records = engine.buffer.records(engine.rank, engine.step, engine.config.record_ops, self._hooks.to_host)
         if records is None:
@@ -210,6 +213,8 @@ class _Param:
 class _Hooks:
     """The PyTorch side of one TrainerMon: the engine's adapter (to_host, apply, any_rank, structure) and every
     hook. Each hook body is guarded: a failure switches its part off (engine.fail) and training goes on."""
+
+    framework = "pytorch"
 
     def __init__(self, monitor: TrainerMon, chunks: list, optimizer, grad_acc_steps: int):
         self.monitor = monitor
@@ -342,9 +347,10 @@ class _Hooks:
 
         def backward(self, gradient=None, *args, **kwargs):
             hooks._backward_seen = True
-            if gradient is None and hooks.engine.collecting and not hooks.explicit_loss and \
-                    hooks._loss_taken != hooks.engine.micro_step and self.dim() == 0:
-                hooks.take_loss(self)
+            engine = hooks.engine
+            if gradient is None and engine is not None and engine.collecting and not hooks.explicit_loss and \
+                    hooks._loss_taken != engine.micro_step and self.dim() == 0:
+                hooks._guard("loss", hooks.take_loss, self)
             return original(self, gradient, *args, **kwargs)
         backward.__wrapped__ = original
         self._patched_backward = backward
@@ -390,12 +396,24 @@ class _Hooks:
             return None
 
     # ------------------------------------------------------------------ taps subscriber (activations)
+    def tap_failed(self, exc: BaseException) -> None:
+        """The taps' own code failed: activations are switched off (their hooks removed)."""
+        self.engine.fail("activations", exc)
+        self._remove_config_hooks()
+
     def _prefix(self, call) -> str:
         name, vpp = call.tap
         if call.data is None:
             key = (name, vpp, self.engine.micro_step)
             count = self._calls.get(key, 0)
-            self._calls[key] = count + 1
+            if call.recompute:
+                # a checkpoint's recomputation, in backward: the calls of a module come back in the reverse order
+                # of the checkpointed segments that made them, each standing for its first forward
+                again = self._calls.get(key + ("again",), 0)
+                self._calls[key + ("again",)] = again + 1
+                count = max(count - 1 - again, 0)
+            else:
+                self._calls[key] = count + 1
             call.data = [f"{name}[{count}]" if count else name, max(self.engine.micro_step, 0), {}]
         return call.data[0]
 
@@ -514,16 +532,14 @@ class _Hooks:
     def _loss_post(self, module, args, kwargs, out):
         if out is None or self.explicit_loss or not self.active() or in_backward():
             return None
-        loss = _loss_of(out)
-        if loss is not None:
-            self._guard("loss", self.take_loss, loss)
+        self._guard("loss", lambda: self.take_loss(_loss_of(out)))
         return None
 
     def take_loss(self, loss) -> None:
         engine = self.engine
         if engine is None or not engine.collecting or not engine.ok("loss") or \
                 not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-            return
+            return      # no loss found (None), or not a scalar
         micro = max(engine.micro_step, 0)
         self._loss_taken = engine.micro_step
         engine.buffer.add("loss", "loss", "", micro, 0, stat_vector(loss, engine.config.record_ops,
@@ -599,7 +615,7 @@ class _Hooks:
         engine = self.engine
         if engine is None or not engine.collecting:
             return
-        self.taps.flush()
+        self._guard("activations", self.taps.flush)
         config = self.config
         if config is None:
             return
@@ -685,7 +701,7 @@ class _Hooks:
 
     def _end_step(self) -> None:
         engine = self.engine
-        self.taps.flush()
+        self._guard("activations", self.taps.flush)
         if self._deferred:
             self._guard("gradients", self._fill_deferred)
         self._cache = {}

@@ -1,7 +1,8 @@
 """Module taps: observe module calls, forward and backward, without adding a node to the autograd graph or touching a
 value, for the training monitor (and, in time, the L0 collector: see docs/architecture.md).
 
-A tap on a module gives its subscriber, per call:
+A tap on a module gives its subscriber, per call (an exception in the taps' own code goes to
+`subscriber.tap_failed(exc)`, never to the user's training):
 * `inputs(call)`: before the call, the call's input slots (positional arguments, then tensor keyword arguments);
 * `outputs(call, out)`: after it, its output slots;
 * in backward, `output_grad(call, position, grad)` as the gradient of each output tensor arrives (a tensor hook on
@@ -77,16 +78,18 @@ def _key(edge) -> tuple:
 class Call:
     """One call of a tapped module, from its forward to the end of its backward."""
 
-    __slots__ = ("tap", "module", "in_slots", "out_slots", "marker", "in_edges", "grads", "consumers", "left",
-                 "out_nodes", "arrived", "done", "data", "recompute")
+    __slots__ = ("tap", "module", "in_slots", "out_slots", "marker", "in_edges", "edges", "grads", "consumers",
+                 "left", "out_nodes", "arrived", "done", "data", "recompute")
 
     def __init__(self, tap, module, in_slots: list, recompute: bool):
         self.tap = tap                  # what the subscriber registered the module with (its name, chunk...)
         self.module = module
         self.in_slots = in_slots        # [(label, tensor or None)]
         self.out_slots: list = []
-        self.marker = 0                 # autograd sequence number at the call's start
+        self.marker = None              # autograd sequence number at the call's start (backward taps only)
         self.in_edges: dict = {}        # edge key -> input slot indexes (inputs that require grad)
+        self.edges: list = []           # those edges: their nodes kept alive (a leaf's AccumulateGrad is made
+        #                                 afresh when nothing holds it, under another id)
         self.grads: list = []           # per input slot: this call's gradient contributions, summed
         self.consumers: dict = {}       # id(node) -> node: the call's nodes consuming an input, not run yet
         self.left = 0
@@ -116,6 +119,13 @@ class ModuleTaps:
         def pre(mod, args, kwargs):
             if not sub.active() or torch.compiler.is_compiling():
                 return None
+            try:
+                before(mod, args, kwargs)
+            except Exception as exc:  # noqa: BLE001 - the user's training must go on
+                sub.tap_failed(exc)
+            return None
+
+        def before(mod, args, kwargs):
             recompute = in_backward()
             in_slots = slots(list(args), "input", kwargs) if (forward or backward) else []
             call = Call(tap, mod, in_slots, recompute)
@@ -124,22 +134,29 @@ class ModuleTaps:
             if backward and torch.is_grad_enabled():
                 self._before_backward(call)
             stack.setdefault((id(mod), threading.get_ident()), []).append(call)
-            return None
 
         def post(mod, args, kwargs, out):
             calls = stack.get((id(mod), threading.get_ident()))
             if not calls:
                 return None
-            call = calls.pop()
+            try:
+                after(calls.pop(), out)
+            except Exception as exc:  # noqa: BLE001 - the user's training must go on
+                sub.tap_failed(exc)
+            return None
+
+        def after(call, out):
             if out is None:
-                return None     # nothing returned, or the forward raised (always_call)
+                return          # nothing returned, or the forward raised (always_call)
             out_values = list(out) if isinstance(out, (tuple, list)) else [out]
             call.out_slots = slots(out_values, "output")
             if forward and not call.recompute:
                 sub.outputs(call)
-            if backward and call.in_edges is not None and torch.is_grad_enabled():
+            if backward and call.marker is not None and torch.is_grad_enabled():
                 self._after_backward(call)
-            return None
+            # keep the labels, not the tensors: a pending call must not hold activations (checkpointing frees them)
+            call.in_slots = [(label, None) for label, _ in call.in_slots]
+            call.out_slots = [(label, None) for label, _ in call.out_slots]
 
         self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))
@@ -162,7 +179,9 @@ class ModuleTaps:
         call.marker = self._marker()
         for i, (_, tensor) in enumerate(call.in_slots):
             if tensor is not None and tensor.requires_grad:
-                call.in_edges.setdefault(_key(get_gradient_edge(tensor)), []).append(i)
+                edge = get_gradient_edge(tensor)
+                call.edges.append(edge)
+                call.in_edges.setdefault(_key(edge), []).append(i)
         call.grads = [None] * len(call.in_slots)
 
     def _after_backward(self, call: Call) -> None:
@@ -215,8 +234,14 @@ class ModuleTaps:
 
     def _output_hook(self, call: Call, positions: list, passthrough, node_key: int):
         def hook(grad):
-            if call.done or not self.sub.active():
-                return None
+            if not call.done and self.sub.active():
+                try:
+                    arrived(grad)
+                except Exception as exc:  # noqa: BLE001 - the user's training must go on
+                    self.sub.tap_failed(exc)
+            return None
+
+        def arrived(grad):
             call.arrived = True
             call.out_nodes.pop(node_key, None)
             for position in positions:
@@ -224,13 +249,18 @@ class ModuleTaps:
             for slot in passthrough:
                 self._add(call, slot, grad)
             self._check(call)
-            return None
         return hook
 
     def _consumer_hook(self, call: Call, pairs: list, node_key: int):
         def hook(grad_inputs, _grad_outputs):
-            if call.done or not self.sub.active():
-                return None
+            if not call.done and self.sub.active():
+                try:
+                    consumed(grad_inputs)
+                except Exception as exc:  # noqa: BLE001 - the user's training must go on
+                    self.sub.tap_failed(exc)
+            return None
+
+        def consumed(grad_inputs):
             for index, input_slots in pairs:
                 grad = grad_inputs[index]
                 if grad is not None:
@@ -238,7 +268,6 @@ class ModuleTaps:
                         self._add(call, slot, grad)
             call.consumers.pop(node_key, None)
             self._check(call)
-            return None
         return hook
 
     @staticmethod
@@ -261,6 +290,7 @@ class ModuleTaps:
         grads, call.grads = call.grads, []
         call.consumers = {}
         call.out_nodes = {}
+        call.edges = []
         self.sub.input_grads(call, grads)
 
     def flush(self) -> None:
@@ -272,6 +302,7 @@ class ModuleTaps:
                 self._complete(call)
             else:
                 call.done = True
+                call.edges = []
         self._stack = {}
 
 
