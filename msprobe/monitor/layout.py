@@ -81,14 +81,6 @@ def stage_of(group: str) -> str:
     return GROUPS.get(group, ("step", False))[0]
 
 
-def _number(value: float, ndigits: int) -> str:
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return repr(round(value, ndigits))
-
-
 class RunWriter:
     """One rank's files of one run: the CSVs of every step it records and its anomalies. The rank's folder is made
     when the first step is written. Never raises from write(): the monitor's caller guards it."""
@@ -102,7 +94,8 @@ class RunWriter:
         self.count = step_count_per_record
         self.reference_anomalies = reference_anomalies
         self.directory: str | None = None
-        self._open: dict = {}                # group -> (window, file object)
+        self._open: dict = {}                # group -> (window, file object, its ops columns)
+        self._cells: dict = {}               # text -> its CSV cell
         self._anomalies = None
 
     def _folder(self) -> str:
@@ -129,38 +122,52 @@ class RunWriter:
         if not len(records):
             return
         folder = self._folder()
-        columns = [records.ops.index(op) if op in records.ops else None for op in self.ops]
         by_group: dict = {}
         for row, group in enumerate(records.group):
             by_group.setdefault(group, []).append(row)
         values = records.values
+        text_of = self._text
+        ndigits = self.ndigits
+        step = str(records.step)
         for group, rows in by_group.items():
             micro = has_micro_step(group)
-            text = io.StringIO()
-            out = csv.writer(text, lineterminator="\n")
-            span = window(records.step, self.count)
-            handle, ops = self._file(folder, group, span, out)
-            if ops != self.ops:     # the ops changed within the file's window: its columns stay
-                columns = [records.ops.index(op) if op in records.ops else None for op in ops]
+            head = io.StringIO()
+            handle, ops = self._file(folder, group, window(records.step, self.count), csv.writer(head,
+                                                                                                 lineterminator="\n"))
+            columns = [records.ops.index(op) if op in records.ops else None for op in ops]
+            counts = [op in COUNT_OPS for op in ops]
+            empty = "," * (len(ops) + 2)
+            lines = [head.getvalue()]
             for row in rows:
-                line = [records.vpp_stage[row], records.name[row], records.step]
+                start = f"{records.vpp_stage[row]},{text_of(records.name[row])},{step}"
                 if micro:
-                    line.append(records.micro_step[row])
+                    start += f",{records.micro_step[row]}"
                 if records.present[row]:
-                    for op, column in zip(ops, columns):
+                    cells = []
+                    for column, count in zip(columns, counts):
                         value = math.nan if column is None else float(values[row, column])
-                        if op in COUNT_OPS and math.isfinite(value):
-                            line.append(int(value))
-                        else:
-                            line.append(_number(value, self.ndigits))
+                        cells.append(str(int(value)) if count and math.isfinite(value) else
+                                     repr(round(value, ndigits)))
                     shape = records.shape[row]
-                    line += [str(list(shape)) if shape is not None else "", records.dtype[row] or ""]
+                    middle = f",{','.join(cells)},{self._shape(shape)},{text_of(records.dtype[row] or '')}"
                 else:
-                    line += [""] * (len(ops) + 2)
-                line += [records.module[row], records.call[row]]
-                out.writerow(line)
-            handle.write(text.getvalue())
+                    middle = empty
+                lines.append(f"{start}{middle},{text_of(records.module[row])},{records.call[row]}\n")
+            handle.write("".join(lines))
             handle.flush()
+
+    def _text(self, text: str) -> str:
+        """A text cell as csv writes it (quoted when it holds a comma, a quote or a line break), cached."""
+        cell = self._cells.get(text)
+        if cell is None:
+            if len(self._cells) > 100_000:
+                self._cells = {}
+            cell = '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\n\r') else text
+            self._cells[text] = cell
+        return cell
+
+    def _shape(self, shape) -> str:
+        return "" if shape is None else self._text(str(list(shape)))
 
     def _file(self, folder: str, group: str, span: tuple, out) -> tuple:
         """The group's file of this window (opened, its header written by `out`) and its ops columns."""

@@ -18,7 +18,7 @@ from msprobe.log import get_logger
 from msprobe.monitor.config import MonitorConfigError, load_config
 from msprobe.monitor.engine import MonitorEngine, MonitorStop, check_format
 from msprobe.monitor.layout import has_micro_step
-from msprobe.pytorch.stats import host_values, stat_vector, stat_vectors
+from msprobe.pytorch.stats import host_values, local_part, stat_vector, stat_vectors
 from msprobe.pytorch.taps import ModuleTaps, in_backward
 
 # optimizer state -> the reference's group: first moments (Adam family, SGD/RMSprop momentum) as exp_avg, second
@@ -377,6 +377,8 @@ class _Hooks:
 
     def _row(self, group: str, name: str, module: str, vpp: int, tensor, micro: int | None = None, key=None):
         engine = self.engine
+        if tensor is not None:
+            tensor = local_part(tensor)
         if tensor is None:
             engine.buffer.add(group, name, module, max(engine.micro_step, 0) if micro is None else micro, vpp,
                               key=key)
@@ -563,7 +565,13 @@ class _Hooks:
 
     def _unreduced(self, entry: _Param) -> None:
         """A gradient before reduction, as autograd accumulated it. With one process nothing reduces it before the
-        optimizer: its row is filled from the same gradient there, taken once with the others."""
+        optimizer: its row is filled from the same gradient there, taken once with the others. A sharded
+        parameter's (FSDP2) gradient is reduced inside FSDP's own backward hook, before this one: not recorded."""
+        if local_part(entry.param) is not entry.param:
+            self.engine.warn_once("sharded", "FSDP2/DTensor parameters: gradients before reduction are not recorded "
+                                  "(FSDP reduces them in its own backward hook); after reduction, moments and "
+                                  "parameters are this rank's shards")
+            return
         grad = self._grad(entry.param)
         if grad is None or self._reducing:
             self._row("grad_unreduced", entry.name, entry.module, entry.vpp, grad, key=("grad_unreduced", id(entry)))
@@ -594,8 +602,7 @@ class _Hooks:
 
     def _rows(self, group: str, items: list) -> None:
         """Rows of (entry, tensor or None) pairs, their statistics taken together."""
-        present = [(entry, tensor.detach() if tensor.requires_grad else tensor) for entry, tensor in items
-                   if tensor is not None]
+        present = [(entry, local_part(tensor.detach())) for entry, tensor in items if tensor is not None]
         handles = iter(self._vectors([tensor for _, tensor in present]))
         tensors = {id(entry): tensor for entry, tensor in present}
         buffer = self.engine.buffer
@@ -645,12 +652,12 @@ class _Hooks:
         grads = [g for g in (self._grad(e.param) for e in self._params) if g is not None]
         if not grads:
             return
-        norms = torch._foreach_norm([g.detach() for g in grads])
+        norms = torch._foreach_norm([local_part(g.detach()) for g in grads])
         total = torch.linalg.vector_norm(torch.stack([n if n.dtype == torch.float32 else n.float() for n in norms]))
         self._row("grad_norm", "total", "", 0, total)
 
     def _keep_params(self) -> None:
-        self._old_params = [(e, e.param.detach().clone()) for e in self._params if e.target]
+        self._old_params = [(e, local_part(e.param.detach()).clone()) for e in self._params if e.target]
 
     def _post_step(self) -> None:
         engine = self.engine
@@ -693,7 +700,7 @@ class _Hooks:
         tiny = torch.finfo(torch.float32).tiny
         items = []
         for entry, old in self._old_params:
-            new = entry.param.detach()
+            new = local_part(entry.param.detach())
             delta = new.float() - old.float()
             scale = torch.maximum(torch.linalg.vector_norm(old.float()), torch.linalg.vector_norm(new.float()))
             items.append((entry, delta.div_(scale.clamp_min(tiny))))

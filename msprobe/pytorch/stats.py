@@ -97,21 +97,29 @@ def tensor_stats(t: torch.Tensor) -> dict:
     return {"Max": _number(high), "Min": _number(low), "Mean": _number(mean), "Norm": _number(norm)}
 
 
-def float_statistics(t: torch.Tensor) -> tuple:
+def float_statistics(t: torch.Tensor, wide_limit: int = WIDE_LIMIT) -> tuple:
     """Max, Min, Mean, Norm of a floating tensor of at least one element, as 0-d tensors on its device, by the one
     convention every collector and the monitor follow (msprobe.collect.stats.written_statistics', the MindSpore
     collector's): Max/Min exact, Mean and Norm reduced in float64 and rounded once to the tensor's dtype, so that an
     identical tensor gets identical statistics in both collectors and on any vector width or thread count. Beyond
-    WIDE_LIMIT elements the float64 copy would slow a step notably (TinyGPT d=256: 2x the statistics' time):
-    reduced in float32 there, a few units of rounding off, which the verdict's statistics rounding allows."""
+    `wide_limit` (WIDE_LIMIT) elements the float64 copy would slow a step notably (TinyGPT d=256: 2x the
+    statistics' time): reduced in float32 there, a few units of rounding off, which the verdict's statistics
+    rounding allows. The monitor, which takes many tensors every step, passes MONITOR_WIDE_LIMIT."""
     back = t.dtype if t.dtype != torch.float64 else None
     data = t.float() if t.dtype in _LOW_PRECISION else t
     low, high = torch.aminmax(data)   # one pass for both, exact
-    wide = t.double() if t.numel() <= WIDE_LIMIT else data
+    wide = t.double() if t.numel() <= wide_limit else data
     mean, norm = wide.mean(), torch.linalg.vector_norm(wide)
     if back is not None:
         high, low, mean, norm = (v if v.dtype == back else v.to(back) for v in (high, low, mean, norm))
     return high, low, mean, norm
+
+
+def local_part(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's (FSDP2, tensor parallel) shard on this rank; any other tensor itself. Its statistics need no
+    collective: every rank reduces its own part."""
+    local = getattr(t, "_local_tensor", None)
+    return local if isinstance(local, torch.Tensor) else t
 
 
 def stat_vector(t: torch.Tensor, ops: tuple, eps: float = 1e-8) -> torch.Tensor:
@@ -121,7 +129,7 @@ def stat_vector(t: torch.Tensor, ops: tuple, eps: float = 1e-8) -> torch.Tensor:
     `eps` in magnitude (zeros; host_values() turns it into the reference's fraction), NaN (nans) and infinite
     (infs). An empty tensor gives NaN everywhere. On an accelerator nothing here waits for the device; on the CPU
     (where the device is the host) the NaN/Inf counts are skipped when min and max are finite."""
-    t = numeric_form(t.detach())
+    t = numeric_form(local_part(t.detach()))
     if t.is_complex():
         t = t.abs()
     if t.numel() == 0 or t.is_meta:
@@ -133,7 +141,7 @@ def stat_vector(t: torch.Tensor, ops: tuple, eps: float = 1e-8) -> torch.Tensor:
         high = low = mean = t[0]
         norm = high.abs()
     else:
-        high, low, mean, norm = float_statistics(t)
+        high, low, mean, norm = float_statistics(t, MONITOR_WIDE_LIMIT)
     parts = {"max": high, "min": low, "mean": mean, "norm": norm}
     data = t.float() if t.dtype in _LOW_PRECISION else t
     if "zeros" in ops:
@@ -147,7 +155,8 @@ def stat_vector(t: torch.Tensor, ops: tuple, eps: float = 1e-8) -> torch.Tensor:
     return torch.stack([parts[op] for op in ops])       # promoted to the widest dtype of the parts
 
 
-SMALL_LIMIT = 8192      # tensors up to this many elements are reduced together by stat_vectors
+SMALL_LIMIT = 8192      # tensors up to this many elements are reduced together by stat_vectors (in float64)
+MONITOR_WIDE_LIMIT = SMALL_LIMIT    # the monitor's mean and norm in float64 up to this size, as stat_vectors
 
 
 def stat_vectors(tensors: list, ops: tuple, eps: float = 1e-8) -> list:
@@ -158,7 +167,7 @@ def stat_vectors(tensors: list, ops: tuple, eps: float = 1e-8) -> list:
     handles: list = [None] * len(tensors)
     groups: dict = {}
     for i, tensor in enumerate(tensors):
-        t = tensor.detach()
+        t = local_part(tensor.detach())
         if 0 < t.numel() <= SMALL_LIMIT and t.dim() > 0 and t.is_floating_point() and t.layout == torch.strided \
                 and t.dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
             groups.setdefault((t.device, t.dtype), []).append((i, t))

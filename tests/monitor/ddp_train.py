@@ -1,5 +1,6 @@
-"""Trained by tests/monitor/test_distributed.py under torchrun (2 ranks, gloo): DDP with TrainerMon; writes, per
-rank, the norms of its local gradients (computed on a copy of the model without DDP) and of DDP's reduced ones."""
+"""Trained by tests/monitor/test_distributed.py under torchrun (2 ranks, gloo): DDP (or FSDP2's fully_shard, when
+the 4th argument is "fsdp2") with TrainerMon; writes, per rank, the norms of its local gradients (computed on a copy
+of the model without DDP) and of the reduced ones (FSDP2: this rank's shards)."""
 
 import copy
 import json
@@ -18,7 +19,17 @@ rank = dist.get_rank()
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
 local = copy.deepcopy(model)
-ddp = DistributedDataParallel(model)
+sharded = len(sys.argv) > 4 and sys.argv[4] == "fsdp2"
+if sharded:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (2,))
+    fully_shard(model[0], mesh=mesh)
+    fully_shard(model[2], mesh=mesh)
+    ddp = fully_shard(model, mesh=mesh)
+else:
+    ddp = DistributedDataParallel(model)
 optimizer = torch.optim.AdamW(ddp.parameters(), lr=0.01)
 monitor = TrainerMon(sys.argv[1], params_have_main_grad=False)
 monitor.set_monitor(ddp, optimizer=optimizer, grad_acc_steps=1)
@@ -30,12 +41,14 @@ try:
         x = torch.randn(3, 4, generator=gen)
         if step == nan_at and rank == 0:
             x[0, 0] = float("nan")
-        local.load_state_dict(model.state_dict())
+        if not sharded:
+            local.load_state_dict(model.state_dict())
         local.zero_grad()
         local(x).pow(2).mean().backward()
         ddp(x).pow(2).mean().backward()
         norms.append({"local": {n: p.grad.norm().item() for n, p in local.named_parameters()},
-                      "reduced": {n: p.grad.norm().item() for n, p in model.named_parameters()}})
+                      "reduced": {n: getattr(p.grad, "_local_tensor", p.grad).norm().item()
+                                  for n, p in model.named_parameters()}})
         optimizer.step()
         optimizer.zero_grad()
 except MonitorStop as stop:

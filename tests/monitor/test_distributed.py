@@ -67,3 +67,22 @@ def test_action_stop_ends_every_rank_at_the_same_step(tmp_path):
         assert [r.step for r in read_run(str(tmp_path / "out"))[rank]] == [0, 1, 2]
     first = read_anomalies(str(tmp_path / "out"))[0]
     assert first.step == 2 and first.kind == "nan"
+
+
+@pytest.mark.slow
+def test_fsdp2_records_each_ranks_shards(tmp_path):
+    done = torchrun(tmp_path, {"wg_distribution": True, "mv_distribution": True, "param_distribution": True,
+                               "ur_distribution": True, "ops": ["norm"], "ndigits": 10}, -1, "fsdp2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "gradients before reduction are not recorded" in done.stderr
+    runs = read_run(str(tmp_path / "out"))
+    for rank in (0, 1):
+        norms = json.loads((tmp_path / f"norms{rank}.json").read_text())
+        steps = list(runs[rank])
+        assert [r.step for r in steps] == [0, 1, 2, 3]
+        for records, expected in zip(steps, norms):
+            assert "grad_unreduced" not in records.group
+            values = {(g, n): v[0] for g, n, v in zip(records.group, records.name, records.values)}
+            for name, norm in expected["reduced"].items():
+                assert values[("grad_reduced", name)] == pytest.approx(norm, rel=1e-6)
+            assert {"exp_avg", "exp_avg_sq", "param_origin", "update_ratio"} <= set(records.group)

@@ -550,3 +550,41 @@ def test_format_tensorboard_without_the_package_is_a_config_error(tmp_path, out,
     monkeypatch.setattr(msprobe.optional, "require", missing)
     with pytest.raises(MonitorConfigError, match="tensorboard"):
         TrainerMon(config_file(tmp_path, {"format": "tensorboard"}))
+
+
+class Wrapper:
+    """A Megatron/DeepSpeed-style optimizer wrapper: step() of its own, the torch optimizer inside."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.calls = 0
+
+    def step(self):
+        self.calls += 1
+        self.optimizer.step()
+
+    def zero_grad(self):
+        self.optimizer.zero_grad()
+
+
+def test_a_wrapped_optimizer_and_main_grad(tmp_path, out):
+    """params_have_main_grad (the default): a parameter's main_grad is its gradient where it has one."""
+    torch.manual_seed(0)
+    model = Small()
+    inner = torch.optim.Adam(model.parameters())
+    wrapper = Wrapper(inner)
+    monitor = TrainerMon(config_file(tmp_path, {"wg_distribution": True, "mv_distribution": True, "ops": ["norm"],
+                                                "ndigits": 12}))
+    monitor.set_monitor(model, wrapper)
+    model(torch.randn(2, 3)).sum().backward()
+    model.fc1.weight.main_grad = model.fc1.weight.grad * 10       # as Megatron's fp32 main gradients
+    wrapper.step()
+    wrapper.zero_grad()
+    monitor.close()
+    (records,) = list(read_run(str(out))[0])
+    rows = rows_of(records)
+    assert wrapper.calls == 1
+    assert rows[("grad_reduced", "fc1.weight", 0)]["norm"] == pytest.approx(
+        model.fc1.weight.main_grad.norm().item(), rel=1e-6)
+    assert rows[("exp_avg", "fc2.bias", 0)]["norm"] == pytest.approx(
+        inner.state[model.fc2.bias]["exp_avg"].norm().item(), rel=1e-6)
