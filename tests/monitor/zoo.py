@@ -1,6 +1,6 @@
 """The monitor's zoo: tiny models trained under TrainerMon, clean or with one planted fault, and what the first
-anomaly must then be. The cases are framework-free (MODELS, FAULTS, EXPECTED); `train_pytorch` runs them with
-PyTorch, and a MindSpore runner can take the same cases (a model named as here, the same fault at the same step).
+anomaly must then be. The cases are framework-free (MODELS, FAULTS, `expected`); each framework's runner
+(`RUNNERS`, at the end) trains them, so that tests/monitor/test_zoo.py runs every case with every framework.
 
 Faults, each at step AT (the reference's report: layer 2's fc1 weights x50 at step 20):
     wscale   the fc1 weight multiplied by 50 before the step's forward
@@ -164,6 +164,7 @@ def train_pytorch(model: str, out: str, steps: int, fault: str = "none", config:
             return None
         fc1.register_full_backward_hook(explode)
     monitor = None
+    previous = os.environ.get("MONITOR_OUTPUT_DIR")
     if config is not None:
         from msprobe.pytorch import TrainerMon
 
@@ -194,4 +195,15 @@ def train_pytorch(model: str, out: str, steps: int, fault: str = "none", config:
     finally:
         if monitor is not None:
             monitor.close()
+            if previous is None:
+                os.environ.pop("MONITOR_OUTPUT_DIR", None)
+            else:
+                os.environ["MONITOR_OUTPUT_DIR"] = previous
     return losses
+
+
+# framework -> its runner: train(model, out, steps, fault="none", config=None, autocast=False, long_from=None,
+# bug=False, seed=0) -> the losses. A MindSpore runner (PyNative, msprobe.mindspore's TrainerMon) builds the same
+# models with the same module names and plants the same faults at the same steps; tests/monitor/test_zoo.py runs
+# every case with every runner listed here.
+RUNNERS = {"pytorch": train_pytorch}
