@@ -163,29 +163,29 @@ def decimal_quantum(records: StepRecords, most: int = 12) -> float:
 def nonfinite(records: StepRecords) -> tuple:
     """Per row: (a NaN in the tensor, an infinity in it, the op that shows it), for the rows that hold a tensor."""
     rows = len(records)
-    nan = np.zeros(rows, dtype=bool)
-    inf = np.zeros(rows, dtype=bool)
-    nan_op = np.full(rows, "", dtype=object)
-    inf_op = np.full(rows, "", dtype=object)
     present = records.present if len(records.present) == rows else np.ones(rows, dtype=bool)
-    with np.errstate(invalid="ignore"):
-        for op in ("nans", "min", "max", "mean", "norm"):
-            column = _column(records, op)
-            if column is None:
-                continue
-            hit = (column > 0) if op == "nans" else np.isnan(column)
-            nan_op[hit & ~nan] = op
-            nan |= hit
-        for op in ("infs", "min", "max"):
-            column = _column(records, op)
-            if column is None:
-                continue
-            hit = (column > 0) if op == "infs" else np.isinf(column)
-            inf_op[hit & ~inf] = op
-            inf |= hit
+    nan, nan_op = _shown_by(records, "nans", np.isnan, ("min", "max", "mean", "norm"))
+    inf, inf_op = _shown_by(records, "infs", np.isinf, ("min", "max"))
     nan &= present
     inf &= present & ~nan
     return nan, inf, np.where(nan, nan_op, inf_op)
+
+
+def _shown_by(records: StepRecords, count: str, test, ops: tuple) -> tuple:
+    """Per row whether its `count` column is above 0 or `test` holds for one of its `ops`, and the first op that
+    shows it."""
+    rows = len(records)
+    hit = np.zeros(rows, dtype=bool)
+    shown = np.full(rows, "", dtype=object)
+    with np.errstate(invalid="ignore"):
+        for op in (count, *ops):
+            column = _column(records, op)
+            if column is None:
+                continue
+            found = (column > 0) if op == count else test(column)
+            shown[found & ~hit] = op
+            hit |= found
+    return hit, shown
 
 
 def magnitude(records: StepRecords) -> np.ndarray | None:
