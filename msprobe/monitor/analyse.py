@@ -211,7 +211,9 @@ def load(directory: str, source: str = "auto", rules=DEFAULT_RULES, golden: str 
     found: list = []
     described = ""
     if source == "anomalies":
-        found, described = list(ours), "the monitor's anomaly files"
+        # with a golden given, its divergences are computed here (the live watch's, if any, would be twice)
+        found = [a for a in ours if not (golden and a.kind == "divergence")]
+        described = "the monitor's anomaly files"
     elif source == "reference":
         if not reference:
             raise NoMonitorOutput(f"{directory} holds no {ANOMALY_DIR}/rank<r>/{REFERENCE_ANOMALY_FILE}")
