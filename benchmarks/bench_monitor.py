@@ -19,6 +19,11 @@ interleaved (A, B, A, B...) and repeated --repeats times.
     python benchmarks/bench_monitor.py                                   # reference at /work/venvs/ref-pt/bin/python
     python benchmarks/bench_monitor.py --ref-python none --repeats 5     # ours only
     python benchmarks/bench_monitor.py --profile +actv                   # cProfile of ours, top functions
+    python benchmarks/bench_monitor.py --judgements                      # the rules and the golden watch alone
+
+--judgements records two runs (+actv+param, two data seeds) and times, in this process, the alert rules
+(AnomalyDetector.observe) and the golden watch (GoldenWatch.check, the golden's CSVs read as it goes) over the first
+run's steps: against itself (every step identical) and against the other (every step judged).
 """
 
 from __future__ import annotations
@@ -148,6 +153,7 @@ def main() -> None:
     parser.add_argument("--configs", nargs="*", default=list(MAIN), choices=list(CONFIGS))
     parser.add_argument("--profile", choices=list(CONFIGS), help="profile ours with this config and stop")
     parser.add_argument("--sort", default="tottime", help="the profile's order (tottime, cumulative)")
+    parser.add_argument("--judgements", action="store_true", help="time the rules and the golden watch alone")
     options = parser.parse_args()
     base = {"d_model": options.d_model, "n_layer": options.n_layer, "seq": options.seq, "batch": options.batch,
             "vocab": options.vocab, "steps": options.steps, "warmup": options.warmup, "profile": False}
@@ -157,6 +163,9 @@ def main() -> None:
     if options.profile:
         run_child(sys.executable, dict(base, config=CONFIGS[options.profile], profile=True, sort=options.sort),
                   ours_env)
+        return
+    if options.judgements:
+        judgements(base, ours_env, options.repeats)
         return
     tools = [("ours", sys.executable, ours_env)]
     if options.ref_python != "none":
@@ -202,6 +211,42 @@ def main() -> None:
         if losses[("ours", None)] != losses[("ours", name)]:
             print(f"WARNING: ours with {name} ended with loss {losses[('ours', name)]!r}, without "
                   f"{losses[('ours', None)]!r}", file=sys.stderr)
+
+
+def judgements(base: dict, env: dict, repeats: int) -> None:
+    """CPU time per step of the alert rules and the golden watch on recorded runs (see the module docstring)."""
+    import time
+
+    sys.path.insert(0, ROOT)
+    from msprobe.monitor.anomaly import AnomalyDetector
+    from msprobe.monitor.golden import GoldenWatch
+    from msprobe.monitor.layout import read_run
+
+    base = dict(base, steps=base["steps"] + base["warmup"], warmup=0)
+    with tempfile.TemporaryDirectory(prefix="bench_monitor_judge_") as tmp:
+        runs = {}
+        for seed in (42, 43):
+            runs[seed] = os.path.join(tmp, f"run{seed}")
+            run_child(sys.executable, dict(base, config=CONFIGS["+actv+param"], data_seed=seed), env, out=runs[seed])
+        steps = list(read_run(runs[42])[0])
+        rules = CONFIGS["+actv+rules"]["alert"]["rules"]
+        times: dict = {}
+        for _ in range(repeats):
+            detector, start = AnomalyDetector(rules), time.process_time()
+            for records in steps:
+                detector.observe(records)
+            times.setdefault("alert rules", []).append((time.process_time() - start) / len(steps))
+            for name, seed in (("golden watch, identical steps", 42), ("golden watch, every step judged", 43)):
+                watch, start = GoldenWatch(runs[seed], 0), time.process_time()
+                for records in steps:
+                    watch.check(records)
+                times.setdefault(name, []).append((time.process_time() - start) / len(steps))
+    print(f"\ntiny GPT: {base['n_layer']} layers, d_model {base['d_model']}: {len(steps[0])} rows a step, "
+          f"{len(steps)} steps; median of {repeats} (CPU time per step, in this process)\n")
+    print("| judgement | ms/step |")
+    print("|---|---:|")
+    for name, values in times.items():
+        print(f"| {name} | {statistics.median(values) * 1000:.2f} |")
 
 
 if __name__ == "__main__":
