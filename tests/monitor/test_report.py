@@ -4,9 +4,12 @@ anomalies and the origin marked, names never markup, long and wide runs capped."
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +22,7 @@ from conftest import FIXTURES, run_cli
 
 REFERENCE = FIXTURES / "monitor" / "reference_lstm_wscale"
 SHIM = __file__.rsplit("/", 1)[0] + "/dom_shim.js"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def page_data(path) -> dict:
@@ -94,3 +98,20 @@ def test_the_page_script_draws_the_plots_and_shows_an_anomalys_plot(tmp_path):
     assert before["marks"] >= 1 and before["rows"] == len(page_data(path)["anomalies"])
     assert "the first (the origin)" in before["text"] and "fc1.weight" in before["text"]
     assert after["svgs"] == 1        # a click on the first anomaly shows its plot alone
+
+
+def test_bad_input_is_one_error_line(tmp_path, capsys):
+    assert run_cli(["monitor", "report", "-d", tmp_path / "missing", "-o", tmp_path / "p.html"]) == 1
+    err = capsys.readouterr().err
+    assert "does not exist" in err and err.count("\n") == 1
+    assert not (tmp_path / "p.html").exists()
+
+
+@pytest.mark.parametrize("action", ["analyse", "report"])
+def test_help_has_examples_and_loads_no_numpy(action):
+    code = ("import sys\nfrom msprobe.cli.main import main\ntry:\n    main(['monitor', %r, '-h'])\n"
+            "except SystemExit:\n    pass\nassert 'numpy' not in sys.modules, 'numpy imported'\n" % action)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    assert "examples:" in done.stdout and "msprobe monitor analyse -d monitor_output" in done.stdout

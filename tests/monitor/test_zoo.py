@@ -120,9 +120,11 @@ def test_a_bug_from_step_n_on_is_named_at_step_n_and_its_module(tmp_path, train)
     first = found[0]
     assert (first.kind, first.step, first.module, first.rule) == ("divergence", 30, "layers.1.attn", "GoldenDivergence")
     assert first.stage == "forward"
-    # analyse reads it as the origin
+    # analyse reads it as the origin; after the fact, from the two runs' CSVs, the same divergence
     analysis = load(str(tmp_path / "bug"))
     assert analysis.first == first
+    again = load(str(tmp_path / "bug"), source="csv", rules=(), golden=str(tmp_path / "golden")).first
+    assert (again.kind, again.step, again.module, again.name) == (first.kind, first.step, first.module, first.name)
 
 
 def test_action_stop_ends_training_at_the_divergence(tmp_path, train):
