@@ -169,7 +169,9 @@ def build_table(target: _Side, golden: _Side) -> _Table:
     for row, (group, module, vpp) in enumerate(zip(rec.group, rec.module, rec.vpp_stage)):
         if group == PARAMS:
             params.setdefault(vpp, []).append((module, row))
-    entries = []                  # (call, direction, vpp, module, micro, rows: {slot: [row]})
+    # [call, direction, vpp, module, micro, rows {slot: [row]}, the module's own name]: `module` tells the calls of
+    # a module apart (`shared[1]` is the second call of `shared` in a micro-step), the own name owns the weights
+    entries = []
     calls: dict = {}
     for row, (group, name, micro, vpp, call) in enumerate(zip(rec.group, rec.name, rec.micro_step, rec.vpp_stage,
                                                                rec.call)):
@@ -182,7 +184,7 @@ def build_table(target: _Side, golden: _Side) -> _Table:
         key = (direction, vpp, micro, module)
         entry = calls.get(key)
         if entry is None:
-            entry = calls[key] = [math.inf, direction, vpp, module, micro, {"input": [], "output": []}]
+            entry = calls[key] = [math.inf, direction, vpp, module, micro, {"input": [], "output": []}, rec.module[row]]
             entries.append(entry)
         entry[5][slot].append(row)
         # a forward call ends with its outputs, a backward one with the gradients of its inputs
@@ -190,7 +192,8 @@ def build_table(target: _Side, golden: _Side) -> _Table:
             entry[0] = min(entry[0], call)
     for vpp, owned in params.items():
         for _, row in owned:
-            entries.append([rec.call[row] - 0.5, "weights", vpp, rec.name[row], 0, {"input": [], "output": [row]}])
+            entries.append([rec.call[row] - 0.5, "weights", vpp, rec.name[row], 0, {"input": [], "output": [row]},
+                            rec.module[row]])
     entries.sort(key=lambda e: e[0])
     gradients: dict = {}
     for row, (group, module, vpp) in enumerate(zip(rec.group, rec.module, rec.vpp_stage)):
@@ -198,13 +201,13 @@ def build_table(target: _Side, golden: _Side) -> _Table:
             gradients.setdefault((vpp, module), []).append(row)
     last_backward: dict = {}         # (vpp, module) -> (micro, number) of its last backward call
     seen: dict = {}
-    for _, direction, vpp, module, micro, rows in entries:
+    for _, direction, vpp, module, micro, rows, own in entries:
         if direction == "backward" and rows["output"]:
             seen[(vpp, module)] = seen.get((vpp, module), -1) + 1
-            last_backward[(vpp, module)] = (micro, seen[(vpp, module)])
+            last_backward[(vpp, own)] = (vpp, module, micro, seen[(vpp, module)])
     table = _Table()
     counts: dict = {}
-    for _, direction, vpp, module, micro, rows in entries:
+    for _, direction, vpp, module, micro, rows, own in entries:
         if not rows["output"]:
             continue
         kind = "forward" if direction != "backward" else "backward"
@@ -212,8 +215,7 @@ def build_table(target: _Side, golden: _Side) -> _Table:
         counts[tag] = counts.get(tag, -1) + 1
         entry = table.add_entry(kind, vpp, module if direction in ("forward", "backward") else f"{direction}:{module}",
                                 counts[tag])
-        if direction == "weights":
-            table.entry_module[entry] = rec.module[rows["output"][0]]
+        table.entry_module[entry] = own
         if direction == "weights":
             name = module
             before = target.then("param_updated", name, vpp)
@@ -229,7 +231,7 @@ def build_table(target: _Side, golden: _Side) -> _Table:
             for row in rows["input"]:
                 table.add(entry, row, golden.now("actv", rec.name[row], micro, vpp), "input")
             for owned, row in params.get(vpp, ()):
-                if module == "" or owned == module or owned.startswith(module + "."):
+                if own == "" or owned == own or owned.startswith(own + "."):
                     # an input here (the verdict's "parameters" rows are made at their entry: here the weights
                     # entry before judges where a weight's difference is made)
                     table.add(entry, row, golden.now(PARAMS, rec.name[row], 0, vpp), "input")
@@ -240,8 +242,8 @@ def build_table(target: _Side, golden: _Side) -> _Table:
                 table.add(entry, row, golden.now("actv_grad", rec.name[row], micro, vpp), "input")
             for row in rows["input"]:           # the gradients of the inputs go out
                 table.add(entry, row, golden.now("actv_grad", rec.name[row], micro, vpp), "output")
-            if last_backward.get((vpp, module)) == (micro, counts[tag]):     # and its weights' gradients, once summed
-                for row in gradients.get((vpp, module), ()):
+            if last_backward.get((vpp, own)) == (vpp, module, micro, counts[tag]):   # its weights' gradients, summed
+                for row in gradients.get((vpp, own), ()):
                     table.add(entry, row, golden.now(WEIGHT_GRADIENT, rec.name[row], 0, vpp), "output")
     return table
 

@@ -164,3 +164,22 @@ def test_runs_without_weights_are_flagged(missing):
             return golden
     watch = Watch("unused", 0)
     assert watch.check(target) == [] and watch.missing_weights
+
+
+def test_each_call_of_a_module_called_twice_is_judged_with_its_weights():
+    """`shared[1]` is the second call of `shared` in a micro-step (its rows' module is `shared`): both calls read
+    shared's weights."""
+    def rows(step, second=1.0, weight=1.0):
+        return records(step, [
+            row("param_origin", "shared.weight", norm=2.0 * weight, mean=0.01 * weight, shape=(4, 4), module="shared"),
+            row("actv", "shared.input", norm=3.0, mean=0.3, shape=(2, 4), module="shared"),
+            row("actv", "shared.output", norm=6.0 * weight, mean=0.6 * weight, shape=(2, 4), module="shared"),
+            row("actv", "shared[1].input", norm=5.0, mean=0.5, shape=(2, 4), module="shared"),
+            row("actv", "shared[1].output", norm=12.0 * weight * second, mean=1.2 * weight, shape=(2, 4),
+                module="shared"),
+            row("param_updated", "shared.weight", norm=2.0 * weight, mean=0.01 * weight, shape=(4, 4),
+                module="shared")])
+    found = divergences(rows(0, second=1.5), rows(0))
+    assert [(a.name, a.module) for a in found] == [("shared[1].output", "shared")]
+    # weights 5 % apart since the step before carry their difference into both calls' outputs
+    assert divergences(rows(1, weight=1.05), rows(1), previous=(rows(0, weight=1.05), rows(0))) == []
