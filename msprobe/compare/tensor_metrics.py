@@ -97,10 +97,11 @@ def compare_arrays(target, golden, squeeze: bool = True, flat: bool = False) -> 
     try:
         flat_t = target.reshape(-1)
         flat_g = golden.reshape(-1)
-        acc = _Accumulator(rel_dtype, (t_bf16, g_bf16))
-        for start in range(0, flat_t.size, CHUNK):
-            if not acc.add(flat_t[start:start + CHUNK], flat_g[start:start + CHUNK]):
-                return fill(NA, notes + [MSG_NAN_POSITION], "nan_position")
+        acc = _Accumulator((flat_t.dtype, flat_g.dtype), rel_dtype, (t_bf16, g_bf16), flat_t.size)
+        with np.errstate(all="ignore"):
+            for start in range(0, flat_t.size, CHUNK):
+                if not acc.add(flat_t[start:start + CHUNK], flat_g[start:start + CHUNK]):
+                    return fill(NA, notes + [MSG_NAN_POSITION], "nan_position")
     except (TypeError, ValueError, OSError) as exc:
         return fill(UNSUPPORTED, [f"{MSG_UNREADABLE} ({exc})"], "unreadable")
     return acc.result(flat_t.size, notes)
@@ -140,84 +141,106 @@ def _scratch(name: str, dtype, size: int) -> np.ndarray:
     return buffer[:size]
 
 
+_dot = np.dot
+_maximum = np.maximum.reduce
+_minimum = np.minimum.reduce
+
+
 class _Accumulator:
     """Running sums of one pair, chunk by chunk. Each chunk is widened once into float64 work arrays (the sums,
-    the difference and its extremes) and once into the relative-error dtype (unless it is that dtype already);
-    every pass runs in reused per-thread arrays of one chunk, which stay in the CPU caches."""
+    the difference and its extremes) and, unless it has that dtype already, once into the relative-error dtype;
+    every pass runs in per-thread work arrays of one chunk, which stay in the CPU caches. Runs under
+    np.errstate(all="ignore")."""
 
-    def __init__(self, rel_dtype: np.dtype, bfloat16: tuple = (False, False)):
+    def __init__(self, dtypes: tuple, rel_dtype: np.dtype, bfloat16: tuple, size: int):
+        n = min(size, CHUNK)
         self.rel_dtype = rel_dtype
         self.eps = rel_dtype.type(np.finfo(rel_dtype).eps)
-        self.bfloat16 = bfloat16
+        self.t64 = _scratch("wide_t", np.float64, n)
+        self.g64 = _scratch("wide_g", np.float64, n)
+        self.relative = _scratch("relative", rel_dtype, n)
+        self.below = _scratch("below", np.bool_, n)
+        self.plans = [self._plan(side, dtype, bf16, n) for side, dtype, bf16 in zip("tg", dtypes, bfloat16)]
         self.dot = self.norm_t = self.norm_g = self.sq_diff = 0.0
         self.max_abs = 0.0
         self.max_rel = 0.0
         self.below_1 = self.below_5 = 0
 
-    def _side(self, side: int, chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(values, float64 values, values in the relative-error dtype) of one side's chunk; bfloat16 bit patterns
-        become float32 first."""
-        n = chunk.size
-        if self.bfloat16[side]:
-            chunk = bfloat16_to_float32(chunk, out=_scratch(f"bf16_{side}", np.float32, n))
-        wide = _scratch(f"wide_{side}", np.float64, n)
+    def _plan(self, side: str, dtype: np.dtype, bfloat16: bool, n: int) -> tuple:
+        """(work array of bfloat16's float32 bits or None, work array in the relative-error dtype or None, whether
+        the float64 values are the relative-error values) of one side."""
+        bits = _scratch(f"bits_{side}", np.uint32, n) if bfloat16 else None
+        values = np.dtype(np.float32) if bfloat16 else dtype
+        if values == self.rel_dtype:
+            return bits, None, False
+        if self.rel_dtype == np.float64:
+            return bits, None, True
+        return bits, _scratch(f"rel_{side}", self.rel_dtype, n), False
+
+    def _side(self, plan: tuple, chunk: np.ndarray, wide: np.ndarray, n: int) -> np.ndarray:
+        """Widen one side's chunk into `wide` (float64); return its values in the relative-error dtype."""
+        bits, rel, rel_is_wide = plan
+        if bits is not None:          # bfloat16 is the upper half of the float32 of the same value
+            bits = bits[:n]
+            np.copyto(bits, chunk, casting="unsafe")
+            np.left_shift(bits, 16, out=bits)
+            chunk = bits.view(np.float32)
         np.copyto(wide, chunk, casting="unsafe")
-        if chunk.dtype == self.rel_dtype:
-            rel = chunk
-        elif self.rel_dtype == np.float64:
-            rel = wide
-        else:
-            rel = _scratch(f"rel_{side}", self.rel_dtype, n)
-            np.copyto(rel, chunk, casting="unsafe")
-        return chunk, wide, rel
+        if rel_is_wide:
+            return wide
+        if rel is None:
+            return chunk
+        rel = rel[:n]
+        np.copyto(rel, chunk, casting="unsafe")
+        return rel
 
     def add(self, chunk_t: np.ndarray, chunk_g: np.ndarray) -> bool:
         """Fold one chunk in; False when NaN/Inf positions differ between the sides."""
-        _, t64, t_rel = self._side(0, chunk_t)
-        _, g64, g_rel = self._side(1, chunk_g)
-        norm_t = float(np.dot(t64, t64))
-        norm_g = float(np.dot(g64, g64))
+        n = chunk_t.size
+        t64, g64 = self.t64[:n], self.g64[:n]
+        t_rel = self._side(self.plans[0], chunk_t, t64, n)
+        g_rel = self._side(self.plans[1], chunk_g, g64, n)
+        norm_t = float(_dot(t64, t64))
+        norm_g = float(_dot(g64, g64))
         if not (math.isfinite(norm_t) and math.isfinite(norm_g)):
             # some value is NaN or Inf (a sum of squares of finite float32/float64 data cannot overflow here)
             finite_t, finite_g = np.isfinite(t64), np.isfinite(g64)
             if not (np.array_equal(np.isnan(t64), np.isnan(g64)) and np.array_equal(np.isinf(t64), np.isinf(g64))):
                 return False
-            # new arrays where the work arrays alias the relative-error values
-            t_rel = np.where(finite_t, t_rel, 0)
+            t_rel = np.where(finite_t, t_rel, 0)      # new arrays: t_rel may be the input or t64
             g_rel = np.where(finite_g, g_rel, 0)
             t64[~finite_t] = 0.0
             g64[~finite_g] = 0.0
-            norm_t = float(np.dot(t64, t64))
-            norm_g = float(np.dot(g64, g64))
+            norm_t = float(_dot(t64, t64))
+            norm_g = float(_dot(g64, g64))
         self.norm_t += norm_t
         self.norm_g += norm_g
-        self.dot += float(np.dot(t64, g64))
-        self._relative(t_rel, g_rel)      # before t64 becomes the difference: t_rel may be t64
+        self.dot += float(_dot(t64, g64))
+        self._relative(t_rel, g_rel, n)       # before t64 becomes the difference: t_rel may be t64
         diff = np.subtract(t64, g64, out=t64)
-        self.sq_diff += float(np.dot(diff, diff))
-        self.max_abs = max(self.max_abs, float(diff.max()), -float(diff.min()))
+        self.sq_diff += float(_dot(diff, diff))
+        self.max_abs = max(self.max_abs, float(_maximum(diff)), -float(_minimum(diff)))
         return True
 
-    def _relative(self, t_rel: np.ndarray, g_rel: np.ndarray) -> None:
+    def _relative(self, t_rel: np.ndarray, g_rel: np.ndarray, n: int) -> None:
         """|t - g| / |g| in the relative-error dtype, with epsilon on both sides where the golden value is 0: its
         maximum and the counts below 0.001 and 0.005."""
-        relative = _scratch("relative", self.rel_dtype, t_rel.size)
-        with np.errstate(all="ignore"):
-            np.subtract(t_rel, g_rel, out=relative)
-            np.divide(relative, g_rel, out=relative)
-            np.abs(relative, out=relative)
-            top = float(relative.max())
-            if not math.isfinite(top):       # a golden 0 divides by 0 (else: an overflow, which stays)
-                zero = g_rel == 0
-                if zero.any():   # new arrays: the inputs stay untouched
-                    t_eps = np.where(zero, t_rel + self.eps, t_rel)
-                    g_eps = np.where(zero, g_rel + self.eps, g_rel)
-                    np.subtract(t_eps, g_eps, out=relative)
-                    np.divide(relative, g_eps, out=relative)
-                    np.abs(relative, out=relative)
-                    top = float(relative.max())
+        relative = self.relative[:n]
+        np.subtract(t_rel, g_rel, out=relative)
+        np.divide(relative, g_rel, out=relative)
+        np.absolute(relative, out=relative)
+        top = float(_maximum(relative))
+        if not math.isfinite(top):       # a golden 0 divides by 0 (else: an overflow, which stays)
+            zero = g_rel == 0
+            if zero.any():   # new arrays: the inputs stay untouched
+                t_eps = np.where(zero, t_rel + self.eps, t_rel)
+                g_eps = np.where(zero, g_rel + self.eps, g_rel)
+                np.subtract(t_eps, g_eps, out=relative)
+                np.divide(relative, g_eps, out=relative)
+                np.absolute(relative, out=relative)
+                top = float(_maximum(relative))
         self.max_rel = max(self.max_rel, top)
-        below = _scratch("below", np.bool_, t_rel.size)
+        below = self.below[:n]
         self.below_1 += int(np.count_nonzero(np.less(relative, 0.001, out=below)))
         self.below_5 += int(np.count_nonzero(np.less(relative, 0.005, out=below)))
 
