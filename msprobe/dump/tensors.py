@@ -201,9 +201,16 @@ def _ints(values) -> bool:
     return isinstance(values, tuple) and all(type(v) is int and v >= 0 for v in values)
 
 
-def _read_plain_pt(path: str) -> TensorData:
-    """A plain tensor of a .pt file in PyTorch's zip format, read without torch; _NotPlain (or any error of a
-    damaged file) when it is something else."""
+def _read_plain_pt(path: str) -> TensorData | None:
+    """A plain tensor of a .pt file in PyTorch's zip format, read without torch; None when the file is something
+    else (another format, other objects, other storage types); damaged files raise."""
+    try:
+        return _plain_pt(path)
+    except (_NotPlain, zipfile.BadZipFile):
+        return None
+
+
+def _plain_pt(path: str) -> TensorData:
     if sys.byteorder != "little":
         raise _NotPlain("byte order")
     with open(path, "rb") as handle:
@@ -246,10 +253,10 @@ def _read_plain_pt(path: str) -> TensorData:
 
 def _load_pt(path: str, data_name: str) -> TensorData:
     try:
-        return _read_plain_pt(path)
-    except Exception:  # noqa: BLE001 - not a plain tensor, or a damaged file: torch reads it or says why not
-        pass
-    return TensorData(_torch_load_pt(path, data_name))
+        data = _read_plain_pt(path)
+    except Exception:  # noqa: BLE001 - a damaged file: torch says what is wrong with it
+        data = None
+    return data if data is not None else TensorData(_torch_load_pt(path, data_name))
 
 
 def _torch_load_pt(path: str, data_name: str) -> np.ndarray:
