@@ -10,10 +10,12 @@ import mmap
 import os
 import pickle
 import re
+import struct
 import sys
 import warnings
 import zipfile
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -72,19 +74,15 @@ def read_tensor(tensor_dir: str, data_name: str) -> TensorData:
 MMAP_ABOVE_BYTES = 1 << 20   # larger files are memory-mapped (no copy); smaller ones read at once
 
 
-def _file_bytes(handle, start: int, size: int) -> memoryview | None:
-    """`size` bytes of an open file from offset `start`: a memory map of the file when large (read-only), else
-    read; None when the file is shorter."""
-    if start < 0 or size < 0:
+def _file_bytes(handle, start: int, size: int, file_size: int) -> memoryview | None:
+    """`size` bytes of an open file of `file_size` bytes from offset `start`: a memory map of the file when large
+    (read-only), else read; None when the file is shorter."""
+    if start < 0 or size < 0 or start + size > file_size:
         return None
     if size > MMAP_ABOVE_BYTES:
-        file_size = os.fstat(handle.fileno()).st_size
-        if start + size > file_size:
-            return None
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
         return memoryview(mapped)[start:start + size]
-    handle.seek(start)
-    data = handle.read(size)
+    data = os.pread(handle.fileno(), size, start)
     return memoryview(data) if len(data) == size else None
 
 
@@ -95,14 +93,14 @@ _NPY_HEADER = re.compile(r"\{'descr': '([<>|=][biufc]\d+)', 'fortran_order': Fal
 
 def _plain_npy(path: str) -> np.ndarray | None:
     """The array of a .npy file with numpy's plain header (C order, a numeric dtype), else None."""
-    with open(path, "rb") as handle:
-        head = handle.read(12)
+    with open(path, "rb", buffering=0) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        head = os.pread(handle.fileno(), min(size, 4096), 0)
         if head[:6] != b"\x93NUMPY" or len(head) < 12 or head[6] not in (1, 2, 3):
             return None
         start = 10 if head[6] == 1 else 12
-        length = int.from_bytes(head[8:start], "little")
-        handle.seek(start)
-        found = _NPY_HEADER.fullmatch(handle.read(length).decode("latin-1"))
+        end = start + int.from_bytes(head[8:start], "little")
+        found = _NPY_HEADER.fullmatch(head[start:end].decode("latin-1")) if end <= len(head) else None
         if found is None:
             return None
         shape = tuple(int(part) for part in found.group(2).split(",") if part.strip())
@@ -110,7 +108,9 @@ def _plain_npy(path: str) -> np.ndarray | None:
         if not dtype.isnative:
             return None
         count = math.prod(shape)
-        data = _file_bytes(handle, start + length, count * dtype.itemsize)
+        nbytes = count * dtype.itemsize
+        data = (memoryview(head)[end:end + nbytes] if nbytes <= MMAP_ABOVE_BYTES and end + nbytes <= len(head) else
+                _file_bytes(handle, end, nbytes, size))
     if data is None:
         return None
     return np.frombuffer(data, dtype, count=count).reshape(shape)
@@ -140,8 +140,7 @@ class _NotPlain(Exception):
     """The file is not a plain tensor of a storage type the reader knows: torch reads it."""
 
 
-@dataclass(frozen=True)
-class _StorageType:
+class _StorageType(NamedTuple):
     dtype: np.dtype
     bfloat16: bool = False
 
@@ -155,15 +154,13 @@ _STORAGES = {"FloatStorage": _StorageType(np.dtype("<f4")), "DoubleStorage": _St
              "ComplexDoubleStorage": _StorageType(np.dtype("<c16"))}
 
 
-@dataclass(frozen=True)
-class _Storage:
+class _Storage(NamedTuple):
     kind: _StorageType
     key: str
     numel: int
 
 
-@dataclass(frozen=True)
-class _Tensor:
+class _Tensor(NamedTuple):
     storage: _Storage
     offset: int
     size: tuple
@@ -179,7 +176,7 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=Fals
 
 class _TensorUnpickler(pickle.Unpickler):
     """Unpickles torch.save's data.pkl of one plain tensor; every other global stops it (no code is ever run: the
-    only callables it hands the pickle are the two above)."""
+    only callables it hands the pickle are _rebuild_tensor_v2 above and OrderedDict)."""
 
     def find_class(self, module, name):
         if module == "torch._utils" and name == "_rebuild_tensor_v2":
@@ -201,6 +198,76 @@ def _ints(values) -> bool:
     return isinstance(values, tuple) and all(type(v) is int and v >= 0 for v in values)
 
 
+_END = struct.Struct("<4s4H2LH")                 # end of central directory
+_ENTRY = struct.Struct("<4s6H3L5H2L")            # central directory file header
+_LOCAL = struct.Struct("<4s5H3L2H")              # local file header
+
+
+class _ZipFile:
+    """The members of a zip file and reads of its parts: the first and last 4 KB are read once (a .pt file's
+    data.pkl, byteorder and central directory usually lie there), anything else with one pread."""
+
+    WINDOW = 4096
+
+    def __init__(self, handle):
+        self.fd = handle.fileno()
+        self.size = os.fstat(self.fd).st_size
+        self.head = os.pread(self.fd, min(self.size, self.WINDOW), 0)
+        self.tail_start = max(0, self.size - self.WINDOW)
+        self.tail = os.pread(self.fd, self.size - self.tail_start, self.tail_start)
+        self.members = self._members(handle)
+
+    def read(self, size: int, offset: int) -> bytes:
+        if offset + size <= len(self.head):
+            return self.head[offset:offset + size]
+        if offset >= self.tail_start and offset + size <= self.size:
+            return self.tail[offset - self.tail_start:offset - self.tail_start + size]
+        data = os.pread(self.fd, size, offset)
+        if len(data) != size:
+            raise zipfile.BadZipFile("truncated")
+        return data
+
+    def _members(self, handle) -> dict:
+        """name -> (offset of the local header, compression method, uncompressed size), from the central
+        directory; zip64 archives (members or offsets beyond 4 GB) through zipfile."""
+        tail, tail_start = self.tail, self.tail_start
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 and tail_start > 0:      # an archive comment (up to 64 KB) after the end record
+            tail_start = max(0, self.size - _END.size - 0xFFFF)
+            tail = self.read(self.size - tail_start, tail_start)
+            at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or at + _END.size > len(tail):
+            raise zipfile.BadZipFile("no end of central directory")
+        _, _, _, _, count, directory_size, directory_offset, _ = _END.unpack_from(tail, at)
+        if 0xFFFF == count or 0xFFFFFFFF in (directory_size, directory_offset):
+            return {info.filename: (info.header_offset, info.compress_type, info.file_size)
+                    for info in zipfile.ZipFile(handle).infolist()}
+        directory = self.read(directory_size, directory_offset)
+        members, position = {}, 0
+        for _ in range(count):
+            fields = _ENTRY.unpack_from(directory, position)
+            if fields[0] != b"PK\x01\x02":
+                raise zipfile.BadZipFile("bad central directory")
+            name_size, extra_size, comment_size, offset = fields[10], fields[11], fields[12], fields[16]
+            name = directory[position + _ENTRY.size:position + _ENTRY.size + name_size].decode("utf-8", "replace")
+            members[name] = (offset, fields[4], fields[9])
+            position += _ENTRY.size + name_size + extra_size + comment_size
+        return members
+
+    def start(self, member: tuple) -> int:
+        """Where the data of a stored (uncompressed) member starts."""
+        offset, method, _ = member
+        if method != zipfile.ZIP_STORED:
+            raise _NotPlain("compressed member")
+        local = _LOCAL.unpack(self.read(_LOCAL.size, offset))
+        if local[0] != b"PK\x03\x04":
+            raise zipfile.BadZipFile("bad local header")
+        return offset + _LOCAL.size + local[9] + local[10]
+
+    def member(self, member: tuple) -> bytes:
+        return self.read(member[2], self.start(member))
+
+
 def _read_plain_pt(path: str) -> TensorData | None:
     """A plain tensor of a .pt file in PyTorch's zip format, read without torch; None when the file is something
     else (another format, other objects, other storage types); damaged files raise."""
@@ -213,42 +280,50 @@ def _read_plain_pt(path: str) -> TensorData | None:
 def _plain_pt(path: str) -> TensorData:
     if sys.byteorder != "little":
         raise _NotPlain("byte order")
-    with open(path, "rb") as handle:
-        archive = zipfile.ZipFile(handle)
-        names = archive.namelist()
-        prefix = names[0].split("/", 1)[0] if names and "/" in names[0] else None
-        if prefix is None or f"{prefix}/data.pkl" not in names:
+    with open(path, "rb", buffering=0) as handle:
+        archive = _ZipFile(handle)
+        members = archive.members
+        first = next(iter(members), "")
+        prefix = first.split("/", 1)[0]
+        if "/" not in first or f"{prefix}/data.pkl" not in members:
             raise _NotPlain("layout")
-        if f"{prefix}/byteorder" in names and archive.read(f"{prefix}/byteorder") != b"little":
+        order = members.get(f"{prefix}/byteorder")
+        if order is not None and archive.member(order) != b"little":
             raise _NotPlain("byte order")
-        tensor = _TensorUnpickler(io.BytesIO(archive.read(f"{prefix}/data.pkl"))).load()
+        tensor = _TensorUnpickler(io.BytesIO(archive.member(members[f"{prefix}/data.pkl"]))).load()
         if not isinstance(tensor, _Tensor) or not (_ints((tensor.offset,)) and _ints(tensor.size)
                                                    and _ints(tensor.stride)) or len(tensor.size) != len(tensor.stride):
             raise _NotPlain("tensor")
         storage = tensor.storage
-        info = archive.getinfo(f"{prefix}/data/{storage.key}")
         dtype = storage.kind.dtype
-        if info.compress_type != zipfile.ZIP_STORED or info.file_size < storage.numel * dtype.itemsize:
+        nbytes = storage.numel * dtype.itemsize
+        member = members.get(f"{prefix}/data/{storage.key}")
+        if member is None or member[2] < nbytes:
             raise _NotPlain("storage record")
-        handle.seek(info.header_offset)
-        local = handle.read(30)
-        if len(local) < 30 or local[:4] != b"PK\x03\x04":
-            raise _NotPlain("zip record")
-        start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30],
-                                                                                                  "little")
-        data = _file_bytes(handle, start, storage.numel * dtype.itemsize)
+        data = _file_bytes(handle, archive.start(member), nbytes, archive.size)
     if data is None:
         raise _NotPlain("storage record")
     flat = np.frombuffer(data, dtype, count=storage.numel)
-    if 0 in tensor.size:
-        return TensorData(np.empty(tensor.size, dtype), storage.kind.bfloat16)
-    last = tensor.offset + sum((size - 1) * stride for size, stride in zip(tensor.size, tensor.stride))
-    if last >= storage.numel:
+    return TensorData(_view(flat, tensor), storage.kind.bfloat16)
+
+
+def _view(flat: np.ndarray, tensor: _Tensor) -> np.ndarray:
+    """The tensor's elements in its storage: offset, sizes and strides checked against the storage's length."""
+    size, stride = tensor.size, tensor.stride
+    if 0 in size:
+        return np.empty(size, flat.dtype)
+    if tensor.offset + sum((n - 1) * step for n, step in zip(size, stride)) >= flat.size:
         raise _NotPlain("extent")
-    view = np.lib.stride_tricks.as_strided(flat[tensor.offset:], tensor.size,
-                                           tuple(stride * dtype.itemsize for stride in tensor.stride),
+    contiguous, step = True, 1
+    for n, given in zip(reversed(size), reversed(stride)):
+        if n != 1 and given != step:
+            contiguous = False
+            break
+        step *= n
+    if contiguous:
+        return flat[tensor.offset:tensor.offset + math.prod(size)].reshape(size)
+    return np.lib.stride_tricks.as_strided(flat[tensor.offset:], size, tuple(s * flat.itemsize for s in stride),
                                            writeable=False)
-    return TensorData(view, storage.kind.bfloat16)
 
 
 def _load_pt(path: str, data_name: str) -> TensorData:
