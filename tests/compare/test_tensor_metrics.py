@@ -271,3 +271,39 @@ def test_threads_share_nothing():
     with ThreadPoolExecutor(4) as pool:
         parallel = list(pool.map(lambda pair: compare_arrays(*pair).cells, work))
     assert parallel == serial
+
+
+@pytest.mark.parametrize("chunk", [tm.CHUNK, 16])
+def test_bit_identical_chunks_follow_the_definitions(monkeypatch, chunk):
+    """Tensors both runs share (all chunks identical), and tensors identical for their first chunks only: the same
+    cells as the full computation gives them, and (where finite) the definitions."""
+    from msprobe.dump.tensors import TensorData
+
+    monkeypatch.setattr(tm, "CHUNK", chunk)
+    rng = np.random.default_rng(5)
+    golden = rng.standard_normal(101)
+    golden[::7] = 0.0
+    golden[50] = -0.0
+    with_nan = golden.copy()
+    with_nan[[30, 90]] = np.nan, np.inf
+    tail_differs = golden.copy()
+    tail_differs[95:] *= 1.01
+    cases = []
+    with np.errstate(all="ignore"):
+        for base in (golden, with_nan, tail_differs, np.zeros(40), np.full(40, 1e200)):
+            for dtype in (np.float64, np.float32, np.float16):
+                other = golden if base is tail_differs else base
+                cases.append((base.astype(dtype), other.astype(dtype)))
+    ints = rng.integers(-9, 9, 77)
+    cases += [(target, target.copy()) for target in (ints, ints.astype(np.int8), ints > 0, ints.astype(np.uint8))]
+    bits = bf16_bits(golden.astype(np.float32))
+    cases.append((TensorData(bits, True), TensorData(bits.copy(), True)))
+    shortcut = [compare_arrays(target, same).cells for target, same in cases]
+    monkeypatch.setattr(tm._Accumulator, "_same", lambda *args: False)
+    for (target, same), cells in zip(cases, shortcut):
+        assert cells == compare_arrays(target, same).cells
+        plain = [x.widened() if isinstance(x, TensorData) else x for x in (target, same)]
+        with np.errstate(all="ignore"):
+            finite = np.isfinite(np.dot(plain[0].astype(float), plain[0].astype(float)))
+        if finite:
+            assert_definition(cells, *plain)
