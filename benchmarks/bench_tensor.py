@@ -6,8 +6,9 @@ seq 128, batch 8) dumped by our PyTorch collector at L1 in tensor mode, bfloat16
 golden, as `.pt` files, and the same tensors in the MindSpore collector's `.npy` layout; a 24-layer twin is the
 same dump at about 4x the bytes (linear cost), and `--memory` adds a batch-32 twin (tensors 4x larger).
 
-Every case runs `msprobe compare -tp T -gp G -o OUT --csv` as a child process from a neutral folder, first once
-per tool unmeasured (it fills the page cache: tensor throughput is measured warm), then `--rounds` rounds, each
+Every case runs `msprobe compare -tp T -gp G -o OUT --csv` as a child process from a neutral folder (bytecode cached
+under benchmarks/out/tensor/pycache, as an installed package has it), first once per tool unmeasured (it fills the
+page cache and the bytecode cache: tensor throughput is measured warm), then `--rounds` rounds, each
 running every tool once (interleaved, so a shared machine's load spreads over all of them). Reported: medians of
 the wall time, of the child's user+system CPU time (os.wait4) and of its peak RSS; GB/s = bytes of both sides'
 tensor files / median wall time of the whole command.
@@ -85,7 +86,9 @@ def run(cmd: list, env: dict, cwd: str, log: str) -> dict:
 
 def tools_for(fmt: str, args) -> dict:
     """tool -> (command prefix, environment)."""
-    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # bytecode cached as an installed package has it (pip compiles the reference's): written once, by the warm-up
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
+    clean["PYTHONPYCACHEPREFIX"] = os.path.join(OUT, "pycache")
     tools = {"ours": ([sys.executable, "-m", "msprobe"], dict(clean, PYTHONPATH=ROOT))}
     if args.baseline:
         tools["baseline"] = ([sys.executable, "-m", "msprobe"], dict(clean, PYTHONPATH=os.path.abspath(args.baseline)))
