@@ -13,6 +13,7 @@ import numpy as np
 
 from msprobe.compare.pipeline import write_table
 from msprobe.compare.tensor_metrics import compare_arrays
+from msprobe.dump.tensors import read_npy
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger
 from msprobe.names import counter
@@ -235,7 +236,7 @@ def npy_stats(array: np.ndarray) -> tuple:
 
 def _load(path: str):
     try:
-        array = np.load(path, allow_pickle=False)
+        array = read_npy(path)
     except (ValueError, OSError, EOFError):
         return None
     return array if isinstance(array, np.ndarray) and array.dtype.kind in "biuf" else None

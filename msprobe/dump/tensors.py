@@ -116,12 +116,20 @@ def _plain_npy(path: str) -> np.ndarray | None:
     return np.frombuffer(data, dtype, count=count).reshape(shape)
 
 
+def read_npy(path: str) -> np.ndarray:
+    """np.load(path, allow_pickle=False), with files above MMAP_ABOVE_BYTES memory-mapped; numpy's plain headers
+    (C order, a numeric dtype) are parsed without literal_eval. Like np.load, it reads the first elements of a
+    data part longer than the shape (MindSpore saves a view with its whole storage)."""
+    array = _plain_npy(path)
+    if array is None:
+        large = os.path.getsize(path) > MMAP_ABOVE_BYTES
+        array = np.load(path, mmap_mode="r" if large else None, allow_pickle=False)
+    return array
+
+
 def _load_npy(path: str, data_name: str) -> np.ndarray:
     try:
-        array = _plain_npy(path)
-        if array is None:
-            large = os.path.getsize(path) > MMAP_ABOVE_BYTES
-            array = np.load(path, mmap_mode="r" if large else None, allow_pickle=False)
+        array = read_npy(path)
     except ValueError as exc:
         # Object arrays cannot be memory-mapped and are refused (no pickle); other errors mean a bad file.
         raise TensorReadError(f"tensor file {data_name} is not a readable .npy file ({exc}).") from None

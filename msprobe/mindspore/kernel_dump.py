@@ -14,9 +14,7 @@ import glob
 import hashlib
 import io
 import json
-import math
 import os
-import re
 
 import mindspore as ms
 import numpy as np
@@ -25,6 +23,7 @@ from msprobe.collect.config import DumpConfig, DumpConfigError
 from msprobe.collect.debugger import DebuggerBase
 from msprobe.collect.stats import array_statistics
 from msprobe.compare.kernel import parse_kernel_name
+from msprobe.dump.tensors import read_npy
 from msprobe.io import write_text
 from msprobe.log import get_logger
 from msprobe.names import printable
@@ -159,29 +158,6 @@ def _cell(value) -> str:
 
 def _shape(shape: tuple) -> str:
     return "(" + ",".join(str(size) for size in shape) + ")"
-
-
-# the header MindSpore's (and numpy's) .npy writer gives a C-ordered array: read without numpy's literal_eval,
-# which costs more than the statistics of a small tensor; anything else goes through np.load
-_NPY_HEADER = re.compile(r"\{'descr': '([<>|=][a-z]\d+)', 'fortran_order': False, 'shape': \(([\d, ]*)\), \}\s*")
-
-
-def read_npy(path: str) -> np.ndarray:
-    """np.load(path) of a version 1 or 2 .npy file, faster for the plain C-ordered arrays MindSpore writes. Like
-    np.load it reads the first elements of a longer data part (MindSpore saves a view with its whole storage)."""
-    with open(path, "rb") as handle:
-        data = handle.read()
-    if data[:6] == b"\x93NUMPY" and data[6] in (1, 2) and len(data) >= 12:
-        start = 10 if data[6] == 1 else 12
-        end = start + int.from_bytes(data[8:start], "little")
-        found = _NPY_HEADER.fullmatch(data[start:end].decode("latin-1"))
-        if found:
-            shape = tuple(int(part) for part in found.group(2).split(",") if part.strip())
-            dtype = np.dtype(found.group(1))
-            count = math.prod(shape)
-            if len(data) - end >= count * dtype.itemsize:
-                return np.frombuffer(data, dtype, count=count, offset=end).reshape(shape)
-    return np.load(path, allow_pickle=False)
 
 
 def statistic_row(name: str, array: np.ndarray, summary_mode: str, parsed: tuple | None = None) -> list | None:
