@@ -187,7 +187,7 @@ class _Accumulator:
         if bits is not None:          # bfloat16 is the upper half of the float32 of the same value
             bits = bits[:n]
             np.copyto(bits, chunk, casting="unsafe")
-            np.left_shift(bits, 16, out=bits)
+            np.left_shift(bits, np.uint32(16), out=bits)
             chunk = bits.view(np.float32)
         np.copyto(wide, chunk, casting="unsafe")
         if rel_is_wide:

@@ -45,7 +45,7 @@ def bfloat16_to_float32(bits: np.ndarray, out: np.ndarray | None = None) -> np.n
     `out` (float32, bits' shape) receives them when given."""
     wide = np.empty(bits.shape, np.uint32) if out is None else out.view(np.uint32)
     np.copyto(wide, bits, casting="unsafe")
-    np.left_shift(wide, 16, out=wide)
+    np.left_shift(wide, np.uint32(16), out=wide)
     return wide.view(np.float32)
 
 
