@@ -109,6 +109,35 @@ def result_rows(out_dir: str) -> list:
         return list(csv.reader(handle))
 
 
+METRICS = ("Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
+           "Five Thousandths Err Ratio")
+
+
+def agreement(ours: list, other: list) -> str:
+    """How the six metric cells of two result tables agree, row by row (by NPU Name): equal texts, numbers equal,
+    numbers within 1e-9 relative (the order of float64 sums), or different."""
+    if not ours or not other:
+        return "a result table is missing"
+    index = {row[0]: row for row in other[1:]}
+    counts = {"equal": 0, "within 1e-9": 0, "different": 0, "rows missing": 0}
+    for row in ours[1:]:
+        theirs = index.get(row[0])
+        if theirs is None:
+            counts["rows missing"] += 1
+            continue
+        for metric in METRICS:
+            a, b = row[ours[0].index(metric)], theirs[other[0].index(metric)]
+            if a == b:
+                counts["equal"] += 1
+                continue
+            try:
+                close = abs(float(a) - float(b)) <= 1e-9 * max(abs(float(a)), abs(float(b)))
+            except ValueError:
+                close = False
+            counts["within 1e-9" if close else "different"] += 1
+    return f"{len(ours) - 1} rows; cells " + ", ".join(f"{key} {value}" for key, value in counts.items())
+
+
 def load_average() -> str:
     try:
         return " ".join(f"{v:.1f}" for v in os.getloadavg())
@@ -142,10 +171,12 @@ def bench_case(case: str, args) -> list:
                 figures[tool].append(figure)
             print(f"  {'warm-up' if round_ < 0 else f'round {round_ + 1}'} {tool:<9} wall {figure['wall']:6.2f} s, "
                   f"CPU {figure['cpu']:6.2f} s, RSS {figure['rss_mb']:5.0f} MB (load {load_average()})", flush=True)
-    if args.check and "baseline" in tools:
-        ours, before = result_rows(os.path.join(work, "ours")), result_rows(os.path.join(work, "baseline"))
-        differing = sum(a != b for a, b in zip(ours, before)) + abs(len(ours) - len(before))
-        print(f"  result table against the baseline: {len(ours) - 1} rows, {differing} differ", flush=True)
+    if args.check:
+        ours = result_rows(os.path.join(work, "ours"))
+        for other in ("baseline", "reference"):
+            if other in tools:
+                print(f"  metrics against the {other}: {agreement(ours, result_rows(os.path.join(work, other)))}",
+                      flush=True)
     rows = []
     for tool, runs in figures.items():
         wall = statistics.median(r["wall"] for r in runs)
@@ -208,7 +239,8 @@ def main(argv=None) -> int:
     parser.add_argument("--memory", action="store_true", help="also the batch-32 pair (largest tensor x4)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline", metavar="TREE", help="a checkout of msprobe measured too (PYTHONPATH=TREE)")
-    parser.add_argument("--check", action="store_true", help="compare the result table with the baseline's")
+    parser.add_argument("--check", action="store_true",
+                        help="compare the metric cells of our result table with the baseline's and the reference's")
     parser.add_argument("--ref-pt", default="/work/venvs/ref-pt/bin/msprobe", help="the reference CLI for .pt")
     parser.add_argument("--ref-ms", default="/work/venvs/ref-ms/bin/msprobe", help="the reference CLI for .npy")
     parser.add_argument("--json", help="also write the figures here")
