@@ -187,6 +187,61 @@ def bench_case(case: str, args) -> list:
     return rows
 
 
+PROFILE_CHILD = r'''
+import json, os, sys, threading, time
+started = time.process_time()
+import msprobe.cli.main as cli  # first: it sets one BLAS thread per worker before numpy is imported
+from msprobe.compare import pipeline
+spent = {"read": 0.0, "kernel": 0.0}
+lock = threading.Lock()
+
+def timed(name, func):
+    def wrapper(*args, **kwargs):
+        begin = time.thread_time()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            with lock:
+                spent[name] += time.thread_time() - begin
+    return wrapper
+
+pipeline.read_tensor = timed("read", pipeline.read_tensor)
+pipeline.compare_arrays = timed("kernel", pipeline.compare_arrays)
+code = cli.main(sys.argv[1:])
+spent["total"] = time.process_time() - started
+print("PROFILE " + json.dumps(spent))
+'''
+
+
+def profile(case: str, args) -> str:
+    """CPU time by stage of one run of ours with one worker thread (after a warm-up run): reading the tensor files
+    (dump/tensors.read_tensor), the metrics (compare_arrays), the rest (start-up, imports, dump.json, matching,
+    the verdict, the table)."""
+    dataset, fmt, _ = CASES[case]
+    meta = ensure(dataset)
+    base = os.path.join(DATA, dataset, fmt)
+    work = os.path.join(OUT, case, "profile")
+    os.makedirs(work, exist_ok=True)
+    script = os.path.join(work, "child.py")
+    with open(script, "w") as handle:
+        handle.write(PROFILE_CHILD)
+    prefix, env = tools_for(fmt, argparse.Namespace(baseline=None, ref_pt="none", ref_ms="none"))["ours"]
+    cmd = [sys.executable, script, "compare", "-tp", os.path.join(base, "target", "dump.json"),
+           "-gp", os.path.join(base, "golden", "dump.json"), "-o", os.path.join(work, "out"), "--csv", "-j", "1"]
+    found = []
+    for _ in range(1 + args.rounds):
+        shutil.rmtree(os.path.join(work, "out"), ignore_errors=True)
+        output = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True, check=True).stdout
+        found.append(json.loads(output.split("PROFILE ", 1)[1]))
+    runs = found[1:]
+    median = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+    elements = meta["formats"][fmt]["bytes"]
+    rest = median["total"] - median["read"] - median["kernel"]
+    return (f"{case} profile (-j 1, CPU s, median of {len(runs)}): total {median['total']:.2f} = reading the tensor "
+            f"files {median['read']:.2f} + metrics {median['kernel']:.2f} ({median['kernel'] / elements * 1e9:.2f} "
+            f"ns per file byte) + the rest {rest:.2f} (start-up, imports, dump.json, matching, verdict, table)")
+
+
 def table(rows: list) -> str:
     lines = ["| case | tool | tensor GB | wall s (median; runs) | GB/s | CPU s (median) | peak RSS MB | goal |",
              "|---|---|---:|---|---:|---:|---:|---|"]
@@ -243,6 +298,8 @@ def main(argv=None) -> int:
                         help="compare the metric cells of our result table with the baseline's and the reference's")
     parser.add_argument("--ref-pt", default="/work/venvs/ref-pt/bin/msprobe", help="the reference CLI for .pt")
     parser.add_argument("--ref-ms", default="/work/venvs/ref-ms/bin/msprobe", help="the reference CLI for .npy")
+    parser.add_argument("--profile", action="store_true",
+                        help="also the CPU time by stage of ours (one worker thread): reading, metrics, the rest")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
     cases = args.cases or (QUICK if args.quick else FULL) + (["pt_1x_batch32"] if args.memory else [])
@@ -254,7 +311,8 @@ def main(argv=None) -> int:
         rows += bench_case(case, args)
     header = (f"bench_tensor.py, {time.strftime('%Y-%m-%d %H:%M')}, {machine()}; {args.rounds} rounds; load average "
               f"{load_before} at the start, {load_average()} at the end; {time.time() - started:.0f} s")
-    text = "\n".join([header, "", table(rows), ""] + summary(rows))
+    notes = summary(rows) + ([profile(case, args) for case in cases] if args.profile else [])
+    text = "\n".join([header, "", table(rows), ""] + notes)
     print("\n" + text)
     if args.json:
         with open(args.json, "w") as handle:
