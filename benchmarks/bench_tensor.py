@@ -80,8 +80,8 @@ def run(cmd: list, env: dict, cwd: str, log: str) -> dict:
         proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024,
-            "code": os.waitstatus_to_exitcode(status)}
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "sys": usage.ru_stime,
+            "rss_mb": usage.ru_maxrss / 1024, "major_faults": usage.ru_majflt, "code": os.waitstatus_to_exitcode(status)}
 
 
 def tools_for(fmt: str, args) -> dict:
@@ -170,7 +170,8 @@ def bench_case(case: str, args) -> list:
             if round_ >= 0:
                 figures[tool].append(figure)
             print(f"  {'warm-up' if round_ < 0 else f'round {round_ + 1}'} {tool:<9} wall {figure['wall']:6.2f} s, "
-                  f"CPU {figure['cpu']:6.2f} s, RSS {figure['rss_mb']:5.0f} MB (load {load_average()})", flush=True)
+                  f"CPU {figure['cpu']:6.2f} s ({figure['sys']:.2f} system), RSS {figure['rss_mb']:5.0f} MB, "
+                  f"{figure['major_faults']} page faults that read the disk (load {load_average()})", flush=True)
     if args.check:
         ours = result_rows(os.path.join(work, "ours"))
         for other in ("baseline", "reference"):
