@@ -91,7 +91,15 @@ def _file_bytes(handle, start: int, size: int, file_size: int) -> memoryview | N
 _NPY_HEADER = re.compile(r"\{'descr': '([<>|=][biufc]\d+)', 'fortran_order': False, 'shape': \(([\d, ]*)\), \}\s*")
 
 
-def _plain_npy(path: str) -> np.ndarray | None:
+class NpyFile(NamedTuple):
+    """One .npy file: its array, and (for a plain header, else -1) where its data part starts and its bytes."""
+
+    array: np.ndarray
+    data_offset: int = -1
+    data_bytes: int = -1
+
+
+def _plain_npy(path: str) -> NpyFile | None:
     """The array of a .npy file with numpy's plain header (C order, a numeric dtype), else None."""
     with open(path, "rb", buffering=0) as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -113,18 +121,24 @@ def _plain_npy(path: str) -> np.ndarray | None:
                 _file_bytes(handle, end, nbytes, size))
     if data is None:
         return None
-    return np.frombuffer(data, dtype, count=count).reshape(shape)
+    return NpyFile(np.frombuffer(data, dtype, count=count).reshape(shape), end, size - end)
+
+
+def open_npy(path: str) -> NpyFile:
+    """np.load(path, allow_pickle=False), with files above MMAP_ABOVE_BYTES memory-mapped; numpy's plain headers
+    (C order, a numeric dtype) are parsed without literal_eval, and the file's data part is located then. Like
+    np.load, it reads the first elements of a data part longer than the shape (MindSpore saves a view with its
+    whole storage)."""
+    found = _plain_npy(path)
+    if found is None:
+        large = os.path.getsize(path) > MMAP_ABOVE_BYTES
+        found = NpyFile(np.load(path, mmap_mode="r" if large else None, allow_pickle=False))
+    return found
 
 
 def read_npy(path: str) -> np.ndarray:
-    """np.load(path, allow_pickle=False), with files above MMAP_ABOVE_BYTES memory-mapped; numpy's plain headers
-    (C order, a numeric dtype) are parsed without literal_eval. Like np.load, it reads the first elements of a
-    data part longer than the shape (MindSpore saves a view with its whole storage)."""
-    array = _plain_npy(path)
-    if array is None:
-        large = os.path.getsize(path) > MMAP_ABOVE_BYTES
-        array = np.load(path, mmap_mode="r" if large else None, allow_pickle=False)
-    return array
+    """The array of a .npy file (open_npy)."""
+    return open_npy(path).array
 
 
 def _load_npy(path: str, data_name: str) -> np.ndarray:
