@@ -220,74 +220,27 @@ def _ints(values) -> bool:
     return isinstance(values, tuple) and all(type(v) is int and v >= 0 for v in values)
 
 
-_END = struct.Struct("<4s4H2LH")                 # end of central directory
-_ENTRY = struct.Struct("<4s6H3L5H2L")            # central directory file header
-_LOCAL = struct.Struct("<4s5H3L2H")              # local file header
+_LOCAL = struct.Struct("<4s5H3L2H")              # a zip member's local header: 30 bytes, then its name and extra
 
 
-class _ZipFile:
-    """The members of a zip file and reads of its parts: the first and last 4 KB are read once (a .pt file's
-    data.pkl, byteorder and central directory usually lie there), anything else with one pread."""
+def _data_start(handle, info: zipfile.ZipInfo) -> int:
+    """Where the bytes of a stored (uncompressed) zip member start in the file (zipfile has no public way)."""
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise _NotPlain("compressed member")
+    handle.seek(info.header_offset)
+    local = handle.read(_LOCAL.size)
+    if len(local) != _LOCAL.size or local[:4] != b"PK\x03\x04":
+        raise zipfile.BadZipFile("bad local header")
+    fields = _LOCAL.unpack(local)
+    return info.header_offset + _LOCAL.size + fields[9] + fields[10]
 
-    WINDOW = 4096
 
-    def __init__(self, handle):
-        self.fd = handle.fileno()
-        self.size = os.fstat(self.fd).st_size
-        self.head = os.pread(self.fd, min(self.size, self.WINDOW), 0)
-        self.tail_start = max(0, self.size - self.WINDOW)
-        self.tail = os.pread(self.fd, self.size - self.tail_start, self.tail_start)
-        self.members = self._members(handle)
-
-    def read(self, size: int, offset: int) -> bytes:
-        if offset + size <= len(self.head):
-            return self.head[offset:offset + size]
-        if offset >= self.tail_start and offset + size <= self.size:
-            return self.tail[offset - self.tail_start:offset - self.tail_start + size]
-        data = os.pread(self.fd, size, offset)
-        if len(data) != size:
-            raise zipfile.BadZipFile("truncated")
-        return data
-
-    def _members(self, handle) -> dict:
-        """name -> (offset of the local header, compression method, uncompressed size), from the central
-        directory; zip64 archives (members or offsets beyond 4 GB) through zipfile."""
-        tail, tail_start = self.tail, self.tail_start
-        at = tail.rfind(b"PK\x05\x06")
-        if at < 0 and tail_start > 0:      # an archive comment (up to 64 KB) after the end record
-            tail_start = max(0, self.size - _END.size - 0xFFFF)
-            tail = self.read(self.size - tail_start, tail_start)
-            at = tail.rfind(b"PK\x05\x06")
-        if at < 0 or at + _END.size > len(tail):
-            raise zipfile.BadZipFile("no end of central directory")
-        _, _, _, _, count, directory_size, directory_offset, _ = _END.unpack_from(tail, at)
-        if 0xFFFF == count or 0xFFFFFFFF in (directory_size, directory_offset):
-            return {info.filename: (info.header_offset, info.compress_type, info.file_size)
-                    for info in zipfile.ZipFile(handle).infolist()}
-        directory = self.read(directory_size, directory_offset)
-        members, position = {}, 0
-        for _ in range(count):
-            fields = _ENTRY.unpack_from(directory, position)
-            if fields[0] != b"PK\x01\x02":
-                raise zipfile.BadZipFile("bad central directory")
-            name_size, extra_size, comment_size, offset = fields[10], fields[11], fields[12], fields[16]
-            name = directory[position + _ENTRY.size:position + _ENTRY.size + name_size].decode("utf-8", "replace")
-            members[name] = (offset, fields[4], fields[9])
-            position += _ENTRY.size + name_size + extra_size + comment_size
-        return members
-
-    def start(self, member: tuple) -> int:
-        """Where the data of a stored (uncompressed) member starts."""
-        offset, method, _ = member
-        if method != zipfile.ZIP_STORED:
-            raise _NotPlain("compressed member")
-        local = _LOCAL.unpack(self.read(_LOCAL.size, offset))
-        if local[0] != b"PK\x03\x04":
-            raise zipfile.BadZipFile("bad local header")
-        return offset + _LOCAL.size + local[9] + local[10]
-
-    def member(self, member: tuple) -> bytes:
-        return self.read(member[2], self.start(member))
+def _member(handle, info: zipfile.ZipInfo) -> bytes:
+    """The bytes of a small stored zip member (one pread; zipfile's own reader costs more than a small tensor)."""
+    data = os.pread(handle.fileno(), info.file_size, _data_start(handle, info))
+    if len(data) != info.file_size:
+        raise zipfile.BadZipFile("truncated member")
+    return data
 
 
 def _read_plain_pt(path: str) -> TensorData | None:
@@ -303,26 +256,26 @@ def _plain_pt(path: str) -> TensorData:
     if sys.byteorder != "little":
         raise _NotPlain("byte order")
     with open(path, "rb", buffering=0) as handle:
-        archive = _ZipFile(handle)
-        members = archive.members
-        first = next(iter(members), "")
-        prefix = first.split("/", 1)[0]
-        if "/" not in first or f"{prefix}/data.pkl" not in members:
+        archive = zipfile.ZipFile(handle)
+        names = archive.namelist()
+        prefix = names[0].split("/", 1)[0] if names and "/" in names[0] else ""
+        members = archive.NameToInfo
+        if not prefix or f"{prefix}/data.pkl" not in members:
             raise _NotPlain("layout")
         order = members.get(f"{prefix}/byteorder")
-        if order is not None and archive.member(order) != b"little":
+        if order is not None and _member(handle, order) != b"little":
             raise _NotPlain("byte order")
-        tensor = _TensorUnpickler(io.BytesIO(archive.member(members[f"{prefix}/data.pkl"]))).load()
+        tensor = _TensorUnpickler(io.BytesIO(_member(handle, members[f"{prefix}/data.pkl"]))).load()
         if not isinstance(tensor, _Tensor) or not (_ints((tensor.offset,)) and _ints(tensor.size)
                                                    and _ints(tensor.stride)) or len(tensor.size) != len(tensor.stride):
             raise _NotPlain("tensor")
         storage = tensor.storage
         dtype = storage.kind.dtype
         nbytes = storage.numel * dtype.itemsize
-        member = members.get(f"{prefix}/data/{storage.key}")
-        if member is None or member[2] < nbytes:
+        info = members.get(f"{prefix}/data/{storage.key}")
+        if info is None or info.file_size < nbytes:
             raise _NotPlain("storage record")
-        data = _file_bytes(handle, archive.start(member), nbytes, archive.size)
+        data = _file_bytes(handle, _data_start(handle, info), nbytes, os.fstat(handle.fileno()).st_size)
     if data is None:
         raise _NotPlain("storage record")
     flat = np.frombuffer(data, dtype, count=storage.numel)

@@ -110,6 +110,10 @@ def _zoo(torch) -> dict:
     zoo["expanded"] = torch.arange(3.0).expand(4, 3)
     zoo["bf16_view"] = base.to(torch.bfloat16)[:, 3:, :].permute(2, 0, 1)
     zoo["scalar_int"] = torch.tensor(7)
+    # views sharing one large storage: the last elements, a strided view of a view
+    storage = torch.arange(4096.0)
+    zoo["shared_tail"] = storage[-3:]
+    zoo["shared_strided"] = storage.view(64, 64)[10:20:3, 5:50:7].t()
     return zoo
 
 
@@ -178,6 +182,61 @@ def test_pt_reader_runs_no_code_and_refuses_what_torch_refuses(tmp_path):
     (tmp_path / "cut.pt").write_bytes((tmp_path / "full.pt").read_bytes()[:300])
     with pytest.raises(TensorReadError, match="could not be read by torch"):
         load_tensor(str(tmp_path), "cut.pt")
+
+
+def _zip64_copy(source, target) -> None:
+    """The members of a zip file written again as a zip64 archive (zip64 member records and end records)."""
+    import zipfile
+
+    with zipfile.ZipFile(source) as old, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(zipfile, "ZIP64_LIMIT", 16)     # every offset and size past 16 bytes takes zip64 records
+        with zipfile.ZipFile(target, "w") as new:
+            for info in old.infolist():
+                with new.open(info.filename, "w", force_zip64=True) as member:
+                    member.write(old.read(info))
+    with open(target, "rb") as handle:
+        assert b"PK\x06\x06" in handle.read()       # a zip64 end of central directory record
+
+
+def test_pt_reader_reads_zip64_archives(tmp_path):
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
+    from msprobe.dump import tensors
+
+    for name, tensor in {"bf16": torch.randn(5, 7).to(torch.bfloat16), "view": torch.arange(50.0)[7::3]}.items():
+        torch.save(tensor, tmp_path / f"{name}.pt")
+        _zip64_copy(tmp_path / f"{name}.pt", tmp_path / f"{name}64.pt")
+        data = tensors._read_plain_pt(str(tmp_path / f"{name}64.pt"))
+        assert data is not None and _same(data.widened(), _torch_values(torch, tensor)), name
+
+
+def test_damaged_pt_files_give_one_error_line_or_torch_s_values(tmp_path):
+    """Every truncation and every 11th byte flipped of a .pt file: a TensorReadError of one line naming the file,
+    never another exception; or values: torch's own (a flipped value of the tensor's data), or the undamaged
+    values where torch refuses a member msprobe never reads (.format_version)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
+    from msprobe.dump import tensors
+
+    original = torch.arange(12, dtype=torch.bfloat16).reshape(3, 4)
+    torch.save(original, tmp_path / "good.pt")
+    good = (tmp_path / "good.pt").read_bytes()
+    damaged = {f"cut{n}": good[:n] for n in range(0, len(good), 37)}
+    damaged.update({f"flip{n}": good[:n] + bytes([good[n] ^ 0xFF]) + good[n + 1:] for n in range(0, len(good), 11)})
+    outcomes = set()
+    for name, content in damaged.items():
+        (tmp_path / f"{name}.pt").write_bytes(content)
+        try:
+            data = tensors.read_tensor(str(tmp_path), f"{name}.pt")
+        except TensorReadError as exc:
+            assert "\n" not in str(exc) and f"{name}.pt" in str(exc), name
+            outcomes.add("refused")
+            continue
+        try:
+            expected = torch.load(tmp_path / f"{name}.pt", weights_only=True)
+        except Exception:  # noqa: BLE001 - torch refuses a file for a damaged member msprobe does not read
+            expected = original
+        assert _same(data.widened(), _torch_values(torch, expected)), name
+        outcomes.add("read")
+    assert outcomes == {"refused", "read"}
 
 
 def test_plain_pt_files_are_read_without_torch(tmp_path, monkeypatch):
