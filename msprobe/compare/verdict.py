@@ -180,7 +180,8 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
                   and canonical(t_dtype[row]) == canonical(g_dtype[row])):
                 messages[row].append(MSG_HIDDEN_CAST)
                 level[row] = max(level[row], rules.WARNING)
-        for row in _differing_parameters(data, cells, states, is_tensor, facts.unjudged, stats):
+        parameters = _differing_parameters(data, cells, states, is_tensor, facts.unjudged, stats)
+        for row in parameters:
             messages[row].append(MSG_PARAMETER)
             level[row] = max(level[row], rules.WARNING)
         extras = facts.extra_changes + ([facts.extra_op] if facts.extra_op is not None else [])
@@ -190,7 +191,9 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
         for row in facts.parted:
             messages[row].append(MSG_PARTED)
             level[row] = max(level[row], rules.WARNING)
-        if facts.enters is not None and _beyond_rounding(data, cells, [facts.enters], stats):
+        # where parameters are dumped (mix, L0) a differing weight is named at its parameter row: the input that
+        # enters is then the data, a buffer or a constant only when no parameter differs
+        if facts.enters is not None and not parameters and _beyond_rounding(data, cells, [facts.enters], stats):
             messages[facts.enters].append(MSG_ENTERS)
             level[facts.enters] = max(level[facts.enters], rules.WARNING)
     flagged_input = None if data.mode == col.MD5 else _flagged_first(level, states, facts.first_difference,
@@ -502,10 +505,11 @@ def _backward_reads_forward(twins: list, inherited: np.ndarray, lower_input: np.
 def _entering(data, states: list, matched: np.ndarray, differing: np.ndarray) -> int | None:
     """The first differing row of the table, when it is a tensor input of a forward entry and every item before it
     is matched (and identical): its difference is made by no dumped op (a weight at level L1, the data, a
-    constant). Not where the dump records parameters (mix, L0: the parameter rows name a weight), nor across
+    constant, a tensor the model's code builds without a dumped op). Where the dump records parameters (mix, L0)
+    it is judged only when no parameter differs (judge_rows: the parameter rows name a weight). Not across
     frameworks (their ops differ in granularity: an input may come from an op the other run does not have)."""
     rows = np.flatnonzero(differing)
-    if not len(rows) or "parameters" in states:
+    if not len(rows):
         return None
     first = int(rows[0])
     if not matched[:first].all() or states[first] != "input":
@@ -716,6 +720,28 @@ def culprit_of(levels: np.ndarray) -> int | None:
         return None
     top = int(levels.max())
     return int(np.argmax(levels == top)) if top >= WARNING_HERE else None
+
+
+# what the culprit row says its op does (culprit_cause), for the views that explain the culprit (-da, triage)
+CAUSE_PRECISION = "precision"   # the precision drops here: a dtype change whose rounding explains the difference
+CAUSE_ENTERS = "enters"         # the difference enters here, made by no dumped op (a parameter, the data, a constant)
+CAUSE_EXTRA = "extra op"        # an op the golden run does not call
+CAUSE_PARTED = "parted"         # the runs call different ops from here (shapes differ)
+CAUSE_MADE = "made"             # the op makes an error its inputs and dtypes do not explain
+
+
+def culprit_cause(level: int, message: str, state: str) -> str:
+    """The cause of a culprit row (CAUSE_*), from its level (row_levels), Err_message and state: the judgement the
+    level was made from, named once for every view."""
+    if MSG_EXTRA_OP in message or MSG_EXTRA_CHANGE in message:
+        return CAUSE_EXTRA
+    if MSG_PARTED in message:
+        return CAUSE_PARTED
+    if MSG_FIRST_CAST in message:
+        return CAUSE_PRECISION
+    if MSG_ENTERS in message or MSG_PARAMETER in message or state in ("input", "parameters"):
+        return CAUSE_ENTERS
+    return CAUSE_PRECISION if level == PRECISION_HERE else CAUSE_MADE
 
 
 def culprit_row(states: list, results: list, messages: list, origins: list | None) -> int | None:

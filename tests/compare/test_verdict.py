@@ -184,7 +184,9 @@ def test_a_perturbed_parameter_is_where_the_difference_enters():
 def test_an_input_where_the_difference_enters():
     """Level L1 (a ResNet with one conv weight 1 % off, probed): the conv's weight input is the first item that
     differs; no dumped op made it, so the difference enters there. Not when a row before it has no partner (it may
-    come from that op), nor when the dump records parameters (their rows name a weight)."""
+    come from that op), nor when a dumped parameter differs (mix, L0: its row names the weight); where parameters
+    are dumped and none differs, the input enters all the same (the data, a buffer, a tensor the model's code
+    builds, a weight of the top-level model, which no module entry records)."""
     name = "Functional.conv2d.4.forward"
     weight = stat(mx=0.0841, mn=-0.0842, mean=-0.00024, norm=2.2743)
     golden_weight = stat(mx=0.0833, mn=-0.0833, mean=-0.00024, norm=2.2518)
@@ -197,11 +199,16 @@ def test_an_input_where_the_difference_enters():
     out, _ = judged({**extra, **forward(name, [stat(), weight], [stat(norm=2.02)])},
                     forward(name, [stat(), golden_weight], [stat()]))
     assert out[f"{name}.input.1"][0] == "pass"
-    module = {"Module.conv.Conv2d.forward.0": {"input_args": [stat()], "input_kwargs": {}, "output": [stat()],
-                                               "parameters": {"weight": stat()}}}
-    out, _ = judged({**module, **forward(name, [stat(), weight], [stat(norm=2.02)])},
-                    {**module, **forward(name, [stat(), golden_weight], [stat()])})
+    def module(parameter):
+        return {"Module.conv.Conv2d.forward.0": {"input_args": [stat()], "input_kwargs": {}, "output": [stat()],
+                                                 "parameters": {"weight": parameter}}}
+    out, summary = judged({**forward(name, [stat(), weight], [stat(norm=2.02)]), **module(golden_weight)},
+                          {**forward(name, [stat(), golden_weight], [stat()]), **module(golden_weight)})
+    assert out[f"{name}.input.1"] == ("warning", [verdict.MSG_ENTERS], "")
+    out, summary = judged({**forward(name, [stat(), weight], [stat(norm=2.02)]), **module(weight)},
+                          {**forward(name, [stat(), golden_weight], [stat()]), **module(golden_weight)})
     assert out[f"{name}.input.1"][0] == "pass"
+    assert summary.first_error == "Module.conv.Conv2d.forward.0.parameters.weight"
 
 
 def test_a_non_tensor_argument_one_framework_records_is_a_convention(tmp_path):
