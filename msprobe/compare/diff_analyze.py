@@ -415,8 +415,8 @@ def culprit_record(finding: Finding) -> dict:
         if len(names) > 1 and names[1].get("reads") is None:
             record["golden_op_name"] = names[1]["api"] or names[1]["module"]
             record["golden_module"] = names[1]["module"]
-        elif len(names) > 1:       # an op the golden does not call: the golden's op that reads what it passes on
-            record["golden_reader"] = names[1]["api"]
+        elif len(names) > 1:       # an op the golden does not call: the op reading its output, on both sides
+            record["reader"], record["golden_reader"] = names[0]["reads"], names[1]["api"]
             record["golden_module"] = names[1]["module"]
     return record
 

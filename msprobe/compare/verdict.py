@@ -401,8 +401,9 @@ def _unjudged_maker(data, states: list, stats_t: list, matched: np.ndarray, igno
     """(row, message) of the op no rule judges that makes the first difference: the first matched row that differs
     is a forward entry's input, and its target tensor is the output of an earlier forward API entry (the same dtype,
     shape and four statistics in the one dump: that op's result feeds it) which either has no golden partner (an
-    op the golden run does not call: an extra scale or activation, MSG_EXTRA_OP) or is a cast no rule judges
-    (rules.ALL_IGNORE: `Tensor.to`) whose output dtype differs from its partner's (MSG_FIRST_CAST). The compare
+    op the golden run does not call: an extra scale or activation, MSG_EXTRA_OP; a cast, MSG_FIRST_CAST, when its
+    output's dtype is not the golden's there) or is a cast no rule judges (rules.ALL_IGNORE: `Tensor.to`) whose
+    output dtype differs from its partner's (MSG_FIRST_CAST). The compare
     could otherwise only name what such an op changes downstream. One framework only: across frameworks one run
     records many ops the other does not."""
     rows = np.flatnonzero(differing)
@@ -422,7 +423,10 @@ def _unjudged_maker(data, states: list, stats_t: list, matched: np.ndarray, igno
         if (t_dtype[row], t_shape[row], *(float(values[row]) for values in stats_t)) != key:
             continue
         if not matched[row]:
-            return row, MSG_EXTRA_OP
+            # a cast the golden does not make (`x.astype(float16)`): the dtype change is the cause
+            cast = ignored[row] and isinstance(t_dtype[first], str) and isinstance(g_dtype[first], str) \
+                and canonical(t_dtype[first]) != canonical(g_dtype[first])
+            return row, MSG_FIRST_CAST if cast else MSG_EXTRA_OP
         if ignored[row] and isinstance(g_dtype[row], str) and isinstance(t_dtype[row], str) \
                 and canonical(t_dtype[row]) != canonical(g_dtype[row]):
             return row, MSG_FIRST_CAST

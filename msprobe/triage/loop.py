@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass, field
 from msprobe.errors import UsageError
 from msprobe.io import write_text
 from msprobe.triage import evidence, rounds
-from msprobe.triage.classify import NON_FINITE, classify
+from msprobe.triage import classify as judgement
+from msprobe.triage.classify import AGREE, CULPRIT, DIFFER, DTYPE_ONLY, NON_FINITE, classify
 
-AGREE, CULPRIT, DIFFER = "agree", "culprit", "differ"
 FRAMEWORKS = ("auto", "pytorch", "mindspore")
 
 
@@ -21,11 +21,12 @@ FRAMEWORKS = ("auto", "pytorch", "mindspore")
 class Findings:
     """What a triage found; `to_dict()` is what `--json` prints and triage.json holds."""
 
-    outcome: str                                  # agree | culprit | differ (differences no op makes its own)
+    outcome: str                                  # agree | culprit | differ (differences no op makes its own) |
+    #                                               dtype (the runs differ in dtype, and by nothing it does not explain)
     culprit: str | None = None                    # dump entry, e.g. Functional.conv2d.1.forward
     module: str | None = None                     # its enclosing module/cell entry
-    category: str | None = None                   # dtype/cast | argument | kernel precision | nondeterminism |
-    #                                               framework convention | nan/inf
+    category: str | None = None                   # dtype/cast | argument | input | module code | kernel precision |
+    #                                               nondeterminism | framework convention | nan/inf
     reason: str = ""                              # the evidence behind the category, one sentence
     advice: str = ""
     step: int = 0
@@ -35,6 +36,8 @@ class Findings:
     first_divergence: str | None = None
     failures: list = field(default_factory=list)  # crashes, timeouts, NaN/Inf, collector errors: findings too
     rounds: list = field(default_factory=list)    # per round: name, evidence lines, commands, files
+    note: str = ""                                # differ, dtype: what the differences are
+    dtype_change: dict | None = None              # dtype: where the precision drops (op, module, source, dtypes)
     output_dir: str = ""
     report: str = ""                              # the HTML page
 
@@ -51,9 +54,14 @@ class Findings:
         where = f"step {self.step}" + (f", rank {self.rank}" if self.rank is not None else "")
         if self.outcome == AGREE:
             head = [f"msprobe triage: the runs agree at {where}."]
-        elif self.outcome == DIFFER:
-            head = [f"msprobe triage: the runs differ at {where} (first at {self.first_divergence}), but no op makes "
-                    "an error or warning of its own: rounding carried along, no culprit."]
+        elif self.outcome in (DIFFER, DTYPE_ONLY):
+            head = [f"msprobe triage: no culprit at {where}: {self.note}"]
+            change = self.dtype_change or {}
+            if change:
+                head += [f"  dtype:    {change.get('op')}: {change.get('dtypes')}",
+                         f"  module:   {change.get('module') or '-'}",
+                         f"  source:   {change.get('source') or '-'}",
+                         f"  advice:   {self.advice}"]
         else:
             head = [f"msprobe triage: culprit {self.culprit} at {where}",
                     f"  module:   {self.module or '-'}",
@@ -86,23 +94,22 @@ def triage(target: str | None = None, golden: str | None = None, *, output_dir: 
     findings = Findings(AGREE, step=options.step, rank=first.rank, first_divergence=first.first_divergence,
                         output_dir=options.output_dir)
     findings.failures += _run_failures(first.runs)
-    findings.rounds.append(_round1_record(options, first))
-    culprit = first.culprit
-    non_finite = first.non_finite if first.non_finite and not first.golden_non_finite else None
-    if non_finite:
-        findings.failures.append(f"the target's outputs turn NaN/Inf first at {non_finite}")
-        culprit = culprit or non_finite
-    if first.differs and culprit is None:
-        findings.outcome = DIFFER
-    if culprit is not None:
+    named = judgement.judge(first, options.same_command)
+    findings.rounds.append(_round1_record(options, first, named))
+    if first.non_finite and not first.golden_non_finite:
+        findings.failures.append(f"the target's outputs turn NaN/Inf first at {first.non_finite}")
+    findings.outcome, findings.note = named.outcome, named.note
+    if named.outcome == DTYPE_ONLY:
+        _dtype_change(findings, first, named)
+    if named.culprit is not None:
         say("round 2: dumping the culprit's tensors")
-        second = rounds.tensors(options, first)
+        second = rounds.tensors(options, first, say, named)
         findings.failures += _run_failures(second.runs)
-        findings.rounds.append(_round2_record(second))
+        findings.rounds.append(_round2_record(second, first, named))
         say("round 3: replaying the culprit")
-        third = rounds.replay(options, first, second)
+        third = rounds.replay(options, first, second, named)
         findings.rounds.append(_round3_record(third))
-        _conclude(findings, options, first, second, third, culprit, non_finite)
+        _conclude(findings, options, first, second, third, named)
     findings.report = _write(findings)
     if not options.keep_dumps:
         _clean(options.output_dir)
@@ -140,28 +147,58 @@ def _options(target, golden, output_dir, step, level, framework, timeout, keep_d
                           target_dump, golden_dump, cwd)
 
 
-def _conclude(findings: Findings, options, first, second, third, culprit: str, non_finite) -> None:
-    findings.outcome = CULPRIT
-    findings.culprit = culprit
-    findings.module = first.module if culprit == first.culprit else None
+def _conclude(findings: Findings, options, first, second, third, named) -> None:
+    culprit = named.culprit
+    findings.culprit, findings.module = culprit, named.module
     target_file = evidence.dump_file(first.target_path, first.rank)
     golden_file = evidence.dump_file(first.golden_path, first.rank)
-    target_data = evidence.load_dump(target_file).get("data") or {}
-    golden_data = evidence.load_dump(golden_file).get("data") or {}
+    target, golden = evidence.load_dump(target_file), evidence.load_dump(golden_file)
+    target_data, golden_data = target.get("data") or {}, golden.get("data") or {}
     if findings.module is None:
-        construct = os.path.join(os.path.dirname(target_file), "construct.json")
-        if os.path.isfile(construct):
-            parent = evidence.load_dump(construct).get(culprit)
-            findings.module = parent if isinstance(parent, str) else None
-    golden_name = evidence.forward_of(first.golden_culprit or culprit)
+        parent = evidence.load_dump(os.path.join(os.path.dirname(target_file), "construct.json")).get(culprit)
+        findings.module = parent if isinstance(parent, str) else None
+    golden_name = evidence.forward_of(first.golden_culprit if culprit == first.culprit and first.golden_culprit
+                                      else culprit)
+    calls = ""
+    if named.module_level:
+        golden_module = first.golden_culprit if first.golden_culprit else culprit
+        calls = evidence.calls_inside(evidence.load_dump(os.path.join(os.path.dirname(target_file), "construct.json")),
+                                      evidence.load_dump(os.path.join(os.path.dirname(golden_file), "construct.json")),
+                                      culprit, golden_module)
+    inputs_differ = second.inputs_differ if second.inputs_differ is not None else \
+        (first.first_inputs_differ if named.inside else None)
     cause = classify(options.same_command, target_data.get(evidence.forward_of(culprit)),
-                     golden_data.get(golden_name), first.frameworks, third.target, second.inputs_differ,
-                     non_finite=culprit == non_finite, culprit=culprit)
-    findings.category, findings.reason, findings.advice = cause.category, cause.reason, cause.advice
-    findings.stack = first.stack if culprit == first.culprit else evidence.stack_of(target_file, culprit)
-    findings.source = evidence.user_line(findings.stack)
+                     golden_data.get(golden_name), first.frameworks, third.target, inputs_differ,
+                     non_finite=named.non_finite, culprit=culprit, cause=named.cause, module_calls=calls)
+    findings.category, findings.reason = cause.category, cause.reason
+    if named.module_level:
+        findings.stack = evidence.stack_of(target_file, culprit)
+        findings.source = evidence.module_definition(target_file, culprit)
+    else:
+        findings.stack = evidence.culprit_stack(target_file, culprit, first.stack if culprit == first.culprit else None)
+        findings.source = evidence.user_line(findings.stack)
+    findings.advice = cause.advice(bool(findings.source), culprit)
     if cause.category == NON_FINITE and first.culprit and first.culprit != culprit:
         findings.failures.append(f"the compare's culprit is {first.culprit}")
+
+
+def _dtype_change(findings: Findings, first, named) -> None:
+    """The dtype outcome: where the precision drops (the verdict's culprit), its dtypes and source line."""
+    target_file = evidence.dump_file(first.target_path, first.rank)
+    golden_file = evidence.dump_file(first.golden_path, first.rank)
+    op = named.dtype_change["op"]
+    golden_name = evidence.forward_of(first.golden_culprit or op)
+    target = (evidence.load_dump(target_file).get("data") or {}).get(evidence.forward_of(op))
+    golden = (evidence.load_dump(golden_file).get("data") or {}).get(golden_name)
+    outputs = [evidence.dtype_name(d) for d in evidence.output_dtypes(target)], \
+        [evidence.dtype_name(d) for d in evidence.output_dtypes(golden)]
+    dtypes = (f"its output is {judgement.dtype_list(outputs[0])} in the target, {judgement.dtype_list(outputs[1])} in "
+              "the golden")
+    if outputs[0] == outputs[1]:
+        dtypes += " (it computes in a lower precision inside: a cast or autocast)"
+    source = evidence.user_line(evidence.culprit_stack(target_file, op, first.stack))
+    findings.dtype_change = dict(named.dtype_change, dtypes=dtypes, source=source)
+    findings.advice = judgement.dtype_only_advice(bool(source))
 
 
 def _run_failures(runs: list) -> list:
@@ -182,12 +219,15 @@ def _runs_record(runs: list) -> list:
              "stopped_after_step": run.stopped, "timed_out": run.timed_out, "log": run.log} for run in runs]
 
 
-def _round1_record(options, first) -> dict:
+def _round1_record(options, first, named=None) -> dict:
+    error = f", output relative error {first.relative_error:.3g}" if first.relative_error else ""
     if not first.differs:
         headline = ("nothing differs: the same command is deterministic at this step" if options.same_command
                     else "nothing differs: every compared output is identical")
+    elif named is not None and named.outcome == DTYPE_ONLY:
+        headline = (f"the precision drops at {first.culprit} (the compare's culprit row, {first.culprit_result}"
+                    f"{error}) and no op introduces error beyond the dtypes; {first.summary}")
     elif first.culprit:
-        error = f", output relative error {first.relative_error:.3g}" if first.relative_error else ""
         headline = f"culprit {first.culprit} ({first.culprit_result}{error}); {first.summary}"
     else:
         headline = f"the runs differ (first at {first.first_divergence}) but no op makes its own error; {first.summary}"
@@ -195,17 +235,33 @@ def _round1_record(options, first) -> dict:
             "commands": first.commands, "files": first.compare_files}
 
 
-def _round2_record(second) -> dict:
+def _round2_record(second, first=None, named=None) -> dict:
     if second.skipped:
         return {"name": "round 2 (tensors)", "evidence": [f"skipped: {second.skipped}"], "runs": _runs_record(second.runs),
                 "commands": [], "files": []}
-    rows = [f"{row.get('NPU Name')}: cosine {row.get('Cosine')}, max abs err {row.get('MaxAbsErr')}, "
-            f"{row.get('Result', '')}" for row in second.rows]
-    inputs = {None: "its inputs were not compared", True: "its inputs already differ",
-              False: "its inputs are identical"}[second.inputs_differ]
-    outputs = {None: "", True: ", its outputs differ", False: ", its outputs are identical"}[second.outputs_differ]
-    return {"name": "round 2 (tensors)", "evidence": [inputs + outputs, *rows], "runs": _runs_record(second.runs),
+    rows = [_row_text(row) for row in second.rows]
+    extra = named is not None and first is not None and named.culprit == first.culprit and \
+        first.cause == judgement.CAUSE_EXTRA
+    if extra:
+        head = "the golden run does not call it: its tensors have no golden partner"
+        if second.reader:
+            reads = {None: "was not compared", True: "gets an input that already differs from the golden's",
+                     False: "gets the same input as in the golden"}[second.reader_inputs_differ]
+            head += f"; the op reading its output, {second.reader}, {reads}"
+            rows += [_row_text(row) for row in second.reader_rows]
+    else:
+        inputs = {None: "no input of it was compared (no golden partner, no numeric error)" if rows
+                  else "no tensor of it is in the two dumps",
+                  True: "its inputs already differ", False: "its inputs are identical"}[second.inputs_differ]
+        outputs = {None: "", True: ", its outputs differ", False: ", its outputs are identical"}[second.outputs_differ]
+        head = inputs + outputs
+    return {"name": "round 2 (tensors)", "evidence": [head, *rows], "runs": _runs_record(second.runs),
             "commands": second.commands, "files": second.compare_files}
+
+
+def _row_text(row: dict) -> str:
+    return (f"{row.get('NPU Name')}: cosine {row.get('Cosine')}, max abs err {row.get('MaxAbsErr')}, "
+            f"{row.get('Result', '')}")
 
 
 def _round3_record(third) -> dict:
