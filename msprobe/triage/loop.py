@@ -194,7 +194,12 @@ def _dtype_change(findings: Findings, first, named) -> None:
         [evidence.dtype_name(d) for d in evidence.output_dtypes(golden)]
     dtypes = (f"its output is {judgement.dtype_list(outputs[0])} in the target, {judgement.dtype_list(outputs[1])} in "
               "the golden")
-    if outputs[0] == outputs[1]:
+    if golden is None and first.golden_reader:       # a cast the golden does not make: what the golden passes on
+        reader = (evidence.load_dump(golden_file).get("data") or {}).get(evidence.forward_of(first.golden_reader))
+        passed = [evidence.dtype_name(leaf[2]) for leaf in evidence.signature(reader) if leaf[3] is not None]
+        dtypes = (f"its output is {judgement.dtype_list(outputs[0])} in the target; the golden does not call it and "
+                  f"passes {judgement.dtype_list(passed[:1])} on to {first.golden_reader}")
+    elif outputs[0] == outputs[1]:
         dtypes += " (it computes in a lower precision inside: a cast or autocast)"
     source = evidence.user_line(evidence.culprit_stack(target_file, op, first.stack))
     findings.dtype_change = dict(named.dtype_change, dtypes=dtypes, source=source)
@@ -276,11 +281,15 @@ def _round3_record(third) -> dict:
         lines.append(f"on the {side}'s inputs: {replayed['status']}" + (f" ({detail})" if detail else "")
                      + (f" - {replayed['message']}" if replayed.get("message") else ""))
     verdicts = {(third.target or {}).get("status"), (third.golden or {}).get("status")}
-    if (third.target or {}).get("status") in ("error", "warning"):
+    status = (third.target or {}).get("status")
+    if status == "error":
         lines.insert(0, "the op computes wrongly (against the CPU benchmark) on the target's inputs")
+    elif status == "warning":
+        lines.insert(0, "on the target's inputs the op's result is at the edge of the CPU benchmark's tolerance (a "
+                        "warning: about what its dtype's rounding allows)")
     elif "pass" in verdicts:
         lines.insert(0, "the op computes correctly on its own inputs: the difference comes from its inputs, its "
-                        "dtype or its arguments")
+                        "dtype or its arguments, or from calling it at all")
     return {"name": "round 3 (replay)", "evidence": lines, "commands": third.commands, "files": []}
 
 

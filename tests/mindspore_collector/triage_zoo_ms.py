@@ -3,17 +3,48 @@ test_triage_ms.py, benchmarks/bench_triage.py): no msprobe in it, a plain traini
 transformer block, an LSTM) and one planted bug per --bug, as examples/triage/train.py for PyTorch: cast (one dense
 in float16), eps (a layer norm's epsilon), bias (a dense's bias dropped), softmax (the wrong axis), scale (an
 activation scaled), bf16acc (attention scores accumulated in float16: CPU has no bfloat16 matmul), nondet (a
-dropout whose seed changes from run to run), nan (a log of a negative number). Only ops with CPU kernels in
-MindSpore 2.10."""
+dropout whose seed changes from run to run), nan (a log of a negative number), bn_eps (a batch norm's epsilon),
+residual (a residual block's skip connection dropped), rootscale (the features scaled in the model's own construct,
+outside every sub-cell), noisy (a NoisyDense: a Dense then `mint.add` of a delta the cell builds from NumPy, another
+in the target). --amp: the model under `mindspore.amp.auto_mixed_precision(..., "O2")` (float16 cells against a
+float32 golden). Only ops with CPU kernels in MindSpore 2.10."""
 
 import argparse
 import time
 
 import mindspore as ms
 import numpy as np
-from mindspore import Tensor, nn, ops
+from mindspore import Tensor, mint, nn, ops
 
-BUGS = ("none", "cast", "eps", "bias", "softmax", "scale", "bf16acc", "nondet", "nan")
+BUGS = ("none", "cast", "eps", "bias", "softmax", "scale", "bf16acc", "nondet", "nan", "bn_eps", "residual",
+        "rootscale", "noisy")
+
+
+class NoisyDense(nn.Cell):
+    """A Dense, then `mint.add` of a delta built from NumPy (no dumped op makes it)."""
+
+    def __init__(self, width, noise):
+        super().__init__()
+        self.dense = nn.Dense(width, width)
+        self.noise = noise
+
+    def construct(self, x):
+        y = self.dense(x)
+        delta = Tensor(np.full(y.shape, self.noise, np.float32)).astype(y.dtype)
+        return mint.add(y, delta)
+
+
+class Mix(nn.Cell):
+    """A residual block: x + proj(gelu(x)); --bug residual drops the skip connection, --bug noisy adds a delta."""
+
+    def __init__(self, width, bug):
+        super().__init__()
+        self.bug = bug
+        self.proj = NoisyDense(width, 0.3 if bug == "noisy" else 0.0)
+
+    def construct(self, x):
+        h = self.proj(ops.gelu(x))
+        return h if self.bug == "residual" else x + h
 
 
 class Head(nn.Cell):
@@ -25,6 +56,8 @@ class Head(nn.Cell):
         self.query = nn.Dense(width, width)
         self.norm = nn.LayerNorm((width,), epsilon=1e-2 if bug == "eps" else 1e-5)
         self.hidden = nn.Dense(width, width)
+        self.bn = nn.BatchNorm1d(width, eps=1e-1 if bug == "bn_eps" else 1e-5)
+        self.mix = Mix(width, bug)
         self.out = nn.Dense(width, classes)
 
     def construct(self, x):                              # x: [batch, sequence, width]
@@ -48,6 +81,7 @@ class Head(nn.Cell):
             x = ops.dropout(x, p=0.1, seed=time.time_ns() % 2**31)    # another seed in each run
         if self.bug == "nan":
             x = ops.log(x)
+        x = self.mix(ops.relu(self.bn(x)))
         return self.out(x)
 
 
@@ -58,11 +92,13 @@ class Cnn(nn.Cell):
         self.conv2 = nn.Conv2d(8, 16, 3, pad_mode="pad", padding=1, has_bias=True)
         self.pool = nn.MaxPool2d(2, 2)
         self.head = Head(16, 10, bug)
+        self.bug = bug
 
     def construct(self, images):
         x = self.pool(ops.relu(self.conv1(images)))
         x = ops.relu(self.conv2(x))
-        return self.head(x.reshape(x.shape[0], x.shape[1], -1).transpose(0, 2, 1))
+        x = x.reshape(x.shape[0], x.shape[1], -1).transpose(0, 2, 1)
+        return self.head(x * 1.5 if self.bug == "rootscale" else x)
 
 
 class Transformer(nn.Cell):
@@ -71,9 +107,11 @@ class Transformer(nn.Cell):
         self.embed = nn.Embedding(50, 32)
         self.block = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
         self.head = Head(32, 10, bug)
+        self.bug = bug
 
     def construct(self, tokens):
-        return self.head(self.block(self.embed(tokens)))
+        x = self.block(self.embed(tokens))
+        return self.head(x * 1.5 if self.bug == "rootscale" else x)
 
 
 class Lstm(nn.Cell):
@@ -82,9 +120,11 @@ class Lstm(nn.Cell):
         self.embed = nn.Embedding(50, 16)
         self.lstm = nn.LSTM(16, 24, batch_first=True)
         self.head = Head(24, 10, bug)
+        self.bug = bug
 
     def construct(self, tokens):
-        return self.head(self.lstm(self.embed(tokens))[0])
+        x = self.lstm(self.embed(tokens))[0]
+        return self.head(x * 1.5 if self.bug == "rootscale" else x)
 
 
 MODELS = {"cnn": Cnn, "transformer": Transformer, "lstm": Lstm}
@@ -102,14 +142,18 @@ def main():
     parser.add_argument("--model", choices=sorted(MODELS), default="transformer")
     parser.add_argument("--bug", choices=BUGS, default="none")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--amp", action="store_true", help='auto_mixed_precision "O2" (float16 cells)')
     args = parser.parse_args()
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_seed(0)
     model = MODELS[args.model](args.bug)
+    if args.amp:
+        model = ms.amp.auto_mixed_precision(model, "O2")
     optimizer = nn.SGD(model.trainable_params(), learning_rate=0.05)
 
     def forward(inputs, labels):
-        return ops.cross_entropy(model(inputs), labels)
+        logits = model(inputs)
+        return ops.cross_entropy(logits.astype(ms.float32) if args.amp else logits, labels)
 
     grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
     rng = np.random.default_rng(1)
