@@ -270,3 +270,23 @@ def test_a_bfloat16_accumulator_behind_a_bfloat16_input_is_introduced():
 
     assert fc2(1.0104) == "introduced"
     assert fc2(1.0038) == "dtype"
+
+
+def test_a_signed_norm_of_a_scalar_is_read_by_its_magnitude():
+    """MindSpore records a 0-d tensor's Norm as its signed value (Max = Min = Mean = Norm = -0.36: the gradient of a
+    loss division's divisor). Its relative error is |d| / |Norm|, not infinite; a division backward whose forward
+    input differs by as much (a float16 target's loss) inherits it (it was `introduced` on a clean pair)."""
+    t, g = -0.36066970229148865, -0.3606638014316559
+    cells = {f"{side} {stat}": [value] for side, value in (("NPU", t), ("Bench", g))
+             for stat in ("max", "min", "mean", "l2norm")}
+    errors = eo.row_errors(STATISTICS, cells)[0]
+    assert errors[0] == pytest.approx(abs(t - g) / abs(g), rel=1e-9)
+    scalar = "[]"
+    rows = [(0, "input", True, FP32, FP32, scalar, (5.770715,) * 4, (5.770621,) * 4),
+            (0, "input", True, FP32, FP32, scalar, (4.0,) * 4, (4.0,) * 4),
+            (0, "output", True, FP32, FP32, scalar, (1.4426788,) * 4, (1.4426552,) * 4),
+            (1, "input", True, FP32, FP32, scalar, (1.0,) * 4, (1.0,) * 4),
+            (1, "output", True, FP32, FP32, scalar, (0.25,) * 4, (0.25,) * 4),
+            (1, "output", True, FP32, FP32, scalar, (t,) * 4, (g,) * 4)]
+    origin = judge(rows, ["Tensor.__truediv__.0.forward", "Tensor.__truediv__.0.backward"])
+    assert origin[5] == eo.INHERITED

@@ -139,3 +139,41 @@ def test_a_cast_that_makes_the_first_difference_is_the_culprit(tmp_path):
     assert result.column("Result")[row] == "warning" and MSG_FIRST_CAST in result.column("Err_message")[row]
     assert result.summary.first_error == "Tensor.to.0.forward.output.0"
     assert "dtype" in result.summary.advice
+
+
+def test_a_cast_the_golden_does_not_make_is_a_dtype_change(tmp_path):
+    """An unmatched Tensor.to (`x.astype(float16)` in the target only) whose output, read by the next op, is the first
+    tensor that differs: the dtype change is the cause (MSG_FIRST_CAST, not an extra op), -da's culprit cause is
+    `precision`, and with nothing beyond the dtypes the triage answers `dtype` with no culprit."""
+    import msprobe
+    from msprobe import api
+    from msprobe.compare.verdict import CAUSE_PRECISION, MSG_EXTRA_OP, MSG_FIRST_CAST
+
+    q = tensor(5.8, 2.0)
+    for side in ("target", "golden"):
+        half = side == "target"
+        cast = tensor(5.8008, 2.0, dtype="torch.float16")
+        read = cast if half else q
+        out = tensor(5.8008 if half else 5.8, 2.0, dtype="torch.float16" if half else "torch.float32")
+        data = {"Functional.linear.0.forward": {"input_args": [tensor(1.0, 1.0)], "input_kwargs": {}, "output": [q]}}
+        if half:
+            data["Tensor.to.0.forward"] = {"input_args": [q, {"type": "torch.dtype", "value": "torch.float16"}],
+                                           "input_kwargs": {}, "output": [cast]}
+        data["Functional.relu.0.forward"] = {"input_args": [read], "input_kwargs": {}, "output": [out]}
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1",
+                                                               "framework": "pytorch", "dump_data_dir": None,
+                                                               "data": data}))
+    target, golden = str(tmp_path / "target" / "dump.json"), str(tmp_path / "golden" / "dump.json")
+    result = api.compare(target, golden)
+    row = result.column("NPU Name").index("Tensor.to.0.forward.output.0")
+    message = result.column("Err_message")[row]
+    assert MSG_FIRST_CAST in message and MSG_EXTRA_OP not in message
+    assert "dtype" in result.summary.advice
+    analysis = api.diff_analyze(target, golden)
+    assert analysis.culprit["op_name"] == "Tensor.to.0.forward" and analysis.culprit["cause"] == CAUSE_PRECISION
+    assert analysis.dtype_aware["op_name"] is None
+    found = msprobe.triage(target_dump=target, golden_dump=golden, output_dir=str(tmp_path / "triage"))
+    assert found.outcome == "dtype" and found.culprit is None and found.exit_code == 0
+    assert found.dtype_change["op"] == "Tensor.to.0.forward"
+    assert "passes float32 on to Functional.relu.0.forward" in found.dtype_change["dtypes"]
