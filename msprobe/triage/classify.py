@@ -100,10 +100,11 @@ def judge(first, same_command: bool) -> Judged:
     if first.cause == CAUSE_PRECISION and first.dtype_aware is None and not non_finite and not same_command:
         return Judged(DTYPE_ONLY, note=_dtype_note(first), dtype_change={"op": first.culprit, "module": first.module})
     if first.inside:
-        return Judged(CULPRIT, first.inside, first.culprit, cause=CAUSE_ENTERS, inside=True)
+        return Judged(CULPRIT, first.inside, first.culprit, cause=CAUSE_ENTERS, inside=True,
+                      non_finite=first.inside == non_finite)
     module_level = evidence.is_module(first.culprit)
     return Judged(CULPRIT, first.culprit, first.culprit if module_level else first.module, cause=first.cause,
-                  module_level=module_level)
+                  module_level=module_level, non_finite=first.culprit == non_finite)
 
 
 def _differ_note(first) -> str:

@@ -30,7 +30,7 @@ class NoisyDense(nn.Cell):
 
     def construct(self, x):
         y = self.dense(x)
-        delta = Tensor(np.full(y.shape, self.noise, np.float32)).astype(y.dtype)
+        delta = Tensor(np.full(y.shape, self.noise, np.float32), y.dtype)
         return mint.add(y, delta)
 
 
