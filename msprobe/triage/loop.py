@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 
 from msprobe.errors import UsageError
 from msprobe.io import write_text
-from msprobe.triage import evidence, rounds
 from msprobe.triage import classify as judgement
+from msprobe.triage import evidence, rounds
 from msprobe.triage.classify import AGREE, CULPRIT, DIFFER, DTYPE_ONLY, NON_FINITE, classify
 
 FRAMEWORKS = ("auto", "pytorch", "mindspore")

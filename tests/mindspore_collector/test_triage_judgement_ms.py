@@ -1,9 +1,10 @@
 """The triage keeps the compare core's judgement on MindSpore dumps (issue 40), made by our MindSpore collector, one
 process per run as a triage makes them (MindSpore's CPU BatchNorm returns other saved statistics on its first call
-in a process than on later ones), then round 1 of `msprobe triage -tp/-gp`: a NoisyDense (a Dense, then `mint.add` of a delta built from NumPy
-that differs between the runs) is named at its `Mint.add`, not as a cell the golden "does not call"; a float16
-target (auto_mixed_precision O2) against a float32 golden is a dtype difference with no culprit, and a BatchNorm
-epsilon planted in it is an argument of a Primitive whose attributes the dump does not record."""
+in a process than on later ones), then round 1 of `msprobe triage -tp/-gp`: a NoisyDense (a Dense, then `mint.add`
+of a delta built from NumPy that differs between the runs) is named at its `Mint.add`, not as a cell the golden
+"does not call"; a float16 target (auto_mixed_precision O2) against a float32 golden is a dtype difference with no
+culprit, and a BatchNorm epsilon planted in it is an argument of a Primitive whose attributes the dump does not
+record."""
 
 from __future__ import annotations
 
@@ -18,22 +19,11 @@ pytest.importorskip("mindspore", reason="mindspore is not installed (it needs nu
 
 import mindspore as ms  # noqa: E402
 import numpy as np  # noqa: E402
-from mindspore import Tensor, mint, nn, ops  # noqa: E402
+from mindspore import Tensor, nn, ops  # noqa: E402
+from triage_zoo_ms import NoisyDense  # noqa: E402  (the zoo's: a Dense, then mint.add of a NumPy delta)
 
 import msprobe  # noqa: E402
 from msprobe.triage import classify as cl  # noqa: E402
-
-
-class NoisyDense(nn.Cell):
-    def __init__(self, noise: float):
-        super().__init__()
-        self.dense = nn.Dense(16, 16)
-        self.noise = noise
-
-    def construct(self, x):
-        y = self.dense(x)
-        delta = Tensor(np.full(y.shape, self.noise, np.float32), y.dtype)
-        return mint.add(y, delta)
 
 
 class Net(nn.Cell):
@@ -41,7 +31,7 @@ class Net(nn.Cell):
         super().__init__()
         self.fc1 = nn.Dense(8, 16)
         self.bn = nn.BatchNorm1d(16, eps=1e-1 if bug == "eps" else 1e-5)
-        self.proj = NoisyDense(0.3 if bug == "noisy" else 0.0)
+        self.proj = NoisyDense(16, 0.3 if bug == "noisy" else 0.0)
         self.out = nn.Dense(16, 4)
 
     def construct(self, x):
@@ -93,7 +83,7 @@ def test_a_noisy_dense_is_named_at_its_add(judged):
     assert findings.culprit == "Mint.add.0.forward" and findings.module == "Cell.proj.NoisyDense.forward.0"
     assert findings.category == cl.INPUT and "already differ" in findings.reason
     assert "does not call" not in findings.reason
-    assert "test_triage_judgement_ms.py" in findings.source and "mint.add(y, delta)" in findings.source
+    assert "triage_zoo_ms.py" in findings.source and "mint.add(y, delta)" in findings.source
     assert any("Inside it the runs first part at Mint.add.0.forward" in line for line in findings.rounds[0]["evidence"])
 
 
