@@ -176,7 +176,8 @@ def _conclude(findings: Findings, options, first, second, third, named) -> None:
         findings.source = evidence.module_definition(target_file, culprit)
     else:
         findings.stack = evidence.culprit_stack(target_file, culprit, first.stack if culprit == first.culprit else None)
-        findings.source = evidence.user_line(findings.stack)
+        findings.source = evidence.user_line(findings.stack) or \
+            (evidence.module_definition(target_file, culprit) if evidence.is_module(culprit) else "")
     findings.advice = cause.advice(bool(findings.source), culprit)
     if cause.category == NON_FINITE and first.culprit and first.culprit != culprit:
         findings.failures.append(f"the compare's culprit is {first.culprit}")
@@ -201,7 +202,8 @@ def _dtype_change(findings: Findings, first, named) -> None:
                   f"passes {judgement.dtype_list(passed[:1])} on to {first.golden_reader}")
     elif outputs[0] == outputs[1]:
         dtypes += " (it computes in a lower precision inside: a cast or autocast)"
-    source = evidence.user_line(evidence.culprit_stack(target_file, op, first.stack))
+    source = evidence.user_line(evidence.culprit_stack(target_file, op, first.stack)) or \
+        (evidence.module_definition(target_file, op) if evidence.is_module(op) else "")
     findings.dtype_change = dict(named.dtype_change, dtypes=dtypes, source=source)
     findings.advice = judgement.dtype_only_advice(bool(source))
 
