@@ -24,6 +24,7 @@ from msprobe.compare.pipeline import (
 from msprobe.compare.verdict import (
     MSG_EXTRA_CHANGE,
     MSG_PARTED,
+    auxiliary_outputs,
     culprit_cause,
     describe_magnitude,
     scale_errors,
@@ -283,7 +284,7 @@ def _entry_node(name, start, stop, position, layer, mode, cells, states, matched
                 t_items, g_items, pairs, columns, with_items: bool = True):
     """The digest of one entry (rows start..stop) and, with_items, its rows as records of the json file."""
     api = name.split(".")[-3] if name.count(".") >= 3 else ""
-    ignored = IGNORED_OUTPUTS.get(api, ())
+    ignored = IGNORED_OUTPUTS.get(api, ()) or auxiliary_outputs(name)
     has_outputs = any(states[r] == "output" for r in range(start, stop))
     differs = inputs_differ = large = False
     max_relative = 0.0

@@ -111,6 +111,12 @@ _TENSOR_FAMILIES = frozenset({"int", "float", "bool", "complex"})
 NOTE_NOISE = ("note: below the noise floor of {neighbour}: norm {norm:.2g} within {units:g} units of rounding of "
               "{reference:.2g} in both runs; its differences are rounding and are not judged.")
 NOTE_INT_WIDTH = "note: {target} vs {golden}, values equal (a framework convention)."
+NOTE_AUXILIARY = ("note: an auxiliary output of MindSpore's BatchNorm (saved statistics or workspace: its CPU kernel "
+                  "leaves them unwritten in inference and aliases the moving statistics it updates in training); "
+                  "not judged, the normalised output is.")
+# a MindSpore Primitive's outputs that are no result of the op (Primitive.<attribute>.<class>.<n>.<direction>): class
+# -> the output indexes not judged
+AUXILIARY_OUTPUTS = {"BatchNorm": (1, 2, 3, 4)}
 NOTE_RESHAPE = ("note: shape {target} vs {golden}: a reshape (equal element counts), compared element-wise as flat "
                 "tensors.")
 NOTE_RECORDING = ("note: the two frameworks record different tensors here: the {passes} gradient reaches {consumer} "
@@ -306,7 +312,8 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     # a recording convention (the two frameworks record different tensors) has no shape or dtype to disagree on
     same_dtype, same_shape = same_dtype | one_sided | recorded, same_shape | one_sided | recorded
     ignored = _ignored(data, starts, lengths, entry_ops)
-    unjudged = no_data | noise | recorded | ignored
+    auxiliary = _auxiliary(data, states, starts, lengths, notes)
+    unjudged = no_data | noise | recorded | ignored | auxiliary
     enters = None if cross else _entering(data, states, matched, matched & tensor & ~unjudged & ~equal)
     same_dtypes = _same_texts(data.dtypes)
     inherited = np.repeat(_backward_reads_forward(twins, np.logical_or.reduceat(
@@ -519,6 +526,32 @@ def _entering(data, states: list, matched: np.ndarray, differing: np.ndarray) ->
     if not matched[:first].all() or states[first] != "input":
         return None
     return first if ".forward" in data.entry_names[data.entry[first]] else None
+
+
+def auxiliary_outputs(name: str) -> tuple:
+    """The output indexes of an entry that are not results of its op (AUXILIARY_OUTPUTS), () for most."""
+    if not name.startswith("Primitive."):
+        return ()
+    parts = name.split(".")
+    return AUXILIARY_OUTPUTS.get(parts[2], ()) if len(parts) == 5 and parts[4] == "forward" else ()
+
+
+def _auxiliary(data, states: list, starts: np.ndarray, lengths: np.ndarray, notes: dict) -> np.ndarray:
+    """The output rows that auxiliary_outputs names (noted, not judged)."""
+    found = np.zeros(len(states), dtype=bool)
+    names = data.entry_names
+    for entry, start, length in zip(data.entry[starts].tolist(), starts.tolist(), lengths.tolist()):
+        skipped = auxiliary_outputs(names[entry])
+        if not skipped:
+            continue
+        index = 0
+        for row in range(start, start + length):
+            if states[row] == "output":
+                if index in skipped:
+                    found[row] = True
+                    notes.setdefault(row, []).append(NOTE_AUXILIARY)
+                index += 1
+    return found
 
 
 def _ignored(data, starts, lengths, entry_ops) -> np.ndarray:

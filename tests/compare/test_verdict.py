@@ -229,3 +229,21 @@ def test_a_non_tensor_argument_one_framework_records_is_a_convention(tmp_path):
     row = cells["NPU Name"].index(f"{name}.input.group")
     assert (cells["Result"][row], json.loads(cells["Err_message"][row])) == (
         "pass", ["note: not compared: the Bench records no tensor here (null)."])
+
+
+def test_the_auxiliary_outputs_of_mindspores_batchnorm_are_not_judged():
+    """MindSpore's BatchNorm primitive returns the normalised tensor and four auxiliary tensors (saved statistics or
+    workspace) that its CPU kernel leaves unwritten in inference and aliases to the moving statistics in training:
+    two clean runs record other values there. They are noted, not judged; the normalised output is."""
+    name = "Primitive.bn_train.BatchNorm.0.forward"
+    f32 = "Float32"
+
+    def bn(saved, out=stat(dtype=f32, shape=(4, 16))):
+        aux = stat(mx=saved, mn=0.0, mean=saved / 2, norm=saved, dtype=f32, shape=(16,))
+        return forward(name, [stat(dtype=f32, shape=(4, 16))], [out, aux, aux, stat(dtype=f32, shape=(16,)),
+                                                                 stat(dtype=f32, shape=(16,))])
+    out, summary = judged(bn(0.02), bn(0.0), "mindspore", "mindspore")
+    assert out[f"{name}.output.1"][0] == "pass" and "auxiliary output" in " ".join(out[f"{name}.output.1"][1])
+    assert summary.first_error is None
+    out, summary = judged(bn(0.02, stat(mx=1.5, dtype=f32, shape=(4, 16))), bn(0.0), "mindspore", "mindspore")
+    assert summary.first_error == f"{name}.output.0"

@@ -147,6 +147,7 @@ def main():
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_seed(0)
     model = MODELS[args.model](args.bug)
+    model.set_train()                       # training mode: BatchNorm normalises by the batch's statistics
     if args.amp:
         model = ms.amp.auto_mixed_precision(model, "O2")
     optimizer = nn.SGD(model.trainable_params(), learning_rate=0.05)
