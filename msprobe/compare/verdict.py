@@ -111,12 +111,15 @@ _TENSOR_FAMILIES = frozenset({"int", "float", "bool", "complex"})
 NOTE_NOISE = ("note: below the noise floor of {neighbour}: norm {norm:.2g} within {units:g} units of rounding of "
               "{reference:.2g} in both runs; its differences are rounding and are not judged.")
 NOTE_INT_WIDTH = "note: {target} vs {golden}, values equal (a framework convention)."
-NOTE_AUXILIARY = ("note: an auxiliary output of MindSpore's BatchNorm (saved statistics or workspace: its CPU kernel "
-                  "leaves them unwritten in inference and aliases the moving statistics it updates in training); "
-                  "not judged, the normalised output is.")
-# a MindSpore Primitive's outputs that are no result of the op (Primitive.<attribute>.<class>.<n>.<direction>): class
-# -> the output indexes not judged
-AUXILIARY_OUTPUTS = {"BatchNorm": (1, 2, 3, 4)}
+NOTE_AUXILIARY = ("note: an auxiliary output of a MindSpore primitive (statistics saved for its backward or a "
+                  "workspace, written differently from call to call and from dtype to dtype); not judged, its "
+                  "result is.")
+# a MindSpore Primitive's outputs that are not its result (Primitive.<attribute>.<class>.<n>.forward): class -> the
+# output indexes not judged. BatchNorm: batch mean and variance, reserve spaces (its CPU kernel leaves them unwritten
+# in inference and aliases the moving statistics it updates in training); LayerNorm: the mean and variance it saves
+# (~0 by cancellation after an earlier norm: their relative error is the rounding's); LSTM: reserve and state
+# workspaces (their size depends on the dtype).
+AUXILIARY_OUTPUTS = {"BatchNorm": (1, 2, 3, 4), "LayerNorm": (1, 2), "LSTM": (3, 4)}
 NOTE_RESHAPE = ("note: shape {target} vs {golden}: a reshape (equal element counts), compared element-wise as flat "
                 "tensors.")
 NOTE_RECORDING = ("note: the two frameworks record different tensors here: the {passes} gradient reaches {consumer} "
@@ -324,7 +327,7 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     first_difference = int(np.argmin(same)) if not same.all() else None
     extra = None if cross else _unjudged_maker(data, states, stats_t, matched, ignored,
                                                 tensor & ~unjudged & ~equal)
-    shape_differs = None if cross else matched & tensor & ~no_data & ~_same_texts(data.shapes)
+    shape_differs = None if cross else matched & tensor & ~no_data & ~auxiliary & ~_same_texts(data.shapes)
     parted = [] if shape_differs is None else _parting(data, states, shape_differs, starts, lengths)
     changes = [] if cross else _extra_changes(data, states, stats_t, stats_g, matched & tensor & ~no_data, tensor,
                                                starts, lengths)

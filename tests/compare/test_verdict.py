@@ -234,7 +234,8 @@ def test_a_non_tensor_argument_one_framework_records_is_a_convention(tmp_path):
 def test_the_auxiliary_outputs_of_mindspores_batchnorm_are_not_judged():
     """MindSpore's BatchNorm primitive returns the normalised tensor and four auxiliary tensors (saved statistics or
     workspace) that its CPU kernel leaves unwritten in inference and aliases to the moving statistics in training:
-    two clean runs record other values there. They are noted, not judged; the normalised output is."""
+    two clean runs record other values there. They are noted, not judged; the normalised output is. (The same for
+    LayerNorm's saved mean and variance and LSTM's workspaces, whose shape depends on the dtype.)"""
     name = "Primitive.bn_train.BatchNorm.0.forward"
     f32 = "Float32"
 
@@ -247,3 +248,11 @@ def test_the_auxiliary_outputs_of_mindspores_batchnorm_are_not_judged():
     assert summary.first_error is None
     out, summary = judged(bn(0.02, stat(mx=1.5, dtype=f32, shape=(4, 16))), bn(0.0), "mindspore", "mindspore")
     assert summary.first_error == f"{name}.output.0"
+    lstm = "Primitive.LSTM.LSTM.0.forward"
+
+    def recurrent(workspace, dtype):
+        outs = [stat(dtype=dtype, shape=(4, 8))] * 3 + [stat(dtype=dtype, shape=workspace)] * 2
+        return forward(lstm, [stat(dtype=dtype, shape=(4, 8))], outs)
+    out, summary = judged(recurrent((96,), "Float16"), recurrent((48,), "Float32"), "mindspore", "mindspore")
+    assert "auxiliary output" in " ".join(out[f"{lstm}.output.3"][1])
+    assert not any(verdict.MSG_PARTED in " ".join(messages) for _result, messages, _origin in out.values())
