@@ -44,6 +44,10 @@ BACKWARD_AMPLIFICATION = 2.0
 # a module's own rounding may grow with sums its dump does not show: up to this many times an op's (its output
 # differing by a few dozen float32 units with identical inputs is another summation order, not a cast)
 MODULE_SUMS = 32.0
+# ... and in a lower precision than float32 (its sums accumulate in float32: MODULE_SUMS is the accumulator's), the
+# roundings to its own dtype that the ops it chains make: up to this many units (a bfloat16 block's output is a few
+# units off an identical float32 one; a residual dropped inside it is dozens)
+MODULE_CHAIN = 8.0
 # an output within this many units of rounding of the pair's higher precision is rounding, never introduced (the
 # rounding floor that parameters and entering inputs have in compare/verdict.py: a sum whose length no shape shows)
 ROUNDING_FLOOR_UNITS = 4.0
@@ -436,7 +440,7 @@ def _judge_entry(name: str, start: int, stop: int, ctx: _Context, origin: list) 
         final = max(own, in_low)
         # the K terms are summed in float32 (or float64) and rounded once to a lower precision: sqrt(K) grows the
         # accumulator's rounding, not bfloat16's (a bfloat16 matmul on CPU and NPU accumulates in float32)
-        rounding = units * (summed if kind == MODULE else max(1.0, summed * min(final, EPS["float32"]) / final))
+        rounding = units * max(MODULE_CHAIN if kind == MODULE else 1.0, summed * min(final, EPS["float32"]) / final)
         if ctx.trace is not None:
             ctx.trace.append((r, e, e_in, a, rounding, low, final))
         if low and e <= math.hypot(carried, units * low):
