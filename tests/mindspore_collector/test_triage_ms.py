@@ -59,3 +59,28 @@ def test_the_injection_changes_no_number(tmp_path):
     assert len(losses) == 3 and sorted(os.listdir(run.dump_root)) == ["step1"]
     (status,) = run.statuses
     assert status["framework"] == "mindspore" and status["models"] == ["Lstm"] and not status["errors"]
+
+
+# issue 40: a NoisyDense (the op inside the cell, category input) and a float16 (auto_mixed_precision O2) target
+# against the float32 script (no culprit: the runs differ in dtype)
+JUDGED = {("cnn", "noisy", False): (cl.CULPRIT, cl.INPUT), ("cnn", "none", True): (cl.DTYPE_ONLY, None)}
+
+
+@pytest.fixture(scope="module", params=list(JUDGED), ids=lambda case: "-".join(map(str, case)))
+def judged_run(request, tmp_path_factory):
+    model, bug, amp = request.param
+    work = str(tmp_path_factory.mktemp("msjudged"))
+    return request.param, zoo.triage_case("mindspore", model, bug, work, amp=amp)[0]
+
+
+def test_the_zoo_keeps_the_judgement_of_the_compare(judged_run):
+    (model, bug, amp), findings = judged_run
+    outcome, category = JUDGED[(model, bug, amp)]
+    assert zoo.hit(findings, bug), (findings.outcome, findings.culprit, findings.source, findings.dtype_change)
+    assert (findings.outcome, findings.category) == (outcome, category)
+    if outcome == cl.DTYPE_ONLY:
+        assert findings.exit_code == 0 and "float16 in the target" in findings.dtype_change["dtypes"]
+        return
+    assert findings.culprit == "Mint.add.0.forward" and findings.module.endswith("NoisyDense.forward.0")
+    assert findings.rounds[1]["evidence"][0] == "its inputs already differ, its outputs differ"
+    assert not findings.rounds[2]["evidence"][0].startswith("skipped")
