@@ -160,9 +160,13 @@ def classify(same_command: bool, target_record, golden_record, frameworks: tuple
                                  "does not make")
         return _cause(ARGUMENT, "the golden run does not call this op at this point (an extra op: its output is "
                                 "what first differs)", EXTRA_OP)
-    if cause == CAUSE_PARTED and made:
-        return _cause(DTYPE, f"a cast to {made} where the golden's call of the same count casts otherwise: the runs "
-                             "make other casts from here on (their tensors differ in shape)")
+    if cause == CAUSE_PARTED:         # the golden's call of the same count is another op: its arguments are not
+        if made:                      # this one's to compare with
+            return _cause(DTYPE, f"a cast to {made} where the golden's call of the same count casts otherwise: the "
+                                 "runs make other casts from here on (their tensors differ in shape)")
+        return _cause(ARGUMENT, "the two runs' tensors differ in shape from here on: the runs call different ops "
+                                "here, or one run makes an extra call that shifts the call counts (-fm pairs calls "
+                                "by their order under each module)")
     if golden_record is None:
         golden_record = {}
     target_args, golden_args = evidence.signature(target_record), evidence.signature(golden_record)
@@ -178,9 +182,6 @@ def classify(same_command: bool, target_record, golden_record, frameworks: tuple
     differences = _argument_differences(target_args, golden_args)
     if differences:
         return _cause(ARGUMENT, "its arguments differ: " + "; ".join(differences[:3]))
-    if cause == CAUSE_PARTED:
-        return _cause(ARGUMENT, "the two runs' tensors differ in shape from here on: the runs call different ops "
-                                "here, or one run makes an extra call that shifts the call counts")
     if target_dtypes != golden_dtypes and cause in ("", CAUSE_PRECISION):
         return _cause(DTYPE, dtypes)
     beyond = "" if target_dtypes == golden_dtypes else f" ({dtypes}: they explain only part of its error)"
