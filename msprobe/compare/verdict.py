@@ -543,10 +543,12 @@ def _auxiliary(data, states: list, starts: np.ndarray, lengths: np.ndarray, note
     """The output rows that auxiliary_outputs names (noted, not judged)."""
     found = np.zeros(len(states), dtype=bool)
     names = data.entry_names
-    for entry, start, length in zip(data.entry[starts].tolist(), starts.tolist(), lengths.tolist()):
-        skipped = auxiliary_outputs(names[entry])
+    entries = data.entry[starts].tolist()
+    for k in [k for k, entry in enumerate(entries) if names[entry].startswith("Primitive.")]:
+        skipped = auxiliary_outputs(names[entries[k]])
         if not skipped:
             continue
+        start, length = int(starts[k]), int(lengths[k])
         index = 0
         for row in range(start, start + length):
             if states[row] == "output":
