@@ -35,7 +35,8 @@ class Mix(nn.Module):
 
 
 class Head(nn.Module):
-    """Attention pooling over the sequence, a norm, an activation and the classifier: where the bugs live."""
+    """A batch norm and a residual block, attention pooling over the sequence, a norm, an activation and the
+    classifier: where the bugs live."""
 
     def __init__(self, width, classes, bug):
         super().__init__()
@@ -48,6 +49,7 @@ class Head(nn.Module):
         self.out = nn.Linear(width, classes)
 
     def forward(self, x):                              # x: [batch, sequence, width]
+        x = self.mix(F.relu(self.bn(x.transpose(1, 2)).transpose(1, 2), inplace=True))
         q = self.query(x)
         if self.bug == "bf16acc":
             scores = torch.matmul(q.bfloat16(), x.transpose(1, 2).bfloat16()).float()
@@ -69,7 +71,6 @@ class Head(nn.Module):
             x = F.dropout(x, 0.1)
         if self.bug == "nan":
             x = torch.log(x)
-        x = self.mix(F.relu(self.bn(x), inplace=True))
         return self.out(x)
 
 

@@ -262,6 +262,11 @@ def _round2_record(second, first=None, named=None) -> dict:
                   True: "its inputs already differ", False: "its inputs are identical"}[second.inputs_differ]
         outputs = {None: "", True: ", its outputs differ", False: ", its outputs are identical"}[second.outputs_differ]
         head = inputs + outputs
+        origins = set(second.output_origins) - {""}
+        if second.inputs_differ and second.outputs_differ and origins and origins <= {"inherited", "dtype"}:
+            # the real tensors' verdict: what the statistics took for the op's own error is its inputs'
+            head += (f" by what they explain (the tensors' Error_Origin: {'/'.join(sorted(origins))}): its inputs "
+                     "differ more than their statistics showed, the difference comes from upstream")
     return {"name": "round 2 (tensors)", "evidence": [head, *rows], "runs": _runs_record(second.runs),
             "commands": second.commands, "files": second.compare_files}
 

@@ -90,6 +90,7 @@ class Tensors:
     rows: list = field(default_factory=list)      # the culprit's rows: name, cosine, max abs err, max rel err, result
     inputs_differ: bool | None = None              # some input of the culprit differs beyond 1e-6 of its size
     outputs_differ: bool | None = None
+    output_origins: list = field(default_factory=list)   # the tensor verdict's Error_Origin of its outputs
     reader: str | None = None                      # an op the golden does not call: the op reading its output
     reader_rows: list = field(default_factory=list)
     reader_inputs_differ: bool | None = None
@@ -269,6 +270,8 @@ def tensors(options: Options, first: Statistics, progress=None, named=None) -> T
         found.skipped = f"the two tensor dumps could not be compared: {exc}"
         return found
     found.rows, found.inputs_differ, found.outputs_differ = _rows_of(result.rows, evidence.forward_of(entry))
+    found.output_origins = [str(row.get("Error_Origin") or "") for row in found.rows
+                            if ".output" in str(row.get("NPU Name", ""))]
     if first.reader and entry == first.culprit:
         # the golden run does not call the culprit: the op reading its output holds its golden counterpart
         found.reader = first.reader
@@ -277,7 +280,8 @@ def tensors(options: Options, first: Statistics, progress=None, named=None) -> T
     return found
 
 
-ROW_KEYS = ("NPU Name", "NPU Tensor Dtype", "Bench Tensor Dtype", "Cosine", "MaxAbsErr", "MaxRelativeErr", "Result")
+ROW_KEYS = ("NPU Name", "NPU Tensor Dtype", "Bench Tensor Dtype", "Cosine", "MaxAbsErr", "MaxRelativeErr", "Result",
+            "Error_Origin")
 
 
 def _rows_of(rows, forward: str) -> tuple:
