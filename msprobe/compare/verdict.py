@@ -312,10 +312,11 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
         other = [g if t is None else t for t, g in zip(t_dtype, g_dtype)]
         one_sided |= matched & ~out & (t_null ^ g_null) & np.fromiter(
             (family(d) not in _TENSOR_FAMILIES for d in other), dtype=bool, count=rows)
-    # a recording convention (the two frameworks record different tensors) has no shape or dtype to disagree on
-    same_dtype, same_shape = same_dtype | one_sided | recorded, same_shape | one_sided | recorded
-    ignored = _ignored(data, starts, lengths, entry_ops)
+    # a recording convention (the two frameworks record different tensors) has no shape or dtype to disagree on,
+    # nor has an auxiliary output (a workspace whose size follows the dtype)
     auxiliary = _auxiliary(data, states, starts, lengths, notes)
+    same_dtype, same_shape = same_dtype | one_sided | recorded | auxiliary, same_shape | one_sided | recorded | auxiliary
+    ignored = _ignored(data, starts, lengths, entry_ops)
     unjudged = no_data | noise | recorded | ignored | auxiliary
     enters = None if cross else _entering(data, states, matched, matched & tensor & ~unjudged & ~equal)
     same_dtypes = _same_texts(data.dtypes)

@@ -48,7 +48,8 @@ class Mix(nn.Cell):
 
 
 class Head(nn.Cell):
-    """Attention pooling over the sequence, a norm, an activation and the classifier: where the bugs live."""
+    """A batch norm and a residual block, attention pooling over the sequence, a norm, an activation and the
+    classifier: where the bugs live."""
 
     def __init__(self, width, classes, bug):
         super().__init__()
@@ -61,6 +62,7 @@ class Head(nn.Cell):
         self.out = nn.Dense(width, classes)
 
     def construct(self, x):                              # x: [batch, sequence, width]
+        x = self.mix(ops.relu(self.bn(x.reshape(-1, x.shape[-1])).reshape(x.shape)))
         q = self.query(x)
         if self.bug == "bf16acc":
             scores = ops.matmul(q.astype(ms.float16), x.transpose(0, 2, 1).astype(ms.float16)).astype(ms.float32)
@@ -81,7 +83,6 @@ class Head(nn.Cell):
             x = ops.dropout(x, p=0.1, seed=time.time_ns() % 2**31)    # another seed in each run
         if self.bug == "nan":
             x = ops.log(x)
-        x = self.mix(ops.relu(self.bn(x)))
         return self.out(x)
 
 
