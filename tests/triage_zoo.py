@@ -55,16 +55,17 @@ def right_category(findings, bug: str) -> bool:
 
 
 def triage_case(framework: str, model: str, bug: str, work: str, python: str = sys.executable, amp: bool = False,
-                **options):
+                extra: str = "", **options):
     """One triage in a fresh folder under `work` (the script copied there as train.py; the commands run there):
     `--bug B` against the clean script; `nondet` alone (the same command twice); `none`: the clean script against
-    itself; amp: the target with --amp (mixed precision) against the clean float32 script. Returns (findings,
+    itself; amp: the target with --amp (mixed precision) against the clean float32 script; `extra`: more options of
+    both commands (MindSpore: `--train onestep --mode graph`). Returns (findings,
     seconds, folder)."""
     import msprobe
 
     folder = tempfile.mkdtemp(prefix=f"{model}_{bug}{'_amp' if amp else ''}_", dir=work)
     shutil.copy(SCRIPTS[framework], os.path.join(folder, "train.py"))
-    command = f"{python} train.py --model {model}"
+    command = f"{python} train.py --model {model}" + (f" {extra}" if extra else "")
     target = command + (" --amp" if amp else "") + (f" --bug {bug}" if bug != "none" else "")
     golden = None if bug == "nondet" else command
     options.setdefault("timeout", 300)

@@ -239,7 +239,8 @@ def test_the_auxiliary_outputs_of_mindspores_batchnorm_are_not_judged():
     name = "Primitive.bn_train.BatchNorm.0.forward"
     f32 = "Float32"
 
-    def bn(saved, out=stat(dtype=f32, shape=(4, 16))):
+    def bn(saved, out=None):
+        out = stat(dtype=f32, shape=(4, 16)) if out is None else out
         aux = stat(mx=saved, mn=0.0, mean=saved / 2, norm=saved, dtype=f32, shape=(16,))
         return forward(name, [stat(dtype=f32, shape=(4, 16))], [out, aux, aux, stat(dtype=f32, shape=(16,)),
                                                                  stat(dtype=f32, shape=(16,))])
