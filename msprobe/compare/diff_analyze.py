@@ -194,7 +194,8 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
 
         golden_row = int(pairs.golden[culprit])
         golden_entry = g_items.entry_names[g_items.entry[golden_row]] if golden_row >= 0 else None
-        reader = None if golden_entry is not None else _reader(culprit, entry_of_row, t_items, g_items, pairs, states)
+        reader = None if golden_entry is not None else _reader(culprit, entry_of_row, t_items, g_items, pairs, states,
+                                                                   cells)
         next_dump = culprit_names(culprit_node.name, target, golden_entry, golden, job, reader)
     return RankDigest(job.label, rank_number(job), first, first_large, json_file, count, first_introduced,
                       origin is not None, culprit_node, next_dump, first_inside(first, culprit_node, target.construct),
@@ -219,19 +220,55 @@ def first_inside(first: EntryDigest | None, culprit: EntryDigest | None, constru
     return None
 
 
-def _reader(culprit: int, entry_of_row, t_items, g_items, pairs, states: list) -> tuple | None:
+def _reader(culprit: int, entry_of_row, t_items, g_items, pairs, states: list, cells: dict) -> tuple | None:
     """An op with no golden partner (an extra op): (target entry, golden entry) of the first later forward API
-    whose input rows are matched, the op that reads what the extra op makes and, in the golden run, what the golden
-    passes on instead (the next dump dumps it on both sides: the golden's counterpart of the extra op)."""
+    whose input rows are matched and one of which is what the extra op makes (its statistics: a view or transpose
+    no dump records between them changes none), the op that reads what the extra op makes and, in the golden run,
+    what the golden passes on instead (the next dump dumps it on both sides: the golden's counterpart of the extra
+    op). None when no later op reads it (an op between them that no dump records changed its values); without
+    statistics (md5 dumps), the first later forward API with matched inputs."""
     own = entry_of_row[culprit]
+    start = culprit
+    while start > 0 and entry_of_row[start - 1] == own:
+        start -= 1
+    made = []
+    for row in range(start, len(states)):
+        if entry_of_row[row] != own:
+            break
+        if states[row] == "output" and (stats := _row_statistics(cells, row)) is not None:
+            made.append(stats)
     for row in range(culprit + 1, len(states)):
         golden_row = int(pairs.golden[row])
         if entry_of_row[row] == own or golden_row < 0 or states[row] != "input":
             continue
         name = t_items.entry_names[entry_of_row[row]]
-        if name.endswith(".forward") and not name.startswith(("Module.", "Cell.")):
-            return name, g_items.entry_names[g_items.entry[golden_row]]
+        if not name.endswith(".forward") or name.startswith(("Module.", "Cell.")):
+            continue
+        if made and not any(_same_statistics(_row_statistics(cells, row), stats) for stats in made):
+            continue
+        return name, g_items.entry_names[g_items.entry[golden_row]]
     return None
+
+
+_STATS = ("NPU max", "NPU min", "NPU mean", "NPU l2norm")
+
+
+def _row_statistics(cells: dict, row: int) -> tuple | None:
+    """(max, min, mean, norm) of a target row as floats, None when one is missing or not a finite number."""
+    try:
+        values = tuple(float(cells[column][row]) for column in _STATS)
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return values if all(np.isfinite(values)) else None
+
+
+def _same_statistics(one: tuple | None, other: tuple) -> bool:
+    """The statistics of one tensor, maybe viewed another way (the mean and norm summed in another order)."""
+    if one is None:
+        return False
+    scale = max(abs(other[0]), abs(other[1]), 1e-30)
+    return (abs(one[0] - other[0]) <= 1e-6 * scale and abs(one[1] - other[1]) <= 1e-6 * scale
+            and abs(one[2] - other[2]) <= 1e-5 * scale and abs(one[3] - other[3]) <= 1e-5 * max(abs(other[3]), 1e-30))
 
 
 def _write_da_table(table: ResultTable, added: dict, path: str) -> None:

@@ -20,9 +20,11 @@ def tensor(norm, mx=1.5, shape=(4, 8), dtype="torch.float32"):
             "Mean": norm / 20, "Norm": norm, "requires_grad": False}
 
 
-def write_pair(folder, extra=True, cross_feed=False):
+def write_pair(folder, extra=True, cross_feed=False, between=False):
     """golden: linear -> gelu -> linear inside one module; target: gelu's output times 1.02 (an unmatched
-    Tensor.__mul__) before the last linear. cross_feed: the extra op's output is not what the last linear reads."""
+    Tensor.__mul__) before the last linear. cross_feed: the extra op's output is not what the last linear reads;
+    between: both runs call an op on another tensor before the last linear (a BatchNorm's num_batches_tracked
+    += 1)."""
     x, w, b = tensor(8.0, 2.0), tensor(2.3, 0.5, (8, 8)), tensor(0.5, 0.3, (8,))
     hidden, gelu = tensor(3.4, 2.2), tensor(1.68, 2.1)
     scaled = tensor(1.71, 2.142)
@@ -37,6 +39,12 @@ def write_pair(folder, extra=True, cross_feed=False):
                 "input_args": [gelu, {"type": "float", "value": 1.02}], "input_kwargs": {},
                 "output": [tensor(1.5, 2.142) if cross_feed else scaled]}
             construct["Tensor.__mul__.0.forward"] = MODULE
+        if between:
+            count = {"type": "torch.Tensor", "dtype": "torch.int64", "shape": [], "Max": 3, "Min": 3, "Mean": 3,
+                     "Norm": 3, "requires_grad": False}
+            data["Tensor.add_.0.forward"] = {"input_args": [count, {"type": "int", "value": 1}], "input_kwargs": {},
+                                             "output": [dict(count, Max=4, Min=4, Mean=4, Norm=4)]}
+            construct["Tensor.add_.0.forward"] = MODULE
         data["Functional.linear.1.forward"] = {"input_args": [fed, w, b], "input_kwargs": {}, "output": [out]}
         construct["Functional.linear.1.forward"] = MODULE
         data[MODULE] = {"input_args": [x], "input_kwargs": {}, "output": [out]}
@@ -109,6 +117,18 @@ def test_triage_names_the_same_culprit_as_da(tmp_path):
     found = msprobe.triage(target_dump=str(target), golden_dump=str(golden), output_dir=str(tmp_path / "triage"))
     assert (found.culprit, found.module) == ("Tensor.__mul__.0.forward", MODULE)
     assert found.exit_code == 1
+
+
+@pytest.mark.parametrize("between", [False, True])
+def test_the_op_reading_the_extra_ops_output(tmp_path, between):
+    """-da names the op that reads what the extra op makes (its input has the extra op's output statistics), in
+    both runs, for the next dump: not an op called in between on another tensor (a BatchNorm's counter)."""
+    from msprobe import api
+
+    target, golden = write_pair(tmp_path, between=between)
+    culprit = api.diff_analyze(str(target), str(golden)).culprit
+    assert culprit["op_name"] == "Tensor.__mul__.0.forward"
+    assert (culprit["reader"], culprit["golden_reader"]) == ("Functional.linear.1.forward",) * 2
 
 
 def test_a_cast_that_makes_the_first_difference_is_the_culprit(tmp_path):
