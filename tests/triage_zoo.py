@@ -25,16 +25,16 @@ MODELS = ("cnn", "transformer", "lstm")
 MARKERS = {"cast": ("half()", "float16"), "eps": ("layer_norm", "self.norm("), "bias": ("self.hidden.weight)",),
            "softmax": ("softmax",), "scale": ("* 1.02",), "bf16acc": ("bfloat16", "float16"),
            "nondet": ("dropout",), "nan": ("log(",), "bn_eps": ("self.bn(",), "residual": ("class Mix",),
-           "rootscale": ("* 1.5",), "noisy": ("mint.add",)}
+           "rootscale": ("* 1.5",), "noisy": ("mint.add",), "data": ("self.conv1(images)", "self.embed(tokens)")}
 BUGS = {"pytorch": tuple(bug for bug in MARKERS if bug != "noisy"), "mindspore": tuple(MARKERS)}
 # the planted bugs a mixed-precision target is triaged with (a cast or a low-precision accumulator is what the
 # mixed precision itself does; the same command twice has no golden)
-AMP_BUGS = ("eps", "bias", "softmax", "scale", "nan", "bn_eps", "residual", "rootscale", "noisy")
+AMP_BUGS = ("eps", "bias", "softmax", "scale", "nan", "bn_eps", "residual", "rootscale", "noisy", "data")
 DTYPE_BUGS = ("cast", "bf16acc")
 # bug -> the category of cause the evidence must give (a dtype bug: outcome dtype, or a dtype/cast culprit)
 CATEGORIES = {"cast": "dtype/cast", "eps": "argument", "bias": "argument", "softmax": "argument", "scale": "argument",
               "bf16acc": "dtype/cast", "nondet": "nondeterminism", "nan": "nan/inf", "bn_eps": "argument",
-              "residual": "module code", "rootscale": "argument", "noisy": "input", "none": None}
+              "residual": "module code", "rootscale": "argument", "noisy": "input", "data": "input", "none": None}
 
 
 def hit(findings, bug: str) -> bool:

@@ -7,8 +7,8 @@ has something to find. --bug: none, cast (one linear in float16), eps (a layer n
 dropped), softmax (the wrong axis), scale (an activation scaled), bf16acc (the attention scores accumulated in
 bfloat16), nondet (a dropout whose seed changes from run to run), nan (a log of a negative number), bn_eps (a batch
 norm's eps), residual (a residual block's skip connection dropped), rootscale (the features scaled in the model's own
-forward, outside every sub-module). --amp runs the forward under bfloat16 autocast (a mixed-precision target against
-a float32 golden)."""
+forward, outside every sub-module), data (the model fed other data: images three times the golden's, other token
+ids). --amp runs the forward under bfloat16 autocast (a mixed-precision target against a float32 golden)."""
 
 import argparse
 import time
@@ -18,7 +18,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 BUGS = ("none", "cast", "eps", "bias", "softmax", "scale", "bf16acc", "nondet", "nan", "bn_eps", "residual",
-        "rootscale")
+        "rootscale", "data")
 
 
 class Mix(nn.Module):
@@ -118,10 +118,12 @@ class Lstm(nn.Module):
 MODELS = {"cnn": Cnn, "transformer": Transformer, "lstm": Lstm}
 
 
-def batch(model_name, generator):
+def batch(model_name, generator, bug="none"):
     if model_name == "cnn":
-        return torch.randn(4, 3, 8, 8, generator=generator), torch.randint(0, 10, (4,), generator=generator)
-    return torch.randint(0, 50, (4, 12), generator=generator), torch.randint(0, 10, (4,), generator=generator)
+        images, labels = torch.randn(4, 3, 8, 8, generator=generator), torch.randint(0, 10, (4,), generator=generator)
+        return (images * 3 if bug == "data" else images), labels
+    tokens, labels = torch.randint(0, 50, (4, 12), generator=generator), torch.randint(0, 10, (4,), generator=generator)
+    return ((tokens * 3) % 50 if bug == "data" else tokens), labels
 
 
 def main():
@@ -136,7 +138,7 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     data = torch.Generator().manual_seed(1)
     for step in range(args.steps):
-        inputs, labels = batch(args.model, data)
+        inputs, labels = batch(args.model, data, args.bug)
         optimizer.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.amp):
             logits = model(inputs)

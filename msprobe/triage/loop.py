@@ -331,9 +331,12 @@ def _round2_record(second, first=None, named=None) -> dict:
         head = inputs + outputs
         origins = set(second.output_origins) - {""}
         if second.inputs_differ and second.outputs_differ and origins and origins <= {"inherited", "dtype"}:
-            # the real tensors' verdict: what the statistics took for the op's own error is its inputs'
-            head += (f" by what they explain (the tensors' Error_Origin: {'/'.join(sorted(origins))}): its inputs "
-                     "differ more than their statistics showed, the difference comes from upstream")
+            explained = f" by what they explain (the tensors' Error_Origin: {'/'.join(sorted(origins))})"
+            if named is not None and named.cause == judgement.CAUSE_ENTERS:
+                head += explained + ": the difference enters at its inputs"      # what round 1 named it for
+            else:   # the real tensors' verdict: what the statistics took for the op's own error is its inputs'
+                head += explained + (": its inputs differ more than their statistics showed, the difference comes "
+                                     "from upstream")
     return {"name": "round 2 (tensors)", "evidence": [head, *rows], "runs": _runs_record(second.runs),
             "commands": second.commands, "files": second.compare_files}
 

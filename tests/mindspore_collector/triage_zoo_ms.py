@@ -6,11 +6,11 @@ bf16acc (attention scores accumulated in float16: CPU has no bfloat16 matmul), n
 from run to run; PyNative only), nan (a log of a negative number), bn_eps (a batch norm's epsilon), residual (a
 residual block's skip connection dropped), rootscale (the features scaled in the model's own construct, outside
 every sub-cell), noisy (a NoisyDense: a Dense then `mint.add` of a delta the cell builds from NumPy, another in the
-target). --amp: the model under `mindspore.amp.auto_mixed_precision(..., "O2")` (float16 cells against a float32
-golden). --train grad (the default) is a `value_and_grad` loop, --train onestep the standard
-`nn.TrainOneStepCell(nn.WithLossCell(model, loss), nn.SGD)`; --mode graph runs it in GRAPH_MODE (with onestep the
-whole step compiled; with grad the forward and backward, the optimizer called from Python). Only ops with CPU
-kernels in MindSpore 2.10."""
+target), data (the model fed other data: images three times the golden's, other token ids). --amp: the model under
+`mindspore.amp.auto_mixed_precision(..., "O2")` (float16 cells against a float32 golden). --train grad (the default)
+is a `value_and_grad` loop, --train onestep the standard `nn.TrainOneStepCell(nn.WithLossCell(model, loss),
+nn.SGD)`; --mode graph runs it in GRAPH_MODE (with onestep the whole step compiled; with grad the forward and
+backward, the optimizer called from Python). Only ops with CPU kernels in MindSpore 2.10."""
 
 import argparse
 import time
@@ -20,7 +20,7 @@ import numpy as np
 from mindspore import Tensor, mint, nn, ops
 
 BUGS = ("none", "cast", "eps", "bias", "softmax", "scale", "bf16acc", "nondet", "nan", "bn_eps", "residual",
-        "rootscale", "noisy")
+        "rootscale", "noisy", "data")
 
 
 class NoisyDense(nn.Cell):
@@ -134,11 +134,12 @@ class Lstm(nn.Cell):
 MODELS = {"cnn": Cnn, "transformer": Transformer, "lstm": Lstm}
 
 
-def batch(model_name, rng):
+def batch(model_name, rng, bug="none"):
     labels = Tensor(rng.integers(0, 10, (4,)).astype(np.int32))
+    scale = 3 if bug == "data" else 1
     if model_name == "cnn":
-        return Tensor(rng.standard_normal((4, 3, 8, 8)).astype(np.float32)), labels
-    return Tensor(rng.integers(0, 50, (4, 12)).astype(np.int32)), labels
+        return Tensor(rng.standard_normal((4, 3, 8, 8)).astype(np.float32) * scale), labels
+    return Tensor((rng.integers(0, 50, (4, 12)) * scale % 50).astype(np.int32)), labels
 
 
 def main():
@@ -164,7 +165,7 @@ def main():
                                     optimizer)
         train.set_train()
         for step in range(args.steps):
-            loss = train(*batch(args.model, rng))
+            loss = train(*batch(args.model, rng, args.bug))
             print(f"step {step}: loss {float(loss.asnumpy()):.6f}")
         return
 
@@ -174,7 +175,7 @@ def main():
 
     grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
     for step in range(args.steps):
-        inputs, labels = batch(args.model, rng)
+        inputs, labels = batch(args.model, rng, args.bug)
         loss, grads = grad_fn(inputs, labels)
         optimizer(grads)
         print(f"step {step}: loss {float(loss.asnumpy()):.6f}")

@@ -160,3 +160,30 @@ def test_the_advice_points_at_a_source_line_only_when_one_is_shown(has_source):
         text = cl.advice(key, has_source, "Cell.a.B.forward.0")
         assert ("source line above" in text) == (has_source and "{where}" in cl.ADVICE[key])
     assert ("source line above" in cl.dtype_only_advice(has_source)) == has_source
+
+
+def _round2_head(origins, cause, inputs_differ=True):
+    from msprobe.triage import loop, rounds
+
+    rows = [{"NPU Name": "Functional.conv2d.0.forward.input.0", "Cosine": 1.0 if not inputs_differ else 0.9,
+             "MaxAbsErr": 0.0 if not inputs_differ else 2.0, "Result": "pass"},
+            {"NPU Name": "Functional.conv2d.0.forward.output.0", "Cosine": 0.9, "MaxAbsErr": 3.0, "Result": "pass",
+             "Error_Origin": origins[0]}]
+    second = rounds.Tensors(rows=rows, inputs_differ=inputs_differ, outputs_differ=True, output_origins=origins)
+    first = rounds.Statistics(differs=True, culprit="Functional.conv2d.0.forward", cause=cause)
+    named = cl.judge(first, False)
+    return loop._round2_record(second, first, named)["evidence"]
+
+
+def test_round_two_reads_the_tensors_verdict_by_what_round_one_named():
+    """An op named because the difference enters at its inputs (other data, a tensor no dumped op makes): the real
+    tensors confirming that its output differs by what its inputs explain say so, not that the difference "comes
+    from upstream" (what they say of an op the statistics took for making an error of its own)."""
+    head, *rows = _round2_head(["inherited"], cl.CAUSE_ENTERS)
+    assert head.startswith("its inputs already differ, its outputs differ by what they explain")
+    assert head.endswith("the difference enters at its inputs") and "upstream" not in head
+    assert rows[0].startswith("Functional.conv2d.0.forward.input.0: cosine 0.9")
+    head, *_ = _round2_head(["inherited"], "")
+    assert "upstream" in head
+    head, *_ = _round2_head(["introduced"], "", inputs_differ=False)
+    assert head == "its inputs are identical, its outputs differ"

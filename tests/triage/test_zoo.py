@@ -200,7 +200,7 @@ def test_ctrl_c_stops_the_runs_and_leaves_what_finished(tiny):
 # (model, bug, amp) -> (outcome, category)
 JUDGED = {("cnn", "none", True): (cl.DTYPE_ONLY, None), ("cnn", "bn_eps", True): (cl.CULPRIT, cl.ARGUMENT),
           ("transformer", "residual", False): (cl.CULPRIT, cl.MODULE_CODE),
-          ("lstm", "rootscale", False): (cl.CULPRIT, cl.ARGUMENT)}
+          ("lstm", "rootscale", False): (cl.CULPRIT, cl.ARGUMENT), ("cnn", "data", False): (cl.CULPRIT, cl.INPUT)}
 
 
 @pytest.fixture(scope="module", params=list(JUDGED), ids=lambda case: "-".join(map(str, case)))
@@ -214,7 +214,8 @@ def test_the_zoo_keeps_the_judgement_of_the_compare(judged_run):
     """A bfloat16-autocast target with no bug: no culprit, the runs differ in dtype; a batch norm's eps planted in it:
     the batch norm, an argument; a dropped residual: the block, its own code, at its forward's definition (round 3
     says why a module is not replayed); the features scaled outside every module (an op the golden never calls):
-    named, round 2 compares the op reading its output on both sides, round 3 replays it on the target's side."""
+    named, round 2 compares the op reading its output on both sides, round 3 replays it on the target's side; images
+    three times the golden's: the first conv, an input (round 2: the difference enters there, not upstream)."""
     (model, bug, amp), findings = judged_run
     outcome, category = JUDGED[(model, bug, amp)]
     assert zoo.hit(findings, bug), (findings.outcome, findings.culprit, findings.source, findings.dtype_change)
@@ -226,7 +227,11 @@ def test_the_zoo_keeps_the_judgement_of_the_compare(judged_run):
         return
     assert findings.exit_code == 1 and "train.py" in findings.source
     second, third = findings.rounds[1]["evidence"], findings.rounds[2]["evidence"]
-    assert not second[0].startswith("skipped") and "were not compared" not in second[0]
+    assert not second[0].startswith("skipped")
+    # round 2 never contradicts its table: an input row it compared is not "not compared"
+    compared_inputs = [row for row in second[1:] if ".input." in row.split(":")[0] and "max abs err None" not in row]
+    assert not compared_inputs or "was not compared" not in second[0], second
+    assert not any("not in the tensor dump" in line or "holds no" in line for line in third), third
     if bug == "bn_eps":
         assert findings.culprit.startswith("Functional.batch_norm.") and "0.1" in findings.reason
     elif bug == "residual":
@@ -234,6 +239,9 @@ def test_the_zoo_keeps_the_judgement_of_the_compare(judged_run):
         assert "Tensor.__add__ once in the golden, never in the target" in findings.reason
         assert second[0] == "its inputs are identical, its outputs differ"
         assert third[0].startswith("skipped: Module.head.mix.Mix.forward.0 is a module")
+    elif bug == "data":
+        assert findings.culprit == "Functional.conv2d.0.forward" and "self.conv1(images)" in findings.source
+        assert second[0].startswith("its inputs already differ, its outputs differ") and "upstream" not in second[0]
     else:
         assert findings.culprit.startswith("Tensor.__mul__.") and findings.module is None
         assert "the op reading its output" in second[0] and "already differs" in second[0]
