@@ -12,7 +12,7 @@ from msprobe.compare.verdict import CAUSE_ENTERS, CAUSE_EXTRA, CAUSE_PARTED, CAU
 from msprobe.triage import evidence
 
 # advice of particular causes within a category
-EXTRA_OP, PRIMITIVE = "extra op", "primitive attributes"
+EXTRA_OP, PRIMITIVE, BUILT = "extra op", "primitive attributes", "built module"
 DTYPE, ARGUMENT, KERNEL, NONDETERMINISM, CONVENTION, NON_FINITE, INPUT, MODULE_CODE = (
     "dtype/cast", "argument", "kernel precision", "nondeterminism", "framework convention", "nan/inf", "input",
     "module code")
@@ -48,6 +48,10 @@ ADVICE = {
     PRIMITIVE: "A MindSpore Primitive's attributes (epsilon, momentum, axis, ...) are set where its cell is built and "
                "are not recorded in the dump: compare how the two runs build this cell (its constructor's "
                "arguments, the call is {where}).",
+    BUILT: "Nothing inside this {kind} is recorded (a framework's {kind}: in GRAPH_MODE, or at level L0, the ops it "
+           "runs are not in the dump), so how it is built is not in the dump either: compare how the two runs build "
+           "it (its constructor's arguments: an epsilon, a momentum, an axis, a flag) and its parameters; the call is "
+           "{where}.",
     MODULE_CODE: "No op dumped inside this module differs, only its output: the difference lies in the module's "
                  "own code between its children (an operation the collector does not record: a residual or scale "
                  "written in Python, an in-place change, indexing; or an op one run calls and the other does not). "
@@ -127,7 +131,7 @@ def advice(key: str | None, has_source: bool, module: str = "") -> str:
         return ""
     where = WHERE_SHOWN if has_source else WHERE_NOT_SHOWN
     method = "construct (its definition)" if module.startswith("Cell.") else "forward (its definition)"
-    return ADVICE[key].format(where=where, method=method)
+    return ADVICE[key].format(where=where, method=method, kind="cell" if module.startswith("Cell.") else "module")
 
 
 def dtype_only_advice(has_source: bool) -> str:
@@ -136,16 +140,23 @@ def dtype_only_advice(has_source: bool) -> str:
 
 def classify(same_command: bool, target_record, golden_record, frameworks: tuple, replayed: dict | None,
              inputs_differ: bool | None, non_finite: bool = False, culprit: str = "", cause: str = "",
-             module_calls: str = "") -> Cause:
+             module_calls: str = "", built_in: bool = False) -> Cause:
     """target_record/golden_record: the culprit's forward entry in each dump (golden None when the golden has no
     such op); replayed: round 3's target replay ({"status": ...}) or None; inputs_differ: round 2's finding (or the
     statistics' when round 2 compared none); cause: the verdict's cause of the culprit row (compare/verdict.CAUSE_*;
     "" when unknown: the category then follows the records alone); module_calls: for a module culprit, the ops one
-    run calls inside it and the other does not (evidence.calls_inside). The advice is filled in by advice()."""
+    run calls inside it and the other does not (evidence.calls_inside); built_in: a module culprit inside which
+    nothing is recorded and whose class the user's files do not define (a framework's LayerNorm cell in GRAPH_MODE).
+    The advice is filled in by advice()."""
     if non_finite:
         return _cause(NON_FINITE, "its outputs hold NaN/Inf although its inputs are finite")
     if same_command:
         return _cause(NONDETERMINISM, "the same command, run twice, gives different outputs at this op")
+    if evidence.is_module(culprit) and built_in:
+        inputs = "while its inputs are identical" if inputs_differ is False else \
+            "beyond what its inputs and dtypes explain"
+        return _cause(ARGUMENT, f"nothing inside it is recorded and its output differs {inputs}: how it is built "
+                                "(its constructor's arguments) or its parameters differ", BUILT)
     if evidence.is_module(culprit):
         return _cause(MODULE_CODE, "no op dumped inside it differs, only its output: the difference lies in the "
                                    "module's own code between its children" + (f" ({module_calls})" if module_calls

@@ -226,21 +226,27 @@ def _conclude(findings: Findings, options, first, second, third, named) -> None:
         findings.module = parent if isinstance(parent, str) else None
     golden_name = evidence.forward_of(first.golden_culprit if culprit == first.culprit and first.golden_culprit
                                       else culprit)
-    calls = ""
+    calls, definition, built_in = "", "", False
     if named.module_level:
         golden_module = first.golden_culprit if first.golden_culprit else culprit
-        calls = evidence.calls_inside(evidence.load_dump(os.path.join(os.path.dirname(target_file), "construct.json")),
+        construct = evidence.load_dump(os.path.join(os.path.dirname(target_file), "construct.json"))
+        calls = evidence.calls_inside(construct,
                                       evidence.load_dump(os.path.join(os.path.dirname(golden_file), "construct.json")),
                                       culprit, golden_module)
+        definition = evidence.module_definition(target_file, culprit)
+        # nothing recorded inside it, and no user's file defines its class: a framework's module (cell)
+        built_in = not evidence.descendants(construct, culprit) and not definition
     inputs_differ = second.inputs_differ if second.inputs_differ is not None else \
         (first.first_inputs_differ if named.inside else None)
     cause = classify(options.same_command, target_data.get(evidence.forward_of(culprit)),
                      golden_data.get(golden_name), first.frameworks, third.target, inputs_differ,
-                     non_finite=named.non_finite, culprit=culprit, cause=named.cause, module_calls=calls)
+                     non_finite=named.non_finite, culprit=culprit, cause=named.cause, module_calls=calls,
+                     built_in=built_in)
     findings.category, findings.reason = cause.category, cause.reason
     if named.module_level:
         findings.stack = evidence.stack_of(target_file, culprit)
-        findings.source = evidence.module_definition(target_file, culprit)
+        # its forward's definition; a framework's module: the user's line that calls it
+        findings.source = definition or evidence.user_line(findings.stack)
     else:
         findings.stack = evidence.culprit_stack(target_file, culprit, first.stack if culprit == first.culprit else None)
         findings.source = evidence.user_line(findings.stack) or \

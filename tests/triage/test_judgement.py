@@ -58,7 +58,7 @@ class Net(nn.Module):
         return self.out(self.block(h))
 
 
-def _dump(root, bug: str, amp: bool) -> str:
+def _dump(root, bug: str, amp: bool, level: str = "mix") -> str:
     from msprobe.pytorch import PrecisionDebugger
 
     torch.manual_seed(0)
@@ -67,7 +67,7 @@ def _dump(root, bug: str, amp: bool) -> str:
     x, y = torch.randn(4, 3, 6, 6, generator=g), torch.randint(0, 4, (4,), generator=g)
     if bug == "data":
         x = x * 3
-    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(root))
+    debugger = PrecisionDebugger(task="statistics", level=level, dump_path=str(root))
     debugger.start(model)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
         logits = model(x)
@@ -187,3 +187,18 @@ def test_round_two_reads_the_tensors_verdict_by_what_round_one_named():
     assert "upstream" in head
     head, *_ = _round2_head(["introduced"], "", inputs_differ=False)
     assert head == "its inputs are identical, its outputs differ"
+
+
+def test_a_framework_module_with_nothing_recorded_inside_is_an_argument(tmp_path):
+    """At level L0 (as in MindSpore's GRAPH_MODE, where a cell's primitives are not recorded) a BatchNorm whose eps
+    differs is a module culprit with nothing recorded inside it and no definition in the user's files: how it is
+    built, category argument, at the user's line that calls it (not "the module's own code between its
+    children")."""
+    torch.set_num_threads(1)
+    golden = _dump(tmp_path / "golden", "none", False, "L0")
+    target = _dump(tmp_path / "target", "eps", False, "L0")
+    findings = msprobe.triage(target_dump=target, golden_dump=golden, output_dir=str(tmp_path / "out"))
+    assert findings.culprit == "Module.bn.BatchNorm2d.forward.0" and findings.category == cl.ARGUMENT
+    assert "how it is built" in findings.reason and "between its children" not in findings.reason
+    assert "self.bn(self.conv(x))" in findings.source and "test_judgement.py" in findings.source
+    assert "constructor's arguments" in findings.advice and "at the source line above" in findings.advice
