@@ -309,8 +309,7 @@ def replay(options: Options, first: Statistics, second: Tensors, named=None) -> 
         found.skipped = "no culprit"
         return found
     if evidence.is_module(entry):
-        found.skipped = (f"{entry} is a module: acc_check replays APIs, and no API dumped inside it differs (the "
-                         "difference lies in the module's own code)")
+        found.skipped = f"{entry} is a module: acc_check replays APIs, and no API dumped inside it differs"
         return found
     if not second.target_path:
         found.skipped = "no tensor dump of the culprit (round 2 " + (second.skipped or "did not run") + ")"
