@@ -50,7 +50,7 @@ ADVICE = {
                "arguments, the call is {where}).",
     BUILT: "Nothing inside this {kind} is recorded (a framework's {kind}: in GRAPH_MODE, or at level L0, the ops it "
            "runs are not in the dump), so how it is built is not in the dump either: compare how the two runs build "
-           "it (its constructor's arguments: an epsilon, a momentum, an axis, a flag) and its parameters; the call is "
+           "it (its constructor's arguments: an epsilon, a momentum, an axis, a flag) and its parameters; its call is "
            "{where}.",
     MODULE_CODE: "No op dumped inside this module differs, only its output: the difference lies in the module's "
                  "own code between its children (an operation the collector does not record: a residual or scale "
