@@ -143,4 +143,4 @@ def test_the_zoo_keeps_the_judgement_of_the_compare(judged_run):
     second = findings.rounds[1]["evidence"][0]
     assert second.startswith("its inputs already differ, its outputs differ") and "upstream" not in second
     assert not findings.rounds[2]["evidence"][0].startswith("skipped")
-    assert "triage_zoo_ms.py" in findings.source and "mint.add" in findings.source   # the user's frame, not a hook's
+    assert "train.py, line" in findings.source and "mint.add" in findings.source   # the user's frame, not a hook's
