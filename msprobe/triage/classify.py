@@ -106,7 +106,8 @@ def judge(first, same_command: bool) -> Judged:
     if first.inside:
         return Judged(CULPRIT, first.inside, first.culprit, cause=CAUSE_ENTERS, inside=True,
                       non_finite=first.inside == non_finite)
-    module_level = evidence.is_module(first.culprit)
+    # a module whose own output differs (not one where the difference enters at its inputs: that is the input's)
+    module_level = evidence.is_module(first.culprit) and first.cause != CAUSE_ENTERS
     return Judged(CULPRIT, first.culprit, first.culprit if module_level else first.module, cause=first.cause,
                   module_level=module_level, non_finite=first.culprit == non_finite)
 
@@ -152,6 +153,9 @@ def classify(same_command: bool, target_record, golden_record, frameworks: tuple
         return _cause(NON_FINITE, "its outputs hold NaN/Inf although its inputs are finite")
     if same_command:
         return _cause(NONDETERMINISM, "the same command, run twice, gives different outputs at this op")
+    if cause == CAUSE_ENTERS:
+        return _cause(INPUT, "its inputs already differ while everything dumped before it is identical: the "
+                             "difference enters here, made by no dumped op")
     if evidence.is_module(culprit) and built_in:
         inputs = "while its inputs are identical" if inputs_differ is False else \
             "beyond what its inputs and dtypes explain"
@@ -161,9 +165,6 @@ def classify(same_command: bool, target_record, golden_record, frameworks: tuple
         return _cause(MODULE_CODE, "no op dumped inside it differs, only its output: the difference lies in the "
                                    "module's own code between its children" + (f" ({module_calls})" if module_calls
                                                                                 else ""))
-    if cause == CAUSE_ENTERS:
-        return _cause(INPUT, "its inputs already differ while everything dumped before it is identical: the "
-                             "difference enters here, made by no dumped op")
     made = _cast(target_record)
     if cause == CAUSE_EXTRA or (golden_record is None and not cause):
         if made:

@@ -189,7 +189,7 @@ def test_round_two_reads_the_tensors_verdict_by_what_round_one_named():
     assert head == "its inputs are identical, its outputs differ"
 
 
-def test_a_framework_module_with_nothing_recorded_inside_is_an_argument(tmp_path):
+def test_a_framework_module_with_nothing_recorded_inside(tmp_path):
     """At level L0 (as in MindSpore's GRAPH_MODE, where a cell's primitives are not recorded) a BatchNorm whose eps
     differs is a module culprit with nothing recorded inside it and no definition in the user's files: how it is
     built, category argument, at the user's line that calls it (not "the module's own code between its
@@ -202,3 +202,8 @@ def test_a_framework_module_with_nothing_recorded_inside_is_an_argument(tmp_path
     assert "how it is built" in findings.reason and "between its children" not in findings.reason
     assert "self.bn(self.conv(x))" in findings.source and "test_judgement.py" in findings.source
     assert "constructor's arguments" in findings.advice and "at the source line above" in findings.advice
+    # inputs three times the golden's at L0: the first module's input is where the difference enters, not its build
+    findings = msprobe.triage(target_dump=_dump(tmp_path / "data", "data", False, "L0"), golden_dump=golden,
+                              output_dir=str(tmp_path / "out_data"))
+    assert findings.culprit == "Module.conv.Conv2d.forward.0" and findings.category == cl.INPUT
+    assert "self.conv(x)" in findings.source
