@@ -54,6 +54,19 @@ def right_category(findings, bug: str) -> bool:
     return findings.category == CATEGORIES[bug]
 
 
+def judged_case(framework: str, case: tuple, tmp_path_factory) -> tuple:
+    """(case, findings) of one (model, bug, amp) case of a zoo test's table, triaged in a fresh folder."""
+    model, bug, amp = case
+    work = str(tmp_path_factory.mktemp(f"judged_{framework}"))
+    return case, triage_case(framework, model, bug, work, amp=amp)[0]
+
+
+def check_named(findings, bug: str, expected: tuple) -> None:
+    """The planted op is named (or nothing, for `none`), with the expected (outcome, category)."""
+    assert hit(findings, bug), (findings.outcome, findings.culprit, findings.source, findings.dtype_change)
+    assert (findings.outcome, findings.category) == expected
+
+
 def triage_case(framework: str, model: str, bug: str, work: str, python: str = sys.executable, amp: bool = False,
                 extra: str = "", **options):
     """One triage in a fresh folder under `work` (the script copied there as train.py; the commands run there):

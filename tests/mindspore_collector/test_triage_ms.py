@@ -126,16 +126,13 @@ JUDGED = {("cnn", "noisy", False): (cl.CULPRIT, cl.INPUT), ("cnn", "none", True)
 
 @pytest.fixture(scope="module", params=list(JUDGED), ids=lambda case: "-".join(map(str, case)))
 def judged_run(request, tmp_path_factory):
-    model, bug, amp = request.param
-    work = str(tmp_path_factory.mktemp("msjudged"))
-    return request.param, zoo.triage_case("mindspore", model, bug, work, amp=amp)[0]
+    return zoo.judged_case("mindspore", request.param, tmp_path_factory)
 
 
 def test_the_zoo_keeps_the_judgement_of_the_compare(judged_run):
     (model, bug, amp), findings = judged_run
     outcome, category = JUDGED[(model, bug, amp)]
-    assert zoo.hit(findings, bug), (findings.outcome, findings.culprit, findings.source, findings.dtype_change)
-    assert (findings.outcome, findings.category) == (outcome, category)
+    zoo.check_named(findings, bug, (outcome, category))
     if outcome == cl.DTYPE_ONLY:
         assert findings.exit_code == 0 and "float16 in the target" in findings.dtype_change["dtypes"]
         return

@@ -205,9 +205,7 @@ JUDGED = {("cnn", "none", True): (cl.DTYPE_ONLY, None), ("cnn", "bn_eps", True):
 
 @pytest.fixture(scope="module", params=list(JUDGED), ids=lambda case: "-".join(map(str, case)))
 def judged_run(request, tmp_path_factory):
-    model, bug, amp = request.param
-    work = str(tmp_path_factory.mktemp("judged"))
-    return request.param, zoo.triage_case("pytorch", model, bug, work, amp=amp)[0]
+    return zoo.judged_case("pytorch", request.param, tmp_path_factory)
 
 
 def test_the_zoo_keeps_the_judgement_of_the_compare(judged_run):
@@ -218,8 +216,7 @@ def test_the_zoo_keeps_the_judgement_of_the_compare(judged_run):
     three times the golden's: the first conv, an input (round 2: the difference enters there, not upstream)."""
     (model, bug, amp), findings = judged_run
     outcome, category = JUDGED[(model, bug, amp)]
-    assert zoo.hit(findings, bug), (findings.outcome, findings.culprit, findings.source, findings.dtype_change)
-    assert (findings.outcome, findings.category) == (outcome, category)
+    zoo.check_named(findings, bug, (outcome, category))
     if outcome == cl.DTYPE_ONLY:
         assert findings.exit_code == 0 and len(findings.rounds) == 1
         assert "bfloat16 in the target" in findings.dtype_change["dtypes"] and "train.py" in \
