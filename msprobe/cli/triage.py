@@ -13,9 +13,9 @@ DESCRIPTION = ("Run the whole precision-debugging loop on two training commands,
                "compares the real tensors of the culprit and its module, round 3 replays the culprit API against the "
                "CPU high-precision benchmark. The answer: the culprit, its module and source line, the category of "
                "cause with advice, the evidence of each round and the commands that reproduce it, as one HTML page "
-               "(<-o>/triage.html) and a console summary. Exit status 0 when the runs agree, 1 when a culprit is "
-               "named or a run failed, 2 on error; stopped by Ctrl-C, SIGTERM or SIGHUP, it ends both runs and exits 128 + "
-               "the signal's number.")
+               "(<-o>/triage.html) and a console summary. Exit status 0 when the runs agree (or differ only in "
+               "dtype, or by rounding no op makes its own), 1 when a culprit is named or a run failed, 2 on error; "
+               "stopped by Ctrl-C, SIGTERM or SIGHUP, it ends both runs and exits 128 + the signal's number.")
 EPILOG = """examples:
   # a target against a golden command (each runs in its own process group, one step each per round)
   msprobe triage --target "python train.py --bf16" --golden "python train.py" -o triage_out
