@@ -77,19 +77,30 @@ def _positive(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
+
+    # the rounds' compares log to the console; the triage's summary (or --json's one object) is the output, and the
+    # compares' details are in their files under -o (the level is given back afterwards: a caller running several
+    # commands in one process, such as a test, keeps its own)
+    logger = get_logger()
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return _triage(args, progress=_progress)
+    finally:
+        logger.setLevel(level)
+
+
+def _progress(text: str) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"msprobe triage: {text}\n")
+
+
+def _triage(args: argparse.Namespace, progress) -> int:
+    from msprobe.errors import MsprobeError
     from msprobe.names import printable
     from msprobe.triage.launch import Interrupted
     from msprobe.triage.loop import triage
-
-    # the rounds' compares log to the console; the triage's summary (or --json's one object) is the output, and the
-    # compares' details are in their files under -o
-    get_logger().setLevel(logging.ERROR)
-
-    def progress(text: str) -> None:
-        if sys.stderr.isatty():
-            sys.stderr.write(f"msprobe triage: {text}\n")
 
     try:
         findings = triage(args.target, args.golden, output_dir=args.output_path, step=args.step, level=args.level,

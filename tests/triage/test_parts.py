@@ -314,3 +314,21 @@ def test_user_frames_and_a_modules_forward_definition(tmp_path):
     assert evidence.calls_inside(target, golden, module) == \
         "calls made directly inside it: Tensor.__add__ once in the golden, never in the target"
     assert evidence.calls_inside(golden, golden, module) == ""
+
+
+def test_a_triage_leaves_the_loggers_level_as_it_found_it(tmp_path):
+    """The triage quiets the rounds' compares while it runs; a process that runs other commands after it (a notebook,
+    a test session) must still see their warnings."""
+    import logging
+
+    from msprobe.log import get_logger
+
+    logger = get_logger()
+    before = logger.level
+    try:
+        logger.setLevel(logging.INFO)
+        code = run_cli(["triage", "-tp", tmp_path / "missing_t.json", "-gp", tmp_path / "missing_g.json",
+                        "-o", tmp_path / "out"])
+        assert code == 2 and logger.level == logging.INFO
+    finally:
+        logger.setLevel(before)
