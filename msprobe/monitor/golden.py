@@ -38,7 +38,7 @@ import numpy as np
 
 from msprobe.compare.rules import JudgeInput
 from msprobe.compare.verdict import MADE_HERE, MSG_ENTERS, judge_rows, scale_errors
-from msprobe.monitor.anomaly import decimal_quantum
+from msprobe.monitor.anomaly import written_rounding
 from msprobe.monitor.records import Anomaly, StepRecords
 from msprobe.table import columns as col
 
@@ -253,12 +253,14 @@ def _cells(values: np.ndarray) -> list:
     return [v if v == v else "N/A" for v in values.tolist()]
 
 
-def judge(target: _Side, golden: _Side, quantum: float = 0.0, cache: dict | None = None) -> tuple:
+def judge(target: _Side, golden: _Side, quantum: float = 0.0, digits: int = 0, cache: dict | None = None) -> tuple:
     """(table, verdict, cells) of one step: the compare core's verdict of the step's entries; verdict None when the
     two steps are identical (nothing to judge). quantum: the absolute rounding of the golden's written statistics
     (decimal_quantum): a target statistic within one quantum of the golden's is the golden's (the same number,
-    rounded), and a row below QUANTA quanta is not compared. cache: a dict kept between steps, where the table of
-    a step whose rows are laid out as the step before's is taken from."""
+    rounded), and a row below QUANTA quanta is not compared. digits: the golden's significant digits
+    (significant_digits, our CSVs): a target statistic within one unit of the golden's last digit is the golden's.
+    cache: a dict kept between steps, where the table of a step whose rows are laid out as the step before's is
+    taken from."""
     table = _cached_table(target, golden, cache) if cache is not None else build_table(target, golden)
     t_rows = np.array(table.target, dtype=np.int64)
     g_rows = np.array([-1 if g is None else g for g in table.golden], dtype=np.int64)
@@ -267,6 +269,10 @@ def judge(target: _Side, golden: _Side, quantum: float = 0.0, cache: dict | None
     matched = has & (golden.present[g_safe] == target.present[t_rows])
     npu = target.values[t_rows]
     bench = np.where(matched[:, None], golden.values[g_safe], np.nan)
+    if digits:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            unit = 10.0 ** (np.floor(np.log10(np.abs(bench))) - digits + 1)
+            npu = np.where(np.abs(npu - bench) <= 1.0001 * unit, bench, npu)
     if quantum:
         with np.errstate(invalid="ignore"):
             npu = np.where(np.abs(npu - bench) <= 1.0001 * quantum, bench, npu)
@@ -348,7 +354,7 @@ def divergences(target: StepRecords, golden: StepRecords, previous: tuple = (Non
     if not len(target) or not len(golden):
         return []
     sides = _Side(target, previous[0]), _Side(golden, previous[1])
-    table, verdict, cells = judge(*sides, decimal_quantum(golden), cache)
+    table, verdict, cells = judge(*sides, *written_rounding(golden), cache)
     if verdict is None:
         return []
     entering = _enters(table, sides[0], verdict)

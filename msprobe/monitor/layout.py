@@ -81,6 +81,12 @@ def stage_of(group: str) -> str:
     return GROUPS.get(group, ("step", False))[0]
 
 
+def significant(value: float, digits: int) -> str:
+    """A statistic as its CSV cell: `digits` significant digits (at least one), so that no nonzero value becomes 0
+    (the reference rounds to decimals: Adam's exp_avg_sq of 1e-12 is written 0.0); nan, inf as Python writes them."""
+    return repr(float(f"{value:.{max(digits, 1)}g}"))
+
+
 class RunWriter:
     """One rank's files of one run: the CSVs of every step it records and its anomalies. The rank's folder is made
     when the first step is written. Never raises from write(): the monitor's caller guards it."""
@@ -147,7 +153,7 @@ class RunWriter:
                     for column, count in zip(columns, counts):
                         value = math.nan if column is None else float(values[row, column])
                         cells.append(str(int(value)) if count and math.isfinite(value) else
-                                     repr(round(value, ndigits)))
+                                     significant(value, ndigits))
                     shape = records.shape[row]
                     middle = f",{','.join(cells)},{self._shape(shape)},{text_of(records.dtype[row] or '')}"
                 else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from msprobe.monitor.golden import GoldenWatch, divergences, split_name
@@ -131,11 +132,14 @@ def test_the_watch_reads_the_golden_one_step_at_a_time(tmp_path):
     assert GoldenWatch(str(tmp_path), 1).check(model_rows(0, fc2_scale=9)) == []
 
 
-def test_a_golden_written_with_six_decimals_matches_the_exact_target(tmp_path):
-    """The CSVs round to ndigits decimals (the reference's 6): the exact target's statistics within one quantum of
-    the golden's are the same number, and tiny statistics (a few quanta) are not compared: an output of magnitude
-    2.5e-5 would otherwise differ by 2 % of itself (beyond a module's rounding allowance) where its inputs agree."""
-    writer = RunWriter(str(tmp_path), 0, ("min", "max", "mean", "norm"), ndigits=6)
+@pytest.mark.parametrize("written", ["decimals", "significant"])
+def test_a_golden_written_rounded_matches_the_exact_target(tmp_path, written):
+    """A golden's CSVs are rounded: to 6 decimals (the reference's), or to ndigits = 6 significant digits (ours).
+    The exact target's statistics within one unit of the golden's last digit are the same number; with decimals,
+    tiny statistics (a few quanta) are not compared: an output of magnitude 2.5e-5 would otherwise differ by 2 % of
+    itself (beyond a module's rounding allowance) where its inputs agree."""
+    decimals = written == "decimals"
+    writer = RunWriter(str(tmp_path), 0, ("min", "max", "mean", "norm"), ndigits=12 if decimals else 6)
     targets = []
     for step in range(3):
         target = model_rows(step)
@@ -143,7 +147,9 @@ def test_a_golden_written_with_six_decimals_matches_the_exact_target(tmp_path):
         target.values[out, :4] = [-1.4999e-5, 1.4999e-5, 1.4999e-6, 2.4999e-5]   # each 0.5e-6 (2 %) off
         small = target.name.index("fc1.weight", target.group.index("grad_unreduced"))
         target.values[small, :4] = [1.4e-6, 2.6e-6, 2e-6, 3.1e-6]
-        writer.write(target)
+        golden = model_rows(step)
+        golden.values = np.round(target.values, 6) if decimals else target.values
+        writer.write(golden)
         targets.append(target)
     writer.close()
     watch = GoldenWatch(str(tmp_path), 0)
