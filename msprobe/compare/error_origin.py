@@ -432,8 +432,10 @@ def _judge_entry(name: str, start: int, stop: int, ctx: _Context, origin: list) 
         summed = _summed(kind, api, tensors, r, twin is not None, view)
         final = max(own, in_low)
         # the K terms are summed in float32 (or float64) and rounded once to a lower precision: sqrt(K) grows the
-        # accumulator's rounding, not bfloat16's (a bfloat16 matmul on CPU and NPU accumulates in float32)
-        rounding = units * (summed if kind == MODULE else max(1.0, summed * min(final, EPS["float32"]) / final))
+        # accumulator's rounding, not bfloat16's (a bfloat16 matmul on CPU and NPU accumulates in float32); so do a
+        # module's unseen sums (MODULE_SUMS): a bfloat16 module is allowed the units of its own rounding, not 64 of
+        # them (half its magnitude: a bug that scales attention scores 4x hid behind them)
+        rounding = units * max(1.0, summed * min(final, EPS["float32"]) / final)
         if ctx.trace is not None:
             ctx.trace.append((r, e, e_in, a, rounding, low, final))
         if low and e <= math.hypot(carried, units * low):

@@ -16,13 +16,14 @@ BF16 = 2.0 ** -8         # the relative rounding of bfloat16 (half its eps)
 
 
 def model_rows(step, *, fc2_scale=1.0, act_scale=1.0, weight_scale=1.0, rounding=0.0, dtype="torch.float32",
-               drift=0.0):
+               drift=0.0, carried=False):
     """A two-layer MLP's records: fc1 -> act -> fc2 forward and backward, their weights. rounding: a relative
-    perturbation of every activation (a lower precision), alternating in sign; drift: of the weights."""
+    perturbation of every activation (a lower precision), alternating in sign; drift: of the weights (carried: and
+    of the activations they make)."""
     def jiggle(value, i):
         return value * (1 + rounding * (1 if (i + step) % 2 else -1) * (0.5 + 0.5 * math.sin(i)))
     x = 3.0 + 0.1 * math.sin(step)
-    h = 4.0 * x
+    h = 4.0 * x * ((1 + drift) if carried else 1.0)
     a = 0.6 * h * act_scale
     y = 0.5 * a * fc2_scale
     w1, w2 = 2.0 * (1 + drift), 1.5 * weight_scale * (1 + drift)
@@ -89,6 +90,28 @@ def test_a_lower_precision_target_is_no_divergence():
     for t, g in zip(target, golden):
         assert divergences(t, g, previous) == []
         previous = (t, g)
+
+
+def test_a_bug_in_a_lower_precision_target_is_named_at_its_step():
+    """A bfloat16 target drifts from a float32 golden (weights 3 % apart, their activations too): the verdict's
+    allowance for what the inputs carry then covers an fc2 made 25 % wrong from step 8 on; its difference jumping
+    against the steps before (its inputs' not) names it at step 8. The drift alone names nothing."""
+    def target(step, bug):
+        return model_rows(step, rounding=BF16, dtype="torch.bfloat16", drift=0.03 * min(step, 3) / 3, carried=True,
+                          fc2_scale=1.25 if bug and step >= 8 else 1.0)
+    golden = [model_rows(s) for s in range(12)]
+    for bug in (False, True):
+        watch_cache, previous, found = {}, (None, None), []
+        for step in range(12):
+            found += divergences(target(step, bug), golden[step], previous, cache=watch_cache)
+            previous = (target(step, bug), golden[step])
+        if not bug:
+            assert found == []
+        else:
+            assert [(a.step, a.module, a.name) for a in found[:1]] == [(8, "fc2", "fc2.output")]
+            assert "beyond its difference over the steps before" in found[0].message
+    # without its history (one step judged alone), the verdict misses it: the reason for the history
+    assert divergences(target(8, True), golden[8], (target(7, True), golden[7])) == []
 
 
 def test_a_gradient_made_wrong_by_a_backward_is_the_divergence():

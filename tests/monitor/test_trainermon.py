@@ -176,11 +176,11 @@ def test_the_references_values_on_the_same_script(tmp_path, out):
     script = FIXTURES / "monitor" / "reference_run_script.py"
     config = json.loads((FIXTURES / "monitor" / "reference_run_config.json").read_text())
     done = subprocess.run([sys.executable, str(script), json.dumps(config), str(out), "3"], capture_output=True,
-                          text=True, env=dict(os.environ, PYTHONPATH=REPO), check=False, timeout=120)
+                          text=True, env=dict(os.environ, PYTHONPATH=REPO), check=False, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     ours = list(read_run(str(out))[0])
     theirs = list(read_run(str(FIXTURES / "monitor" / "reference_run"))[0])
-    compared = 0
+    compared = zeros_compared = 0
     for mine, ref in zip(ours, theirs):
         mine_rows, ref_rows = rows_of(mine), rows_of(ref)
         for key, ref_row in ref_rows.items():
@@ -192,13 +192,34 @@ def test_the_references_values_on_the_same_script(tmp_path, out):
                 continue        # a dict output: the reference writes no statistics, ours its tensor (output_1_y)
             row = mine_rows[key]
             assert row["present"] == ref_row["present"], key
+            if not ref_row["present"]:
+                continue
             for op in mine.ops:
-                # a tensor of rounding noise (a bias gradient BatchNorm cancels: ~1e-9) has no zeros fraction to
-                # compare: its elements fall either side of eps with the summation order of the thread count
-                if ref_row["present"] and not (op == "zeros" and ref_row["norm"] < 1e-5):
-                    assert row[op] == pytest.approx(ref_row[op], rel=1e-5, abs=2e-6), (key, op)
+                if op != "zeros":
+                    assert row[op] == pytest.approx(ref_row[op], rel=REL, abs=2 * QUANTUM), (key, op)
+                elif resolved(row, ref_row):
+                    assert row[op] == ref_row[op], (key, op)
+                    zeros_compared += 1
             compared += 1
-    assert compared > 100
+    assert compared > 100 and zeros_compared > 50
+
+
+REL = 1e-5              # float32 statistics of the same script: its thread count's summation order moves them
+QUANTUM = 1e-6          # the reference's CSV rounds to 6 decimals
+
+
+def resolved(row: dict, ref_row: dict) -> bool:
+    """Whether a tensor's zeros fraction (the share of elements below eps = 1e-8) is the same computation's in both
+    runs. Not for a tensor of rounding noise: the gradient of a bias that BatchNorm cancels (exactly 0 in exact
+    arithmetic, ~1e-9 computed), Adam's v of such gradients; their elements are the rounding of a cancellation and
+    fall either side of eps with the summation order. Such a tensor is one whose statistics agree only through the
+    reference's rounding (QUANTUM), not to float32's: its magnitude is within 100 quanta (fewer than 2 significant
+    digits written: nothing tells noise from signal), or its norm differs beyond REL and one quantum (the two runs
+    computed other noise)."""
+    magnitude = max(abs(ref_row["min"]), abs(ref_row["max"]), ref_row["norm"])
+    if magnitude < 100 * QUANTUM:
+        return False
+    return abs(row["norm"] - ref_row["norm"]) <= REL * abs(ref_row["norm"]) + QUANTUM
 
 
 def test_micro_steps_and_gradient_accumulation(tmp_path, out):
