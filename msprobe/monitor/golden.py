@@ -38,7 +38,7 @@ import numpy as np
 
 from msprobe.compare.error_origin import EPS
 from msprobe.compare.rules import JudgeInput
-from msprobe.compare.verdict import MADE_HERE, MSG_ENTERS, judge_rows, scale_errors
+from msprobe.compare.verdict import MADE_HERE, MSG_ENTERS, NOISE_UNITS, judge_rows, scale_errors
 from msprobe.frameworks.dtypes import canonical
 from msprobe.monitor.anomaly import written_rounding
 from msprobe.monitor.records import Anomaly, StepRecords
@@ -56,7 +56,9 @@ WARMUP = 5              # steps of history before a jump is judged
 HISTORY = 16            # steps kept
 JUMP = 4.0              # an output's difference beyond this many times its median over the steps before ...
 JUMP_INPUTS = 2.0       # ... while its inputs' is within this many times theirs
-JUMP_UNITS = 4.0        # ... and beyond this many units of rounding of the lower precision
+# ... and beyond the verdict's noise floor (NOISE_UNITS units of rounding of the lower precision: a bfloat16 output's
+# gradient through kinks and sums moves by a few percent from one step to the next in clean runs)
+JUMP_UNITS = NOISE_UNITS
 
 
 def split_name(name: str) -> tuple:
