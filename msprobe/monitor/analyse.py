@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from msprobe.dump.paths import check_input_dir
 from msprobe.errors import MsprobeError
 from msprobe.log import progress
-from msprobe.monitor.anomaly import AnomalyDetector, decimal_quantum
+from msprobe.monitor.anomaly import AnomalyDetector, written_rounding
 from msprobe.monitor.golden import GoldenWatch, split_name
 from msprobe.monitor.layout import (
     ANOMALY_DIR,
@@ -256,7 +256,7 @@ def _read_steps(directory: str, rules, golden: str | None, each) -> tuple:
             if framework is None:
                 framework = _framework(records)
             if rules and detector is None:
-                detector = AnomalyDetector(rules, resolution=decimal_quantum(records))
+                detector = AnomalyDetector(rules, resolution=written_rounding(records)[0])
             if detector is not None:
                 found += detector.observe(records)
             if watch is not None:

@@ -142,16 +142,49 @@ def numels(shapes: Sequence) -> np.ndarray:
 STAT_OPS = ("min", "max", "mean", "norm")
 
 
-def decimal_quantum(records: StepRecords, most: int = 12) -> float:
-    """The absolute quantum of a step's statistics when they were written rounded to a number of decimals (the
-    reference's CSVs, and ours, round to `ndigits` = 6 decimals: 1e-6); 0 when they are not so rounded (exact
-    values, or significant digits)."""
+def _written(records: StepRecords) -> np.ndarray:
+    """The finite nonzero statistics of a step (empty when too few to tell how they were written)."""
     columns = [records.ops.index(op) for op in STAT_OPS if op in records.ops]
     if not columns or not len(records):
-        return 0.0
+        return np.zeros(0)
     values = records.values[:, columns].ravel()
     values = values[np.isfinite(values) & (values != 0)]
-    if len(values) < 8:
+    return values if len(values) >= 8 else np.zeros(0)
+
+
+def significant_digits(records: StepRecords, most: int = 9) -> int:
+    """The significant digits a step's statistics were written with (our CSVs: `ndigits`, 6); 0 when they are
+    exact (a float32 value needs more than `most` = 9 digits) or cannot be told."""
+    values = _written(records)
+    if not len(values):
+        return 0
+    exponent = np.floor(np.log10(np.abs(values)))
+    for digits in range(1, most + 1):
+        scaled = values / 10.0 ** (exponent - digits + 1)
+        if np.all(np.abs(scaled - np.round(scaled)) <= 1e-4):
+            return digits
+    return 0
+
+
+def written_rounding(records: StepRecords) -> tuple:
+    """(quantum, digits): how a step's statistics were written, one of the two nonzero: rounded to decimals (the
+    reference's CSVs: the absolute quantum, decimal_quantum) or to significant digits (ours: significant_digits);
+    (0, 0) when exact. Values of one magnitude are both: digits then. Decimals when the smallest values hold fewer
+    digits than the others (their quantum is coarser than the last digit significant rounding would keep)."""
+    digits, quantum = significant_digits(records), decimal_quantum(records)
+    if digits and quantum:
+        values = _written(records)
+        finest = 10.0 ** (np.floor(np.log10(np.abs(values).min())) - digits + 1)
+        return (quantum, 0) if quantum > 1.0001 * finest else (0.0, digits)
+    return quantum, digits
+
+
+def decimal_quantum(records: StepRecords, most: int = 12) -> float:
+    """The absolute quantum of a step's statistics when they were written rounded to a number of decimals (the
+    reference's CSVs round to `ndigits` = 6 decimals: 1e-6); 0 when they are not so rounded (exact values, or
+    significant digits spanning magnitudes)."""
+    values = _written(records)
+    if not len(values):
         return 0.0
     for digits in range(0, most + 1):
         scaled = values * 10.0 ** digits

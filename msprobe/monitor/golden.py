@@ -36,9 +36,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from msprobe.compare.error_origin import EPS
 from msprobe.compare.rules import JudgeInput
-from msprobe.compare.verdict import MADE_HERE, MSG_ENTERS, judge_rows, scale_errors
-from msprobe.monitor.anomaly import decimal_quantum
+from msprobe.compare.verdict import MADE_HERE, MSG_ENTERS, NOISE_UNITS, judge_rows, scale_errors
+from msprobe.frameworks.dtypes import canonical
+from msprobe.monitor.anomaly import written_rounding
 from msprobe.monitor.records import Anomaly, StepRecords
 from msprobe.table import columns as col
 
@@ -49,6 +51,14 @@ QUANTA = 100.0
 STATS = ("max", "min", "mean", "norm")          # the statistics the verdict reads, in its order
 CELL = {"max": "max", "min": "min", "mean": "mean", "norm": "l2norm"}
 PARAMS = "param_origin"
+# the history of a row's difference from the golden, where the runs differ in dtype (_jumps)
+WARMUP = 5              # steps of history before a jump is judged
+HISTORY = 16            # steps kept
+JUMP = 4.0              # an output's difference beyond this many times its median over the steps before ...
+JUMP_INPUTS = 2.0       # ... while its inputs' is within this many times theirs
+# ... and beyond the verdict's noise floor (NOISE_UNITS units of rounding of the lower precision: a bfloat16 output's
+# gradient through kinks and sums moves by a few percent from one step to the next in clean runs)
+JUMP_UNITS = NOISE_UNITS
 
 
 def split_name(name: str) -> tuple:
@@ -253,12 +263,14 @@ def _cells(values: np.ndarray) -> list:
     return [v if v == v else "N/A" for v in values.tolist()]
 
 
-def judge(target: _Side, golden: _Side, quantum: float = 0.0, cache: dict | None = None) -> tuple:
+def judge(target: _Side, golden: _Side, quantum: float = 0.0, digits: int = 0, cache: dict | None = None) -> tuple:
     """(table, verdict, cells) of one step: the compare core's verdict of the step's entries; verdict None when the
     two steps are identical (nothing to judge). quantum: the absolute rounding of the golden's written statistics
     (decimal_quantum): a target statistic within one quantum of the golden's is the golden's (the same number,
-    rounded), and a row below QUANTA quanta is not compared. cache: a dict kept between steps, where the table of
-    a step whose rows are laid out as the step before's is taken from."""
+    rounded), and a row below QUANTA quanta is not compared. digits: the golden's significant digits
+    (significant_digits, our CSVs): a target statistic within one unit of the golden's last digit is the golden's.
+    cache: a dict kept between steps, where the table of a step whose rows are laid out as the step before's is
+    taken from."""
     table = _cached_table(target, golden, cache) if cache is not None else build_table(target, golden)
     t_rows = np.array(table.target, dtype=np.int64)
     g_rows = np.array([-1 if g is None else g for g in table.golden], dtype=np.int64)
@@ -267,6 +279,10 @@ def judge(target: _Side, golden: _Side, quantum: float = 0.0, cache: dict | None
     matched = has & (golden.present[g_safe] == target.present[t_rows])
     npu = target.values[t_rows]
     bench = np.where(matched[:, None], golden.values[g_safe], np.nan)
+    if digits:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            unit = 10.0 ** (np.floor(np.log10(np.abs(bench))) - digits + 1)
+            npu = np.where(np.abs(npu - bench) <= 1.0001 * unit, bench, npu)
     if quantum:
         with np.errstate(invalid="ignore"):
             npu = np.where(np.abs(npu - bench) <= 1.0001 * quantum, bench, npu)
@@ -348,18 +364,66 @@ def divergences(target: StepRecords, golden: StepRecords, previous: tuple = (Non
     if not len(target) or not len(golden):
         return []
     sides = _Side(target, previous[0]), _Side(golden, previous[1])
-    table, verdict, cells = judge(*sides, decimal_quantum(golden), cache)
+    table, verdict, cells = judge(*sides, *written_rounding(golden), cache)
     if verdict is None:
         return []
     entering = _enters(table, sides[0], verdict)
-    made = np.flatnonzero((verdict.levels >= MADE_HERE) | entering)
+    errors = scale_errors(col.STATISTICS, cells)
+    jumped = _jumps(table, sides, errors, cache)
+    made = np.flatnonzero((verdict.levels >= MADE_HERE) | entering | jumped)
     if not len(made):
         return []
-    errors = scale_errors(col.STATISTICS, cells)
     found = sorted(made.tolist(), key=lambda r: _order(table, sides[0], r))
     if first_only:
         found = found[:1]
-    return [_anomaly(table, sides, verdict, errors, row, bool(entering[row])) for row in found]
+    return [_anomaly(table, sides, verdict, errors, row, bool(entering[row]),
+                     bool(jumped[row]) and verdict.levels[row] < MADE_HERE) for row in found]
+
+
+def _jumps(table: _Table, sides: tuple, errors: np.ndarray, cache: dict | None) -> np.ndarray:
+    """Per row: an output of another dtype than the golden's (a bfloat16 target against a float32 golden) whose
+    difference from the golden jumps at this step while its entry's inputs' does not. Such runs drift apart from
+    the first step on (the weights' updates, the residual stream's rounding): once the inputs differ by a few
+    percent, the verdict's allowance for what they carry (their error times the statistics' slack and the op's
+    amplification) covers a real bug of that size. The runs' own history is the sharper reference: the same
+    "introduced" (the output's difference is not explained by its inputs'), read over steps: the output's error is
+    beyond JUMP times its median over the steps before, its inputs' within JUMP_INPUTS times theirs. Needs the
+    history of WARMUP steps (kept in `cache`)."""
+    target, golden = sides
+    out = np.zeros(len(table.target), dtype=bool)
+    if cache is None or not len(table.target):
+        return out
+    history = cache.setdefault("history", {})
+    entries = np.asarray(table.entry, dtype=np.int64)
+    is_input = np.array([s != "output" for s in table.state], dtype=bool)
+    finite = np.where(np.isfinite(errors), errors, np.nan)
+    rows = target.records
+    for entry in np.unique(entries).tolist():
+        members = np.flatnonzero(entries == entry)
+        inputs = members[is_input[members]]
+        e_in = float(np.nanmax(finite[inputs])) if len(inputs) and np.isfinite(finite[inputs]).any() else 0.0
+        for row in members[~is_input[members]].tolist():
+            t = table.target[row]
+            if t >= target.size or table.golden[row] is None or not np.isfinite(finite[row]):
+                continue
+            low = max(_eps(target.dtype[t]), _eps(golden.dtype[table.golden[row]]))
+            if target.dtype[t] == golden.dtype[table.golden[row]] or not low:
+                continue
+            key = (rows.group[t], rows.name[t], rows.micro_step[t], rows.vpp_stage[t])
+            past = history.setdefault(key, [])
+            e_out = float(finite[row])
+            if len(past) >= WARMUP:
+                out_median = float(np.median([p[0] for p in past]))
+                in_median = float(np.median([p[1] for p in past]))
+                out[row] = e_out > JUMP * out_median and e_out > JUMP_UNITS * low and \
+                    e_in <= JUMP_INPUTS * max(in_median, 1e-12)
+            past.append((e_out, e_in))
+            del past[:-HISTORY]
+    return out
+
+
+def _eps(dtype) -> float:
+    return EPS.get(canonical(dtype), 0.0) if isinstance(dtype, str) else 0.0
 
 
 def _enters(table: _Table, target: _Side, verdict) -> np.ndarray:
@@ -397,7 +461,8 @@ def _worst(target: StepRecords, t: int, golden: StepRecords, g: int) -> str:
     return best
 
 
-def _anomaly(table: _Table, sides: tuple, verdict, errors: np.ndarray, row: int, entering: bool) -> Anomaly:
+def _anomaly(table: _Table, sides: tuple, verdict, errors: np.ndarray, row: int, entering: bool,
+             jumped: bool = False) -> Anomaly:
     (target, t), (golden, g) = sides[0].locate(table.target[row]), sides[1].locate(table.golden[row])
     op = _worst(target, t, golden, g)
     value = float(target.values[t, target.ops.index(op)]) if op in target.ops else math.nan
@@ -416,8 +481,12 @@ def _anomaly(table: _Table, sides: tuple, verdict, errors: np.ndarray, row: int,
         inputs = [r for r in range(len(table.entry)) if table.entry[r] == entry and table.state[r] != "output"]
         carried = max((float(errors[r]) for r in inputs if np.isfinite(errors[r])), default=0.0)
         origin = verdict.origins[row] if verdict.origins else ""
-        message = (f"{what} while what it is made from differs by at most {carried:.3g}: made at "
-                   f"{module or 'the model'}" + (f" (Error_Origin {origin})" if origin else ""))
+        if jumped:
+            message = (f"{what}, {JUMP:g}x beyond its difference over the steps before, while what it is made from "
+                       f"differs as before (at most {carried:.3g}): made at {module or 'the model'}")
+        else:
+            message = (f"{what} while what it is made from differs by at most {carried:.3g}: made at "
+                       f"{module or 'the model'}" + (f" (Error_Origin {origin})" if origin else ""))
     return Anomaly(kind="divergence", rank=target.rank, step=target.step, micro_step=int(target.micro_step[t]),
                    stage=target.stage[t], call=int(target.call[t]), module=module, name=target.name[t],
                    group=target.group[t], op=op, value=value, baseline=baseline, rule=RULE, message=message)

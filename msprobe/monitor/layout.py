@@ -81,6 +81,12 @@ def stage_of(group: str) -> str:
     return GROUPS.get(group, ("step", False))[0]
 
 
+def significant(digits: int):
+    """The CSV cell of a statistic: `digits` significant digits (at least one), so that no nonzero value becomes 0
+    (the reference rounds to decimals: Adam's exp_avg_sq of 1e-12 is written 0.0): 1.23457e-12, 0.0045, 2, nan."""
+    return f"{{:.{max(digits, 1)}g}}".format
+
+
 class RunWriter:
     """One rank's files of one run: the CSVs of every step it records and its anomalies. The rank's folder is made
     when the first step is written. Never raises from write(): the monitor's caller guards it."""
@@ -127,7 +133,7 @@ class RunWriter:
             by_group.setdefault(group, []).append(row)
         values = records.values
         text_of = self._text
-        ndigits = self.ndigits
+        cell = significant(self.ndigits)
         step = str(records.step)
         for group, rows in by_group.items():
             micro = has_micro_step(group)
@@ -138,16 +144,16 @@ class RunWriter:
             counts = [op in COUNT_OPS for op in ops]
             empty = "," * (len(ops) + 2)
             lines = [head.getvalue()]
-            for row in rows:
+            block = values[rows][:, [c if c is not None else 0 for c in columns]] if columns else \
+                values[rows][:, :0]
+            block[:, [c is None for c in columns]] = math.nan
+            for row, row_values in zip(rows, block.tolist()):
                 start = f"{records.vpp_stage[row]},{text_of(records.name[row])},{step}"
                 if micro:
                     start += f",{records.micro_step[row]}"
                 if records.present[row]:
-                    cells = []
-                    for column, count in zip(columns, counts):
-                        value = math.nan if column is None else float(values[row, column])
-                        cells.append(str(int(value)) if count and math.isfinite(value) else
-                                     repr(round(value, ndigits)))
+                    cells = [str(int(value)) if count and math.isfinite(value) else cell(value)
+                             for value, count in zip(row_values, counts)]
                     shape = records.shape[row]
                     middle = f",{','.join(cells)},{self._shape(shape)},{text_of(records.dtype[row] or '')}"
                 else:

@@ -8,6 +8,7 @@ returns) and Tensor.backward (the loss a script computes outside the model). Sta
 from __future__ import annotations
 
 import atexit
+import functools
 import sys
 import weakref
 from dataclasses import replace
@@ -19,12 +20,21 @@ from msprobe.monitor.config import MonitorConfigError, load_config
 from msprobe.monitor.engine import MonitorEngine, MonitorStop, check_format, check_output
 from msprobe.monitor.layout import has_micro_step
 from msprobe.pytorch.stats import host_values, local_part, stat_vector, stat_vectors
-from msprobe.pytorch.taps import ModuleTaps, in_backward
+from msprobe.pytorch.taps import ModuleTaps, in_backward, quiet
 
 # optimizer state -> the reference's group: first moments (Adam family, SGD/RMSprop momentum) as exp_avg, second
 # moments (Adam family, RMSprop/Adadelta square averages, Adagrad's sum, Adamax's infinity norm) as exp_avg_sq
 FIRST_MOMENTS = ("exp_avg", "momentum_buffer")
 SECOND_MOMENTS = ("exp_avg_sq", "square_avg", "sum", "exp_inf")
+
+
+def _unrecorded(method):
+    """A hook body of the monitor's: a PrecisionDebugger running at the same time records none of its ops."""
+    @functools.wraps(method)
+    def body(*args, **kwargs):
+        with quiet():
+            return method(*args, **kwargs)
+    return body
 
 
 class TrainerMon:
@@ -88,6 +98,7 @@ class TrainerMon:
         """The reference's former way to pass the optimizer (then monitor_gnorm_with_ad)."""
         self._wrapped_optimizer = optimizer
 
+    @_unrecorded
     def record_loss(self, loss) -> None:
         """Record this micro-step's loss explicitly (then only this call records it). Without it the loss is the
         0-d tensor the model returns (or its 'loss' entry), else the 0-d tensor `.backward()` is called on."""
@@ -121,6 +132,7 @@ class TrainerMon:
         """({tag: {op: value}} of the gradients after reduction, the same before)."""
         return self._metrics("grad_reduced"), self._metrics("grad_unreduced")
 
+    @_unrecorded
     def close(self) -> None:
         """Write what is pending and remove every hook (also done at exit)."""
         if self._engine is not None:
@@ -140,6 +152,7 @@ class TrainerMon:
         if self._engine is not None:
             self._engine._set_up(self._config)
 
+    @_unrecorded
     def _metrics(self, group: str) -> dict:
         engine = self._engine
         if engine is None:
@@ -358,10 +371,12 @@ class _Hooks:
             engine = hooks.engine
             if gradient is None and engine is not None and engine.collecting and not hooks.explicit_loss and \
                     hooks._loss_taken != engine.micro_step and self.dim() == 0:
-                hooks._guard("loss", hooks.take_loss, self)
+                with quiet():
+                    hooks._guard("loss", hooks.take_loss, self)
             result = original(self, gradient, *args, **kwargs)
             if engine is not None and engine.collecting and hooks.config is not None:
-                hooks._backward_done()
+                with quiet():
+                    hooks._backward_done()
             return result
         backward.__wrapped__ = original
         self._patched_backward = backward
@@ -496,6 +511,7 @@ class _Hooks:
         entry[side] = described
 
     # ------------------------------------------------------------------ the model's forward: micro-steps, loss
+    @_unrecorded
     def _root_pre(self, module, args, kwargs):
         engine = self.engine
         if engine is None or torch.compiler.is_compiling() or in_backward():
@@ -522,6 +538,7 @@ class _Hooks:
             engine.fail("the step boundary", exc)
         return None
 
+    @_unrecorded
     def _root_post(self, module, args, kwargs, out):
         if self._eval:
             if not torch.is_grad_enabled():
@@ -551,7 +568,8 @@ class _Hooks:
         def hook(param):
             engine = self.engine
             if engine.collecting and engine.micro_step + 1 >= self.grad_acc_steps and engine.ok("gradients"):
-                self._guard("gradients", self._unreduced, entry)
+                with quiet():
+                    self._guard("gradients", self._unreduced, entry)
         return hook
 
     def _grad(self, param):
@@ -630,6 +648,7 @@ class _Hooks:
     def _params_rows(self, group: str) -> None:
         self._rows(group, [(entry, entry.param) for entry in self._params if entry.target])
 
+    @_unrecorded
     def _pre_step(self) -> None:
         engine = self.engine
         if engine is None or not engine.collecting:
@@ -673,6 +692,7 @@ class _Hooks:
     def _keep_params(self) -> None:
         self._old_params = [(e, local_part(e.param.detach()).clone()) for e in self._params if e.target]
 
+    @_unrecorded
     def _post_step(self) -> None:
         engine = self.engine
         if engine is None:

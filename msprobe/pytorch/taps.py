@@ -22,12 +22,23 @@ get a gradient gets no `input_grads`; one left incomplete at flush() gets what a
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 
 import torch
 from torch.autograd.graph import get_gradient_edge
 
+from msprobe.collect.debugger import active_debugger
+
 MAX_SLOTS = 64          # tensors taken per side of a call (inputs, outputs)
 _MAX_DEPTH = 4
+
+
+def quiet():
+    """The running PrecisionDebugger's "not recording" guard (its collector's `working()`), or nothing when none
+    runs: the ops of a tap or of the monitor's statistics inside it are never recorded as the training's API calls,
+    so that a dump is the same with the monitor on."""
+    working = getattr(getattr(active_debugger(), "collector", None), "working", None)
+    return working() if working is not None else nullcontext()
 
 
 def in_backward() -> bool:
@@ -138,7 +149,8 @@ class ModuleTaps:
             if not sub.active() or torch.compiler.is_compiling():
                 return None
             try:
-                before(mod, args, kwargs)
+                with quiet():
+                    before(mod, args, kwargs)
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
                 sub.tap_failed(exc)
             return None
@@ -158,7 +170,8 @@ class ModuleTaps:
             if not calls:
                 return None
             try:
-                after(calls.pop(), out)
+                with quiet():
+                    after(calls.pop(), out)
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
                 sub.tap_failed(exc)
             return None
@@ -241,7 +254,8 @@ class ModuleTaps:
         def hook(*args):
             if not call.done and self.sub.active():
                 try:
-                    work(*args)
+                    with quiet():
+                        work(*args)
                 except Exception as exc:  # noqa: BLE001 - the user's training must go on
                     self.sub.tap_failed(exc)
             return None

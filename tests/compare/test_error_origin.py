@@ -222,6 +222,17 @@ def test_a_module_with_identical_inputs_and_float32_rounding_is_not_a_cast():
         assert judge(rows, ["Module.layer2.Block.forward.0"])[1] == expected
 
 
+def test_a_bfloat16_module_is_allowed_its_own_rounding_not_64_units_of_it():
+    """A module's unseen sums grow the float32 accumulator's rounding, as every op's: a bfloat16 module's output 30 %
+    off with identical float32 inputs is introduced (64 bfloat16 units, half its magnitude, let it through as
+    inherited); one within two bfloat16 units is the lower precision (dtype)."""
+    out = (6.78, -6.5, 0.57, 49.3137)
+    for target_norm, expected in ((49.3137 * 1.3, "introduced"), (49.3137 * 1.01, "dtype")):
+        rows = [(0, "input", True, FP32, FP32, "[4, 8, 12, 12]", GOLDEN, GOLDEN),
+                (0, "output", True, "torch.bfloat16", FP32, "[4, 16, 6, 6]", (*out[:3], target_norm), out)]
+        assert judge(rows, ["Module.layer2.Block.forward.0"])[1] == expected
+
+
 def test_advice_for_an_introduced_warning_and_for_a_difference_that_enters():
     """The expert advice of an introduced culprit is the op's own (not the Error_Origin line's unfilled template);
     a parameter or an input where the difference enters is named as such on the Error_Origin line, not as a

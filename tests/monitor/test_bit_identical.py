@@ -21,7 +21,12 @@ EVERYTHING = {"targets": {}, "xy_distribution": True, "all_xy": True, "wg_distri
                                   {"rule_name": "AnomalyNan"}]}}
 
 
-@pytest.mark.parametrize("name", CASES)
+# the default suite trains the transformer (attention, masks, a dict output) and the CNN (BatchNorm, in-place ReLU,
+# gradient accumulation); the other cases are slow tests
+DEFAULT = ("transformer", "cnn")
+
+
+@pytest.mark.parametrize("name", [n if n in DEFAULT else pytest.param(n, marks=pytest.mark.slow) for n in CASES])
 def test_losses_and_weights_are_bit_identical(tmp_path, monkeypatch, name):
     monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
     monkeypatch.delenv("DYNAMIC_MONITOR", raising=False)

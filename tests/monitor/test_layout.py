@@ -21,6 +21,7 @@ from msprobe.monitor.layout import (
     write_reference_anomalies,
 )
 from msprobe.monitor.records import Anomaly, StepRecords
+from tests.monitor.records_factory import records, row
 
 from conftest import FIXTURES
 
@@ -72,8 +73,26 @@ def test_written_csv_has_the_reference_columns_and_reads_back(tmp_path):
     assert got.group == expected.group and got.name == expected.name and got.module == expected.module
     assert got.stage == expected.stage and got.call == expected.call and got.ops == expected.ops
     assert list(got.present) == list(expected.present) and got.shape == expected.shape
-    assert np.allclose(got.values[got.present], np.round(expected.values[expected.present], 4), atol=1e-12)
+    # four significant digits (ndigits=4), counts as integers
+    want = [[float(f"{v:.4g}") for v in values] for values in expected.values[expected.present].tolist()]
+    assert np.allclose(got.values[got.present], want, rtol=1e-12, atol=0)
     assert np.isnan(got.values[2]).all()
+
+
+def test_tiny_statistics_keep_their_significant_digits(tmp_path):
+    """Adam's exp_avg_sq early in training is ~1e-12: rounded to decimals (the reference's CSVs) it would be written
+    0.0; significant digits keep every nonzero statistic nonzero, and a value of any magnitude keeps ndigits of them."""
+    values = {"exp_avg_sq": 1.2345678e-12, "exp_avg": -3.3e-9, "actv": 123456.789, "param_origin": 0.5}
+    rec = records(0, [row(group, f"fc1.{group}", norm=v, mean=v, min=v, max=v) for group, v in values.items()])
+    writer = RunWriter(str(tmp_path), rank=0, ops=("min", "max", "mean", "norm"), ndigits=6)
+    writer.write(rec)
+    writer.close()
+    got = next(iter(read_run(str(tmp_path))[0]))
+    for i, group in enumerate(got.group):
+        want = float(f"{values[group]:.6g}")
+        assert want != 0 and got.values[i].tolist() == [want] * 4, group
+    with open(os.path.join(writer.directory, "exp_avg_sq_0-0.csv"), newline="") as handle:
+        assert list(csv.reader(handle))[1][3:7] == ["1.23457e-12"] * 4
 
 
 def test_windows_of_several_steps_are_appended(tmp_path):

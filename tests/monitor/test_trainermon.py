@@ -170,17 +170,18 @@ def test_files_and_columns_are_the_references(tmp_path, out):
         assert ours[:len(theirs)] == theirs and ours[len(theirs):] == ["module", "call"]
 
 
+@pytest.mark.slow
 def test_the_references_values_on_the_same_script(tmp_path, out):
     """tests/fixtures/monitor/reference_run is the reference's output for reference_run_script.py; ours, on the
     same script, agree on every row both define the same way."""
     script = FIXTURES / "monitor" / "reference_run_script.py"
     config = json.loads((FIXTURES / "monitor" / "reference_run_config.json").read_text())
     done = subprocess.run([sys.executable, str(script), json.dumps(config), str(out), "3"], capture_output=True,
-                          text=True, env=dict(os.environ, PYTHONPATH=REPO), check=False, timeout=120)
+                          text=True, env=dict(os.environ, PYTHONPATH=REPO), check=False, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     ours = list(read_run(str(out))[0])
     theirs = list(read_run(str(FIXTURES / "monitor" / "reference_run"))[0])
-    compared = 0
+    compared = zeros_compared = 0
     for mine, ref in zip(ours, theirs):
         mine_rows, ref_rows = rows_of(mine), rows_of(ref)
         for key, ref_row in ref_rows.items():
@@ -192,13 +193,39 @@ def test_the_references_values_on_the_same_script(tmp_path, out):
                 continue        # a dict output: the reference writes no statistics, ours its tensor (output_1_y)
             row = mine_rows[key]
             assert row["present"] == ref_row["present"], key
+            if not ref_row["present"]:
+                continue
+            tiny = magnitude(ref_row) < TINY
             for op in mine.ops:
-                # a tensor of rounding noise (a bias gradient BatchNorm cancels: ~1e-9) has no zeros fraction to
-                # compare: its elements fall either side of eps with the summation order of the thread count
-                if ref_row["present"] and not (op == "zeros" and ref_row["norm"] < 1e-5):
-                    assert row[op] == pytest.approx(ref_row[op], rel=1e-5, abs=2e-6), (key, op)
+                if op in ("min", "max", "mean", "norm") and tiny:
+                    assert abs(row[op]) < TINY, (key, op)     # noise in both runs: tiny in both
+                elif op != "zeros":
+                    assert row[op] == pytest.approx(ref_row[op], rel=REL, abs=2 * QUANTUM), (key, op)
+                elif not tiny and resolved(row, ref_row):
+                    assert row[op] == ref_row[op], (key, op)
+                    zeros_compared += 1
             compared += 1
-    assert compared > 100
+    assert compared > 100 and zeros_compared > 50
+
+
+REL = 1e-5              # float32 statistics of the same script: its thread count's summation order moves them
+QUANTUM = 1e-6          # the reference's CSV rounds to 6 decimals
+TINY = 100 * QUANTUM    # a statistic below this has fewer than 2 significant digits in the reference's CSV
+
+
+def magnitude(row: dict) -> float:
+    return max(abs(row["min"]), abs(row["max"]), abs(row["norm"]))
+
+
+def resolved(row: dict, ref_row: dict) -> bool:
+    """Whether a tensor's zeros fraction (the share of elements below eps = 1e-8) is the same computation's in both
+    runs. Not for a tensor of rounding noise: the gradient of a bias that BatchNorm cancels (exactly 0 in exact
+    arithmetic, ~1e-9 to 1e-6 computed with the summation order of the thread count), Adam's v of such gradients;
+    their elements are the rounding of a cancellation and fall either side of eps. Such a tensor is one whose
+    statistics agree only through the reference's rounding (QUANTUM), not to float32's: its magnitude is below TINY
+    (its statistics are then only checked to be tiny in both runs), or its norm differs beyond REL and one quantum
+    (the two runs computed other noise)."""
+    return abs(row["norm"] - ref_row["norm"]) <= REL * abs(ref_row["norm"]) + QUANTUM
 
 
 def test_micro_steps_and_gradient_accumulation(tmp_path, out):

@@ -128,6 +128,19 @@ def test_a_bug_from_step_n_on_is_named_at_step_n_and_its_module(tmp_path, train)
     assert (again.kind, again.step, again.module, again.name) == (first.kind, first.step, first.module, first.name)
 
 
+def test_a_bug_in_a_bfloat16_target_is_named_at_step_n_and_its_module(tmp_path, train):
+    """The same bug in a bfloat16 (autocast) target against the float32 golden: the runs drift apart from the first
+    step (2 % at the attention's input by step 30), which hid the bug's 30 % behind the allowance for what the inputs
+    carry; its difference jumping at step 30 names it. The same target without the bug names nothing."""
+    config = _golden(tmp_path, train, "gpt", 33, long_from=30)
+    train("gpt", tmp_path / "bug", 33, config=config, long_from=30, bug=True, autocast=True)
+    found = read_anomalies(tmp_path / "bug")
+    assert found, "the bug was not found"
+    assert (found[0].kind, found[0].step, found[0].module) == ("divergence", 30, "layers.1.attn")
+    train("gpt", tmp_path / "clean", 33, config=config, long_from=30, autocast=True)
+    assert read_anomalies(tmp_path / "clean") == []
+
+
 def test_action_stop_ends_training_at_the_divergence(tmp_path, train):
     config = _golden(tmp_path, train, "gpt", 34, long_from=30)
     with open(config, encoding="utf-8") as handle:
