@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import repeat
+from operator import is_
 
 import numpy as np
 
@@ -131,11 +133,20 @@ def forward_twin(entry_name: str) -> str | None:
     return None
 
 
-def cell_floats(values: list) -> np.ndarray:
-    """Cells as float64 (NaN where not a number), in one pass; ints, texts and the rest through _number."""
-    nan = math.nan
-    return np.array([v if type(v) is float else nan if v is None else _number(v) for v in values],
-                    dtype=np.float64)
+def cell_floats(values: list, odd: list | None = None) -> np.ndarray:
+    """Cells as float64 (NaN where not a number): floats as they are, the others (ints, texts, None, bools) through
+    _number; odd, when given, receives the rows whose cell is not a float (which other readings of a cell, e.g.
+    stats.stat_diff's, may read otherwise)."""
+    rows = np.flatnonzero(~np.fromiter(map(is_, map(type, values), repeat(float)), dtype=bool,
+                                       count=len(values))).tolist()
+    if odd is not None:
+        odd.extend(rows)
+    if rows:
+        values = list(values)
+        for row in rows:
+            value = values[row]
+            values[row] = math.nan if value is None else _number(value)
+    return np.array(values, dtype=np.float64)
 
 
 def _number(value) -> float:
@@ -161,10 +172,15 @@ def numel(shape) -> float:
     return float(count)
 
 
-def stat_floats(cells: dict) -> tuple:
-    """(target, golden): each the Max, Min, Mean and Norm cells as float64 arrays."""
-    return ([cell_floats(cells[f"NPU {s}"]) for s in ("max", "min", "mean", "l2norm")],
-            [cell_floats(cells[f"Bench {s}"]) for s in ("max", "min", "mean", "l2norm")])
+STAT_COLUMNS = (tuple(f"NPU {s}" for s in ("max", "min", "mean", "l2norm")),
+                tuple(f"Bench {s}" for s in ("max", "min", "mean", "l2norm")))
+
+
+def stat_floats(cells: dict, odd: dict | None = None) -> tuple:
+    """(target, golden): each the Max, Min, Mean and Norm cells as float64 arrays (cell_floats); odd, when given,
+    receives per column name the rows whose cell is not a float."""
+    return tuple([cell_floats(cells[name], None if odd is None else odd.setdefault(name, [])) for name in side]
+                 for side in STAT_COLUMNS)
 
 
 def row_errors(mode: str, cells: dict, stats: tuple | None = None, mean_noise: np.ndarray | None = None) -> tuple:

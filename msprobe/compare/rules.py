@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
 
-from msprobe.compare.error_origin import EPS
+from msprobe.compare.error_origin import EPS, STAT_COLUMNS
 from msprobe.frameworks.dtypes import canonical
 from msprobe.table.cells import NA, cell_text, stat_number
 from msprobe.table.columns import MD5, TENSOR
@@ -64,6 +65,10 @@ class JudgeInput:
     md5: tuple | None = None               # md5: (NPU MD5 texts, BENCH MD5 texts)
     tensor_problems: list | None = None    # tensor: (row, kind, reason) of pairs that could not be compared
     dump_notes: list | None = None         # (row, side, dump_error text) of values the collector did not record
+    # error_origin.stat_floats of the table's statistics columns, read once by its maker, and per column the rows
+    # whose cell is not a float (the readings of a cell other than cell_floats' differ there); None: read from cells
+    stats: tuple | None = None
+    stat_odd: dict | None = None
     # compare/verdict.py (issue 27): rows with no data, below the noise floor or a recording convention (no metric
     # rule reads them, no group rule flags them), and cross-framework conventions that rules 6 and 7 accept
     unjudged: np.ndarray | None = None
@@ -72,11 +77,24 @@ class JudgeInput:
     cross: bool = False                    # a MindSpore target against a PyTorch golden (or a mapping option)
 
 
-def _nan_or_inf(values: list) -> np.ndarray:
+def _nan_or_inf(values: list, floats: np.ndarray | None = None, odd: list | None = None) -> np.ndarray:
     """Per value: a statistic that is NaN or infinite however it is spelled (cells.stat_number: `inf`,
-    `Infinity`, `1e999`, an integer beyond the float range); other texts are not numbers."""
-    numbers = [value if value.__class__ is float else (stat_number(value) or 0.0) for value in values]
-    return ~np.isfinite(np.array(numbers, dtype=np.float64))
+    `Infinity`, `1e999`, an integer beyond the float range); other texts are not numbers. floats, odd: the values'
+    error_origin.cell_floats and the rows that are not floats there, when read already."""
+    if floats is None:
+        numbers = [value if value.__class__ is float else (stat_number(value) or 0.0) for value in values]
+        return ~np.isfinite(np.array(numbers, dtype=np.float64))
+    bad = ~np.isfinite(floats)
+    if odd:
+        bad[odd] = [not math.isfinite(stat_number(values[row]) or 0.0) for row in odd]
+    return bad
+
+
+def _stat_flags(data: JudgeInput, index: int, side: int, values: list) -> np.ndarray:
+    """_nan_or_inf of a statistics column (index 0 Max, 1 Min; side 0 NPU, 1 Bench) from data.stats when read."""
+    if data.stats is None:
+        return _nan_or_inf(values)
+    return _nan_or_inf(values, data.stats[side][index], data.stat_odd[STAT_COLUMNS[side][index]])
 
 
 def _entry_runs(entry: np.ndarray):
@@ -141,8 +159,8 @@ def judge_levels(data: JudgeInput) -> tuple[list, list]:
         return level, messages
 
     # Rule 1: NaN/Inf in the NPU max/min while the bench has none.
-    bench_bad = _nan_or_inf(data.bench_max) | _nan_or_inf(data.bench_min)
-    npu_bad = _nan_or_inf(data.npu_max) | _nan_or_inf(data.npu_min)
+    bench_bad = _stat_flags(data, 0, 1, data.bench_max) | _stat_flags(data, 1, 1, data.bench_min)
+    npu_bad = _stat_flags(data, 0, 0, data.npu_max) | _stat_flags(data, 1, 0, data.npu_min)
     for row in np.flatnonzero(per_row_scope & npu_bad & ~bench_bad).tolist():
         flag(row, ERROR, MSG_STAT_NAN)
 

@@ -161,7 +161,7 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
                sides: tuple | None = None, entry_ops: list | None = None) -> Verdict:
     """The verdict of every row of a measured table. sides = (target Items, golden Items, Pairs) for the
     cross-framework recording check (None: not checked)."""
-    stats = stat_floats(cells) if data.mode != col.MD5 else None
+    stats = (data.stats if data.stats is not None else stat_floats(cells)) if data.mode != col.MD5 else None
     data.cross = cross
     facts = row_facts(data, cells, states, is_tensor, cross, sides, stats, entry_ops)
     if cross and stats is not None:     # two collectors: an input equal up to their statistics rounding carries none
