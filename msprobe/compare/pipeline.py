@@ -10,7 +10,7 @@ from operator import itemgetter
 import numpy as np
 
 from msprobe.compare.advisor import Advice, advise
-from msprobe.compare.error_origin import stat_floats
+from msprobe.compare.error_origin import STAT_COLUMNS, stat_floats
 from msprobe.compare.mapping import MappingOptions, build_mappings, write_data_mapping
 from msprobe.compare.match import Pairs, match_exact, match_fuzzy, match_mapped
 from msprobe.compare.rules import JudgeInput
@@ -387,8 +387,13 @@ def build_table(mode: str, target: Dump, golden: Dump, t_items: Items, g_items: 
         cells[col.STACK] = stack_column(target.stack, t_items, judge_input.entry)
     # the columns that carry text from the dumps, checked for formulas by the writers (table/safety.py)
     free_text = set(col.BASIC[:6]) | {col.DATA_NAME, col.STACK} | set(col.MD5_VALUES)
+    numbers = {}
+    if judge_input.stats is not None:
+        for names, floats in zip(STAT_COLUMNS, judge_input.stats):
+            numbers.update((name, (values, np.asarray(judge_input.stat_odd[name], dtype=np.int64)))
+                           for name, values in zip(names, floats))
     return ResultTable(columns=columns, cells=cells, numeric_columns=frozenset(numeric),
-                       text_columns=frozenset(free_text)), judge_input
+                       text_columns=frozenset(free_text), numbers=numbers), judge_input
 
 
 def _dump_notes(t_items: Items, g_items: Items, pairs: Pairs) -> list:

@@ -69,3 +69,19 @@ def column_texts(values: list, spell) -> list:
         objects[others] = [spell(value) for value in objects[others].tolist()]
     return objects.tolist()
 
+
+
+def number_texts(values: list, numbers: np.ndarray, odd: np.ndarray, spell) -> tuple[list, bool]:
+    """(texts, whether every text is a finite float's) of cells whose numbers are read already (numbers: float64 per
+    cell, odd: the rows whose cell is not a float): the finite floats by repr at once, every other cell by spell."""
+    special = ~np.isfinite(numbers)
+    if len(odd):
+        special[odd] = True
+    if not special.any():
+        return reprs(numbers), True
+    texts = np.empty(len(values), dtype=object)
+    plain = ~special
+    texts[plain] = reprs(numbers[plain])
+    rows = np.flatnonzero(special).tolist()
+    texts[rows] = [spell(values[row]) for row in rows]
+    return texts.tolist(), False
