@@ -331,7 +331,7 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
     open_rows = (is_out & tensor & matched & (errors > 0)) & ~settled
     if skip is not None:
         open_rows &= ~skip
-    open_entries = set(np.unique(np.searchsorted(starts, np.flatnonzero(open_rows), side="right") - 1).tolist())
+    open_entries = set((np.searchsorted(starts, np.flatnonzero(open_rows), side="right") - 1).tolist())
     open_entries |= {i for i in special if (is_out[starts[i]:stops[i]] & tensor[starts[i]:stops[i]]).any()}
     if exact:
         open_entries = set(range(len(starts)))
