@@ -131,6 +131,7 @@ _GRAD_TEXTS = {True: "True", False: "False", None: None}
 _GRAD_KINDS = frozenset({bool, type(None)})
 _PLAIN_STATS = frozenset({float, int, type(None)})    # statistics _tensor_stat keeps as they are
 _PLAIN_VALUES = frozenset({float, int, bool, type(None)})   # scalar values spelled as they are
+_CONTAINERS = frozenset({list, dict})
 
 
 class _Flattener:
@@ -396,7 +397,7 @@ def flatten(data: dict, source: str = "dump.json", debug: bool = False) -> Items
                 get = body.get
                 for key, segment, state in SECTIONS:
                     section = get(key)
-                    if section is None:
+                    if section is None or not section and section.__class__ in _CONTAINERS:    # no leaf
                         continue
                     mark = len(names)
                     if section.__class__ is list:     # the usual section
@@ -407,7 +408,6 @@ def flatten(data: dict, source: str = "dump.json", debug: bool = False) -> Items
             elif body is not None:
                 raise DumpFormatError(f"{source}: entry {entry_name} must be an object, got {type(body).__name__}.")
             counts.append(len(names) - first)
-            items.entry_first.append(first if len(names) > first else -1)
             if walker.entry_notes:      # a part of the entry was not recorded: said on each of its rows
                 text = "; ".join(dict.fromkeys(walker.entry_notes))
                 for row in range(first, len(names)):
@@ -416,6 +416,12 @@ def flatten(data: dict, source: str = "dump.json", debug: bool = False) -> Items
         walker.check_leaves()
         raise
     walker.finish(counts)
+    items.entry_first = [-1] * len(counts)
+    first = 0
+    for entry, count in enumerate(counts):
+        if count:
+            items.entry_first[entry] = first
+            first += count
     return items
 
 
