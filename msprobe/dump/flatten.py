@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from bisect import bisect_left, bisect_right
 from itertools import chain, repeat
 from operator import itemgetter
 
@@ -72,23 +73,23 @@ class Items:
         """Compare keys: item names, with backward call counts renumbered per op (spec §3.4)."""
         if not renumber_backward:
             return list(self.name)
-        entry_keys = []
+        keys = list(self.name)
         seen: dict[str, int] = {}
-        for parts in self.entry_parts:
+        entries = self.entry        # the entry of each item, in order: an entry's items are one run
+        for entry, parts in enumerate(self.entry_parts):
             if parts.direction != BACKWARD:
-                entry_keys.append(None)
                 continue
             number = seen.get(parts.op_no_number, 0)
             seen[parts.op_no_number] = number + 1
-            entry_keys.append(f"{parts.op_no_number}.{renumber_call_direction(parts.call_direction, number)}")
-        keys = []
-        for name, entry in zip(self.name, self.entry):
-            renamed = entry_keys[entry]
+            renamed = f"{parts.op_no_number}.{renumber_call_direction(parts.call_direction, number)}"
             original = self.entry_names[entry]
-            if renamed is not None and name.startswith(original):
-                keys.append(renamed + name[len(original):])
-            else:
-                keys.append(name)
+            if renamed == original:
+                continue
+            start = bisect_left(entries, entry)
+            for row in range(start, bisect_right(entries, entry, start)):
+                name = keys[row]
+                if name.startswith(original):
+                    keys[row] = renamed + name[len(original):]
         return keys
 
 

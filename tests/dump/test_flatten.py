@@ -147,6 +147,25 @@ def test_backward_renumbering_keys():
     assert items.keys(renumber_backward=False) == items.name
 
 
+def test_backward_renumbering_keys_of_entries_of_many_rows():
+    """Every row of a renumbered entry is renamed (but one whose name its data_name gave), entries without rows
+    and unparsable ones in between, an entry already numbered in order left as it is."""
+    data = {"Functional.linear.0.backward": {"input": [tensor(), tensor()], "output": [tensor()]},
+            "Functional.relu.0.backward": {"input": [], "output": []},
+            "weird_entry": {"input_args": [tensor()]},
+            "Functional.linear.7.backward": {"input": [tensor(), tensor(data_name="other.0.pt")],
+                                             "output": [None]},
+            "Functional.linear.2.forward": {"input_args": [tensor()]},
+            "Functional.linear.9.backward": {"output": [tensor()]}}
+    items = flatten(data)
+    assert items.entry_first == [0, -1, 3, 6, 7]
+    assert items.keys(renumber_backward=True) == [
+        "Functional.linear.0.backward.input.0", "Functional.linear.0.backward.input.1",
+        "Functional.linear.0.backward.output.0",
+        "Functional.linear.1.backward.input.0", "other.0", "Functional.linear.1.backward.output.0",
+        "Functional.linear.2.forward.input.0", "Functional.linear.2.backward.output.0"]
+
+
 @pytest.mark.parametrize("body, words", [
     ({"input_args": [tensor(shape="2x3")]}, "shape"),
     ({"input_args": [tensor(requires_grad="yes")]}, "requires_grad"),
