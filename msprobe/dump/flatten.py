@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field
 from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import itemgetter
 
