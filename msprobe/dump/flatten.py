@@ -47,7 +47,7 @@ class Items:
     """Columnar item table of one dump; every list has one element per item, in dump order."""
 
     name: list = field(default_factory=list)        # item name (data_name-derived when present)
-    entry: list = field(default_factory=list)       # index into entry_names
+    entry: list = field(default_factory=list)       # index into entry_names, nondecreasing (keys: an entry is one run)
     state: list = field(default_factory=list)       # input | output | parameters | parameters_grad | debug
     dtype: list = field(default_factory=list)       # dtype text or None
     shape: list = field(default_factory=list)       # shape text or None
