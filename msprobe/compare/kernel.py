@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from io import StringIO
 
@@ -14,6 +13,7 @@ import numpy as np
 
 from msprobe.compare.pipeline import write_table
 from msprobe.compare.tensor_metrics import compare_arrays
+from msprobe.dump.tensors import open_npy
 from msprobe.errors import MsprobeError
 from msprobe.log import get_logger
 from msprobe.names import counter
@@ -82,33 +82,7 @@ def parse_kernel_name(name: str):
     return op_type, op_name, task_id, stream_id, counter(timestamp), parts[io], counter(parts[io + 1])
 
 
-# the header MindSpore's (and numpy's) .npy writer gives a C-ordered array: read without numpy's literal_eval,
-# which costs more than the statistics of a small tensor; anything else goes through np.load
-_NPY_HEADER = re.compile(r"\{'descr': '([<>|=][a-z]\d+)', 'fortran_order': False, 'shape': \(([\d, ]*)\), \}\s*")
 _HALF = np.dtype("<f2")
-
-
-def _read_npy(path: str) -> tuple[np.ndarray, bytes | None, int]:
-    """The array np.load(path) gives, and for a plain C-ordered file its bytes and where its data part starts."""
-    with open(path, "rb") as handle:
-        data = handle.read()
-    if data[:6] == b"\x93NUMPY" and data[6] in (1, 2) and len(data) >= 12:
-        start = 10 if data[6] == 1 else 12
-        end = start + int.from_bytes(data[8:start], "little")
-        found = _NPY_HEADER.fullmatch(data[start:end].decode("latin-1"))
-        if found:
-            shape = tuple(int(part) for part in found.group(2).split(",") if part.strip())
-            dtype = np.dtype(found.group(1))
-            count = math.prod(shape)
-            if len(data) - end >= count * dtype.itemsize:
-                return np.frombuffer(data, dtype, count=count, offset=end).reshape(shape), data, end
-    return np.load(path, allow_pickle=False), None, 0
-
-
-def read_npy(path: str) -> np.ndarray:
-    """np.load(path) of a version 1 or 2 .npy file, faster for the plain C-ordered arrays MindSpore writes. Like
-    np.load it reads the first elements of a longer data part (MindSpore saves a view with its whole storage)."""
-    return _read_npy(path)[0]
 
 
 def kernel_values(path: str) -> tuple[np.ndarray, bool]:
@@ -116,9 +90,9 @@ def kernel_values(path: str) -> tuple[np.ndarray, bool]:
     CPU dump writes a float16 op that its CPU kernel runs in float32 (MatMul, BiasAdd, ... of a float16 cell) as
     the float32 result under the graph's float16 type: the data part holds exactly twice the bytes the header
     declares, and read as float16 they are garbage (NaN, 27360 where the op's values are below 1)."""
-    array, data, end = _read_npy(path)
-    if data is not None and array.dtype == _HALF and array.size and len(data) - end == 2 * array.nbytes:
-        return np.frombuffer(data, "<f4", count=array.size, offset=end).reshape(array.shape), True
+    array, offset, data_bytes = open_npy(path)
+    if offset >= 0 and array.dtype == _HALF and array.size and data_bytes == 2 * array.nbytes:
+        return np.fromfile(path, "<f4", count=array.size, offset=offset).reshape(array.shape), True
     return array, False
 
 

@@ -20,7 +20,7 @@ from msprobe.compare.verdict import LEVELS, Verdict, judge_rows
 from msprobe.dump.flatten import Items, entry_has_md5, flatten, tree_has_md5
 from msprobe.dump.paths import is_plain_file_name, safe_tensor_path
 from msprobe.dump.reader import Dump, read_dump
-from msprobe.dump.tensors import TensorReadError, load_tensor
+from msprobe.dump.tensors import TensorReadError, read_tensor
 from msprobe.errors import MsprobeError
 from msprobe.io import write_text
 from msprobe.log import get_logger, progress
@@ -459,8 +459,8 @@ def measure_tensors(target: Dump, golden: Dump, t_items: Items, g_items: Items, 
     def run(task):
         row, t_name, g_name = task
         try:
-            array_t = load_tensor(target.tensor_dir, t_name)
-            array_g = load_tensor(golden.tensor_dir, g_name)
+            array_t = read_tensor(target.tensor_dir, t_name)
+            array_g = read_tensor(golden.tensor_dir, g_name)
         except TensorReadError as exc:
             return row, fill(UNSUPPORTED, [str(exc)], "unreadable")
         return row, compare_arrays(array_t, array_g, flat=cross)

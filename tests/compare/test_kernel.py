@@ -173,7 +173,7 @@ def test_read_npy_is_np_load(tmp_path, array):
     """The fast .npy reader agrees with np.load (dtype, shape, values), also for a file whose data part is longer
     than its shape (MindSpore's view files: np.load reads the first elements) and for what it leaves to np.load
     (Fortran order, big endian, strings)."""
-    from msprobe.compare.kernel import read_npy
+    from msprobe.dump.tensors import read_npy
 
     path = tmp_path / "a.npy"
     np.save(path, array)
