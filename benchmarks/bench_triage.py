@@ -1,14 +1,17 @@
-"""Cost and hit rate of `msprobe triage` (issue 35) on a zoo of small training scripts with planted bugs.
+"""Cost and hit rate of `msprobe triage` (issues 35, 40) on a zoo of small training scripts with planted bugs.
 
 The PyTorch zoo is examples/triage/train.py (a CNN, a transformer block, an LSTM; --bug picks the planted bug), the
 MindSpore PyNative zoo tests/mindspore_collector/triage_zoo_ms.py (the same models and bugs). Each script is copied
 into a fresh temporary folder and run as is (no msprobe in it): a triage of `--bug B` against the clean script
 must name the planted op, whose source line holds the bug's marker text; a triage of the clean script against
-itself must name nothing; `nondet` is triaged alone (the same command twice). Reported: the hit rate, the wall time
-of each triage and the number of runs per side.
+itself must name nothing; `nondet` is triaged alone (the same command twice). `--amp` triages mixed-precision
+targets (PyTorch bfloat16 autocast, MindSpore auto_mixed_precision O2) against the float32 script: the clean pair
+must name nothing (the runs differ in dtype only), each planted bug its op. Reported: the hit rate, whether the
+category is the planted bug's, the wall time of each triage and the number of runs per side.
 
     python benchmarks/bench_triage.py                          # PyTorch zoo, every model and bug
     python benchmarks/bench_triage.py --models cnn --bugs eps  # one case
+    python benchmarks/bench_triage.py --amp                    # bfloat16 autocast targets against float32
     python benchmarks/bench_triage.py --framework mindspore    # in an interpreter with mindspore
 """
 
@@ -23,7 +26,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
-from triage_zoo import BUGS, MODELS, SCRIPTS, hit, triage_case  # noqa: E402
+from triage_zoo import AMP_BUGS, BUGS, MODELS, SCRIPTS, hit, right_category, triage_case  # noqa: E402
 
 
 def plain_step(framework: str, model: str, work: str) -> float:
@@ -43,31 +46,38 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework", choices=sorted(SCRIPTS), default="pytorch")
     parser.add_argument("--models", nargs="+", default=list(MODELS))
-    parser.add_argument("--bugs", nargs="+", default=["none", *BUGS])
+    parser.add_argument("--bugs", nargs="+")
+    parser.add_argument("--amp", action="store_true", help="mixed-precision targets against the float32 script")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args()
+    known = BUGS[args.framework]
+    bugs = args.bugs or ["none", *(bug for bug in (AMP_BUGS if args.amp else known) if bug in known)]
     work = tempfile.mkdtemp(prefix="bench_triage_")
     results = []
-    print("| model | bug | culprit | category | source holds the bug | triage s | runs per side | runs' wall s | "
-          "one plain step s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | bug | culprit | category | source holds the bug | category right | triage s | runs per side | "
+          "runs' wall s | one plain step s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for model in args.models:
         plain = plain_step(args.framework, model, work)
-        for bug in args.bugs:
-            findings, seconds, _folder = triage_case(args.framework, model, bug, work)
+        for bug in bugs:
+            findings, seconds, _folder = triage_case(args.framework, model, bug, work, amp=args.amp)
             rounds = [found.get("runs", []) for found in findings.rounds]
             runs = sum(1 for found in rounds for run in found if run["side"] == "target")
             wall = sum(max(run["seconds"] for run in found) for found in rounds if found)
-            ok = hit(findings, bug)
-            results.append({"model": model, "bug": bug, "culprit": findings.culprit, "category": findings.category,
-                            "source": findings.source, "hit": ok, "seconds": round(seconds, 1), "runs": runs,
+            ok, right = hit(findings, bug), right_category(findings, bug)
+            named = findings.culprit or (f"(dtype: {findings.dtype_change['op']})" if findings.dtype_change else "-")
+            source = findings.source or (findings.dtype_change or {}).get("source") or "-"
+            results.append({"model": model, "bug": bug, "amp": args.amp, "outcome": findings.outcome,
+                            "culprit": findings.culprit, "category": findings.category, "source": source, "hit": ok,
+                            "category_right": right, "seconds": round(seconds, 1), "runs": runs,
                             "runs_wall": round(wall, 1), "plain_step": round(plain, 1)})
-            print(f"| {model} | {bug} | {findings.culprit or '-'} | {findings.category or '-'} | "
-                  f"{'yes' if ok else 'NO: ' + (findings.source or '-')} | {seconds:.1f} | {runs} | {wall:.1f} | "
-                  f"{plain:.1f} |", flush=True)
+            print(f"| {model} | {bug} | {named} | {findings.category or findings.outcome} | "
+                  f"{'yes' if ok else 'NO: ' + source} | {'yes' if right else 'NO'} | {seconds:.1f} | {runs} | "
+                  f"{wall:.1f} | {plain:.1f} |", flush=True)
     planted = [r for r in results if r["bug"] != "none"]
     clean = [r for r in results if r["bug"] == "none"]
-    print(f"\nplanted bugs named: {sum(r['hit'] for r in planted)}/{len(planted)}; clean pairs with no culprit: "
+    print(f"\nplanted bugs named: {sum(r['hit'] for r in planted)}/{len(planted)} (category right: "
+          f"{sum(r['category_right'] for r in planted)}/{len(planted)}); clean pairs with no culprit: "
           f"{sum(r['hit'] for r in clean)}/{len(clean)}; median triage "
           f"{sorted(r['seconds'] for r in results)[len(results) // 2]:.1f} s")
     if args.json:

@@ -13,9 +13,9 @@ DESCRIPTION = ("Run the whole precision-debugging loop on two training commands,
                "compares the real tensors of the culprit and its module, round 3 replays the culprit API against the "
                "CPU high-precision benchmark. The answer: the culprit, its module and source line, the category of "
                "cause with advice, the evidence of each round and the commands that reproduce it, as one HTML page "
-               "(<-o>/triage.html) and a console summary. Exit status 0 when the runs agree, 1 when a culprit is "
-               "named or a run failed, 2 on error; stopped by Ctrl-C, SIGTERM or SIGHUP, it ends both runs and exits 128 + "
-               "the signal's number.")
+               "(<-o>/triage.html) and a console summary. Exit status 0 when the runs agree (or differ only in "
+               "dtype, or by rounding no op makes its own), 1 when a culprit is named or a run failed, 2 on error; "
+               "stopped by Ctrl-C, SIGTERM or SIGHUP, it ends both runs and exits 128 + the signal's number.")
 EPILOG = """examples:
   # a target against a golden command (each runs in its own process group, one step each per round)
   msprobe triage --target "python train.py --bf16" --golden "python train.py" -o triage_out
@@ -77,19 +77,30 @@ def _positive(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
+
+    # the rounds' compares log to the console; the triage's summary (or --json's one object) is the output, and the
+    # compares' details are in their files under -o (the level is given back afterwards: a caller running several
+    # commands in one process, such as a test, keeps its own)
+    logger = get_logger()
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return _triage(args, progress=_progress)
+    finally:
+        logger.setLevel(level)
+
+
+def _progress(text: str) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"msprobe triage: {text}\n")
+
+
+def _triage(args: argparse.Namespace, progress) -> int:
+    from msprobe.errors import MsprobeError
     from msprobe.names import printable
     from msprobe.triage.launch import Interrupted
     from msprobe.triage.loop import triage
-
-    # the rounds' compares log to the console; the triage's summary (or --json's one object) is the output, and the
-    # compares' details are in their files under -o
-    get_logger().setLevel(logging.ERROR)
-
-    def progress(text: str) -> None:
-        if sys.stderr.isatty():
-            sys.stderr.write(f"msprobe triage: {text}\n")
 
     try:
         findings = triage(args.target, args.golden, output_dir=args.output_path, step=args.step, level=args.level,

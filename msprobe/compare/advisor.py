@@ -10,6 +10,7 @@ from msprobe.compare.verdict import (
     MSG_ENTERS,
     MSG_EXTRA_CHANGE,
     MSG_EXTRA_OP,
+    MSG_FIRST_CAST,
     MSG_HIDDEN_CAST,
     MSG_INTRODUCED,
     MSG_PARAMETER,
@@ -161,7 +162,7 @@ def _advice_for(name: str, state: str, message: str, dtypes_differ: bool, framew
         return ADVICE_EXTRA_CHANGE
     if MSG_PARTED in message:
         return ADVICE_PARTED
-    if dtypes_differ:
+    if dtypes_differ or MSG_FIRST_CAST in message:
         return ADVICE_DTYPE
     if MSG_INTRODUCED in message and "error:" not in message:
         return ADVICE_OP_INTRODUCED_MINDSPORE if framework == "mindspore" else ADVICE_OP_INTRODUCED

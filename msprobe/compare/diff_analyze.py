@@ -22,7 +22,14 @@ from msprobe.compare.pipeline import (
     read_side,
     write_table,
 )
-from msprobe.compare.verdict import MSG_EXTRA_CHANGE, MSG_PARTED, describe_magnitude, scale_errors
+from msprobe.compare.verdict import (
+    MSG_EXTRA_CHANGE,
+    MSG_PARTED,
+    auxiliary_outputs,
+    culprit_cause,
+    describe_magnitude,
+    scale_errors,
+)
 from msprobe.dump.locate import PROC_DIR, Job
 from msprobe.errors import MsprobeError
 from msprobe.io import atomic_path, write_text
@@ -67,6 +74,7 @@ class EntryDigest:
     extra: bool = False       # an op the golden run does not call changes the values here (verdict.MSG_EXTRA_CHANGE)
     culprit: str = ""         # the culprit item when the entry holds the culprit row (compare/verdict.py)
     culprit_result: str = ""  # its Result
+    culprit_cause: str = ""   # its cause (verdict.culprit_cause: precision, enters, extra op, parted, made)
 
 
 @dataclass
@@ -81,6 +89,7 @@ class RankDigest:
     origin_judged: bool = True             # False for md5 dumps: no magnitudes, no Error_Origin
     culprit: EntryDigest | None = None     # the entry of the culprit row, the compare's verdict (issue 27)
     next_dump: dict | None = None          # what the next dump needs to know of the culprit (compare/next_dump.py)
+    inside: EntryDigest | None = None      # a module culprit: the API inside it where the runs first part (inside)
     table_file: str = ""                   # the diff-mode table as .csv or .xlsx (--csv, --xlsx), "" when not asked
 
 
@@ -161,6 +170,8 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
             node.introduced = node.parted or node.extra or (origin is not None and INTRODUCED in origin[start:stop])
             if culprit is not None and start <= culprit < stop:
                 node.culprit, node.culprit_result = cells[col.NPU_NAME][culprit], verdict.results[culprit]
+                node.culprit_cause = culprit_cause(int(verdict.levels[culprit]), verdict.messages[culprit],
+                                                   states[culprit])
                 culprit_node = node
             if writer is not None and (name.count(".") >= 3 or target.is_debug):
                 writer.add(name, {"is_same": not node.differs, "op_items": items})
@@ -183,9 +194,81 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
 
         golden_row = int(pairs.golden[culprit])
         golden_entry = g_items.entry_names[g_items.entry[golden_row]] if golden_row >= 0 else None
-        next_dump = culprit_names(culprit_node.name, target, golden_entry, golden, job)
+        reader = None if golden_entry is not None else _reader(culprit, entry_of_row, t_items, g_items, pairs, states,
+                                                                   cells)
+        next_dump = culprit_names(culprit_node.name, target, golden_entry, golden, job, reader)
     return RankDigest(job.label, rank_number(job), first, first_large, json_file, count, first_introduced,
-                      origin is not None, culprit_node, next_dump, table_file)
+                      origin is not None, culprit_node, next_dump, first_inside(first, culprit_node, target.construct),
+                      table_file)
+
+
+def first_inside(first: EntryDigest | None, culprit: EntryDigest | None, construct: dict | None) -> EntryDigest | None:
+    """A module (cell) culprit: the API entry inside it where the runs first part, when that is the first
+    divergence of the rank and its inputs already differ (everything dumped before it is identical: the difference
+    enters at that op's inputs, made in the module's code by no dumped op, a tensor it builds or draws); None
+    otherwise (the difference lies in the module's own code between its children, or came from before)."""
+    if first is None or culprit is None or first is culprit or not first.inputs_differ \
+            or not culprit.name.startswith(("Module.", "Cell.")) or first.name.startswith(("Module.", "Cell.")):
+        return None
+    parent, seen = (construct or {}).get(first.name), 0
+    while parent is not None and seen < 1000:       # a construct.json is a tree; a bound against a cyclic file
+        if isinstance(parent, list):
+            parent = parent[0] if parent else None
+        if parent == culprit.name:
+            return first
+        parent, seen = (construct or {}).get(parent) if isinstance(parent, str) else None, seen + 1
+    return None
+
+
+def _reader(culprit: int, entry_of_row, t_items, g_items, pairs, states: list, cells: dict) -> tuple | None:
+    """An op with no golden partner (an extra op): (target entry, golden entry) of the first later forward API
+    whose input rows are matched and one of which is what the extra op makes (its statistics: a view or transpose
+    no dump records between them changes none), the op that reads what the extra op makes and, in the golden run,
+    what the golden passes on instead (the next dump dumps it on both sides: the golden's counterpart of the extra
+    op). None when no later op reads it (an op between them that no dump records changed its values); without
+    statistics (md5 dumps), the first later forward API with matched inputs."""
+    own = entry_of_row[culprit]
+    start = culprit
+    while start > 0 and entry_of_row[start - 1] == own:
+        start -= 1
+    made = []
+    for row in range(start, len(states)):
+        if entry_of_row[row] != own:
+            break
+        if states[row] == "output" and (stats := _row_statistics(cells, row)) is not None:
+            made.append(stats)
+    for row in range(culprit + 1, len(states)):
+        golden_row = int(pairs.golden[row])
+        if entry_of_row[row] == own or golden_row < 0 or states[row] != "input":
+            continue
+        name = t_items.entry_names[entry_of_row[row]]
+        if not name.endswith(".forward") or name.startswith(("Module.", "Cell.")):
+            continue
+        if made and not any(_same_statistics(_row_statistics(cells, row), stats) for stats in made):
+            continue
+        return name, g_items.entry_names[g_items.entry[golden_row]]
+    return None
+
+
+_STATS = ("NPU max", "NPU min", "NPU mean", "NPU l2norm")
+
+
+def _row_statistics(cells: dict, row: int) -> tuple | None:
+    """(max, min, mean, norm) of a target row as floats, None when one is missing or not a finite number."""
+    try:
+        values = tuple(float(cells[column][row]) for column in _STATS)
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return values if all(np.isfinite(values)) else None
+
+
+def _same_statistics(one: tuple | None, other: tuple) -> bool:
+    """The statistics of one tensor, maybe viewed another way (the mean and norm summed in another order)."""
+    if one is None:
+        return False
+    scale = max(abs(other[0]), abs(other[1]), 1e-30)
+    return (abs(one[0] - other[0]) <= 1e-6 * scale and abs(one[1] - other[1]) <= 1e-6 * scale
+            and abs(one[2] - other[2]) <= 1e-5 * scale and abs(one[3] - other[3]) <= 1e-5 * max(abs(other[3]), 1e-30))
 
 
 def _write_da_table(table: ResultTable, added: dict, path: str) -> None:
@@ -260,7 +343,7 @@ def _entry_node(name, start, stop, position, layer, mode, cells, states, matched
     """The digest of one entry (rows start..stop) and, with_items, its rows as records of the json file;
     table_columns (column -> list) gets the rows' values of the columns the records add to the table's."""
     api = name.split(".")[-3] if name.count(".") >= 3 else ""
-    ignored = IGNORED_OUTPUTS.get(api, ())
+    ignored = IGNORED_OUTPUTS.get(api, ()) or auxiliary_outputs(name)
     has_outputs = any(states[r] == "output" for r in range(start, stop))
     differs = inputs_differ = large = False
     max_relative = 0.0
@@ -381,13 +464,22 @@ def culprit_record(finding: Finding) -> dict:
                 "reason": "no row is an error or a warning made at its own op (differences are carried or rounding)"}
     node = digest.culprit
     record = {"op_name": node.name, "rank": digest.rank, "entry": node.position + 1, "item": node.culprit,
-              "result": node.culprit_result, "communication_layer": node.layer,
-              "max_output_relative_error": node.max_relative, "data_info": node.data_info, "stack_info": node.stack}
+              "result": node.culprit_result, "cause": node.culprit_cause, "inputs_differ": node.inputs_differ,
+              "communication_layer": node.layer, "max_output_relative_error": node.max_relative,
+              "data_info": node.data_info, "stack_info": node.stack}
+    if digest.inside is not None:
+        record["inside"] = {"op_name": digest.inside.name, "entry": digest.inside.position + 1,
+                            "inputs_differ": digest.inside.inputs_differ,
+                            "max_output_relative_error": digest.inside.max_relative,
+                            "stack_info": digest.inside.stack}
     if digest.next_dump is not None:
         names = digest.next_dump["sides"]
         record["module"] = names[0]["module"]
-        if len(names) > 1:
+        if len(names) > 1 and names[1].get("reads") is None:
             record["golden_op_name"] = names[1]["api"] or names[1]["module"]
+            record["golden_module"] = names[1]["module"]
+        elif len(names) > 1:       # an op the golden does not call: the op reading its output, on both sides
+            record["reader"], record["golden_reader"] = names[0]["reads"], names[1]["api"]
             record["golden_module"] = names[1]["module"]
     return record
 
@@ -518,8 +610,13 @@ def culprit_line(finding: Finding) -> str:
         return ("Culprit: none - no row is an error or a warning made at its own op (every difference is carried "
                 "from its inputs or within the dtypes' rounding).")
     node = finding.culprit.culprit
-    return (f"Culprit (the compare's verdict, as the advisor's): {_where(finding.culprit, node)}, row {node.culprit}: "
+    line = (f"Culprit (the compare's verdict, as the advisor's): {_where(finding.culprit, node)}, row {node.culprit}: "
             f"{node.culprit_result}.")
+    inner = finding.culprit.inside
+    if inner is not None:
+        line += (f" Inside it the runs first part at {inner.name} (entry {inner.position + 1}), whose inputs already "
+                 "differ: made in the module's code by no dumped op.")
+    return line
 
 
 def dtype_aware_line(finding: Finding) -> str:

@@ -46,6 +46,10 @@ BACKWARD_AMPLIFICATION = 2.0
 # a module's own rounding may grow with sums its dump does not show: up to this many times an op's (its output
 # differing by a few dozen float32 units with identical inputs is another summation order, not a cast)
 MODULE_SUMS = 32.0
+# ... and in a lower precision than float32 (its sums accumulate in float32: MODULE_SUMS is the accumulator's), the
+# roundings to its own dtype that the ops it chains make: up to this many units (a bfloat16 block's output is a few
+# units off an identical float32 one; a residual dropped inside it is dozens)
+MODULE_CHAIN = 8.0
 # an output within this many units of rounding of the pair's higher precision is rounding, never introduced (the
 # rounding floor that parameters and entering inputs have in compare/verdict.py: a sum whose length no shape shows)
 ROUNDING_FLOOR_UNITS = 4.0
@@ -188,6 +192,9 @@ def row_errors(mode: str, cells: dict, stats: tuple | None = None, mean_noise: n
     golden's L2 norm, largest finite magnitude, max, min and mean. stats: stat_floats(cells), when parsed already;
     mean_noise: per row the rounding of its Mean (mean_rounding), which the carried reading of the Mean discounts."""
     t, g = stats if stats is not None else stat_floats(cells)
+    # a Norm is read by its magnitude: a collector may record a 0-d tensor's Norm as its signed value (MindSpore's
+    # statistics of a scalar gradient: Max = Min = Mean = Norm = -0.36)
+    t_norm, g_norm = np.abs(t[3]), np.abs(g[3])
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         finite = [np.where(np.isfinite(v), np.abs(v), np.nan) for v in g[:3]]
         g_mag = np.fmax(np.fmax(finite[0], finite[1]), finite[2])     # largest finite magnitude, NaN if none
@@ -198,9 +205,9 @@ def row_errors(mode: str, cells: dict, stats: tuple | None = None, mean_noise: n
             rel = np.where(same, 0.0, diff / g_mag)
             rel = np.where(same | (g_mag > 0), rel, np.where(np.isnan(diff), np.nan, np.inf))
             parts.append(rel)
-        norm_same = t[3] == g[3]
-        norm_rel = np.where(norm_same, 0.0, np.abs(t[3] - g[3]) / g[3])
-        parts.append(np.where(norm_same | (g[3] > 0), norm_rel, np.where(np.isnan(t[3] - g[3]), np.nan, np.inf)))
+        norm_same = t_norm == g_norm
+        norm_rel = np.where(norm_same, 0.0, np.abs(t_norm - g_norm) / g_norm)
+        parts.append(np.where(norm_same | (g_norm > 0), norm_rel, np.where(np.isnan(t_norm - g_norm), np.nan, np.inf)))
         stacked = np.vstack(parts)
         errors = np.nanmax(np.where(np.isnan(stacked), -np.inf, stacked), axis=0)
         errors[errors == -np.inf] = np.nan
@@ -211,8 +218,8 @@ def row_errors(mode: str, cells: dict, stats: tuple | None = None, mean_noise: n
         carried = errors
         if mode == col.TENSOR and "EucDist" in cells:
             dist = cell_floats(cells["EucDist"])
-            tensor_rel = np.where(dist == 0, 0.0, dist / g[3])
-            usable = np.isfinite(tensor_rel) & (np.isfinite(g[3]) & (g[3] > 0) | (dist == 0))
+            tensor_rel = np.where(dist == 0, 0.0, dist / g_norm)
+            usable = np.isfinite(tensor_rel) & (np.isfinite(g_norm) & (g_norm > 0) | (dist == 0))
             errors = carried = np.where(usable, tensor_rel, errors)
         elif mode == col.STATISTICS:
             # As an input, a tensor counts with the larger reading that its mean moved relative to itself (where
@@ -226,7 +233,7 @@ def row_errors(mode: str, cells: dict, stats: tuple | None = None, mean_noise: n
             mean_rel = shift / np.abs(g[2])
             mean_rel = np.where(np.abs(g[2]) >= MEAN_FLOOR * g_mag, mean_rel, 0.0)
             carried = np.fmax(errors, np.where(np.isfinite(mean_rel), mean_rel, 0.0))
-    return errors, carried, g[3], g_mag, g[0], g[1], g[2]
+    return errors, carried, g_norm, g_mag, g[0], g[1], g[2]
 
 
 def mean_rounding(mean: np.ndarray, norm: np.ndarray, shapes: list, eps: np.ndarray) -> np.ndarray:
@@ -450,7 +457,7 @@ def _judge_entry(name: str, start: int, stop: int, ctx: _Context, origin: list) 
         final = max(own, in_low)
         # the K terms are summed in float32 (or float64) and rounded once to a lower precision: sqrt(K) grows the
         # accumulator's rounding, not bfloat16's (a bfloat16 matmul on CPU and NPU accumulates in float32)
-        rounding = units * (summed if kind == MODULE else max(1.0, summed * min(final, EPS["float32"]) / final))
+        rounding = units * max(MODULE_CHAIN if kind == MODULE else 1.0, summed * min(final, EPS["float32"]) / final)
         if ctx.trace is not None:
             ctx.trace.append((r, e, e_in, a, rounding, low, final))
         if low and e <= math.hypot(carried, units * low):

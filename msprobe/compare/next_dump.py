@@ -28,13 +28,18 @@ MODULES = ("Module.", "Cell.")
 SIDES = ("target", "golden")
 
 
-def culprit_names(entry: str, target, golden_entry: str | None, golden, job) -> dict | None:
+def culprit_names(entry: str, target, golden_entry: str | None, golden, job, reader: tuple | None = None) -> dict | None:
     """What the next dump needs to know of the culprit (computed where the dumps are read): its API and module on
-    both sides, the dump's level, step and rank. None when the dump's level is not a collector level."""
+    both sides, the dump's level, step and rank. None when the dump's level is not a collector level. reader: for a
+    culprit the golden run does not call (golden_entry None), (target entry, golden entry) of the op that reads
+    what it makes: the target dumps it too, the golden dumps its own (the tensor the golden passes on instead)."""
     if target.level not in LEVELS:
         return None
     sides = [_names(entry, target)]
-    if golden_entry is not None and golden_entry != entry:
+    if golden_entry is None and reader is not None:
+        sides[0]["reads"] = reader[0]
+        sides.append(dict(_names(reader[1], golden), reads=reader[1]))
+    elif golden_entry is not None and golden_entry != entry:
         sides.append(_names(golden_entry, golden))
     rank = re.fullmatch(r"_rank(\d+)", job.suffix or "")
     return {"sides": sides, "level": target.level, "step": _step(job), "rank": [int(rank.group(1))] if rank else []}
@@ -72,9 +77,10 @@ def selection(info: dict) -> list:
     out: list = []
     for names in info["sides"]:
         api, module = names["api"], names["module"]
-        if api:
-            head = _call(api)
-            out += [head + ".forward", head + ".backward"]
+        for name in dict.fromkeys((api, names.get("reads"))):
+            if name:
+                head = _call(name)
+                out += [head + ".forward", head + ".backward"]
         if module:
             out.append(module_prefix(module))
     return list(dict.fromkeys(out))

@@ -113,6 +113,15 @@ _TENSOR_FAMILIES = frozenset({"int", "float", "bool", "complex"})
 NOTE_NOISE = ("note: below the noise floor of {neighbour}: norm {norm:.2g} within {units:g} units of rounding of "
               "{reference:.2g} in both runs; its differences are rounding and are not judged.")
 NOTE_INT_WIDTH = "note: {target} vs {golden}, values equal (a framework convention)."
+NOTE_AUXILIARY = ("note: an auxiliary output of a MindSpore primitive (statistics saved for its backward or a "
+                  "workspace, written differently from call to call and from dtype to dtype); not judged, its "
+                  "result is.")
+# a MindSpore Primitive's outputs that are not its result (Primitive.<attribute>.<class>.<n>.forward): class -> the
+# output indexes not judged. BatchNorm: batch mean and variance, reserve spaces (its CPU kernel leaves them unwritten
+# in inference and aliases the moving statistics it updates in training); LayerNorm: the mean and variance it saves
+# (~0 by cancellation after an earlier norm: their relative error is the rounding's); LSTM: reserve and state
+# workspaces (their size depends on the dtype).
+AUXILIARY_OUTPUTS = {"BatchNorm": (1, 2, 3, 4), "LayerNorm": (1, 2), "LSTM": (3, 4)}
 NOTE_RESHAPE = ("note: shape {target} vs {golden}: a reshape (equal element counts), compared element-wise as flat "
                 "tensors.")
 NOTE_RECORDING = ("note: the two frameworks record different tensors here: the {passes} gradient reaches {consumer} "
@@ -182,7 +191,8 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
                   and canonical(t_dtype[row]) == canonical(g_dtype[row])):
                 messages[row].append(MSG_HIDDEN_CAST)
                 level[row] = max(level[row], rules.WARNING)
-        for row in _differing_parameters(data, cells, states, is_tensor, facts.unjudged, stats):
+        parameters = _differing_parameters(data, cells, states, is_tensor, facts.unjudged, stats)
+        for row in parameters:
             messages[row].append(MSG_PARAMETER)
             level[row] = max(level[row], rules.WARNING)
         extras = facts.extra_changes + ([facts.extra_op] if facts.extra_op is not None else [])
@@ -192,7 +202,9 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
         for row in facts.parted:
             messages[row].append(MSG_PARTED)
             level[row] = max(level[row], rules.WARNING)
-        if facts.enters is not None and _beyond_rounding(data, cells, [facts.enters], stats):
+        # where parameters are dumped (mix, L0) a differing weight is named at its parameter row: the input that
+        # enters is then the data, a buffer or a constant only when no parameter differs
+        if facts.enters is not None and not parameters and _beyond_rounding(data, cells, [facts.enters], stats):
             messages[facts.enters].append(MSG_ENTERS)
             level[facts.enters] = max(level[facts.enters], rules.WARNING)
     flagged_input = None if data.mode == col.MD5 else _flagged_first(level, states, facts.first_difference,
@@ -305,10 +317,12 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
         other = [g if t is None else t for t, g in zip(t_dtype, g_dtype)]
         one_sided |= matched & ~out & (t_null ^ g_null) & np.fromiter(
             (family(d) not in _TENSOR_FAMILIES for d in other), dtype=bool, count=rows)
-    # a recording convention (the two frameworks record different tensors) has no shape or dtype to disagree on
-    same_dtype, same_shape = same_dtype | one_sided | recorded, same_shape | one_sided | recorded
+    # a recording convention (the two frameworks record different tensors) has no shape or dtype to disagree on,
+    # nor has an auxiliary output (a workspace whose size follows the dtype)
+    auxiliary = _auxiliary(data, states, starts, lengths, notes)
+    same_dtype, same_shape = same_dtype | one_sided | recorded | auxiliary, same_shape | one_sided | recorded | auxiliary
     ignored = _ignored(data, starts, lengths, entry_ops)
-    unjudged = no_data | noise | recorded | ignored
+    unjudged = no_data | noise | recorded | ignored | auxiliary
     enters = None if cross else _entering(data, states, matched, matched & tensor & ~unjudged & ~equal)
     same_dtypes = _same_texts(data.dtypes)
     inherited = np.repeat(_backward_reads_forward(twins, np.logical_or.reduceat(
@@ -319,7 +333,7 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     first_difference = int(np.argmin(same)) if not same.all() else None
     extra = None if cross else _unjudged_maker(data, states, stats_t, matched, ignored,
                                                 tensor & ~unjudged & ~equal)
-    shape_differs = None if cross else matched & tensor & ~no_data & ~_same_texts(data.shapes)
+    shape_differs = None if cross else matched & tensor & ~no_data & ~auxiliary & ~_same_texts(data.shapes)
     parted = [] if shape_differs is None else _parting(data, states, shape_differs, starts, lengths)
     changes = [] if cross else _extra_changes(data, states, stats_t, stats_g, matched & tensor & ~no_data, tensor,
                                                starts, lengths)
@@ -403,8 +417,9 @@ def _unjudged_maker(data, states: list, stats_t: list, matched: np.ndarray, igno
     """(row, message) of the op no rule judges that makes the first difference: the first matched row that differs
     is a forward entry's input, and its target tensor is the output of an earlier forward API entry (the same dtype,
     shape and four statistics in the one dump: that op's result feeds it) which either has no golden partner (an
-    op the golden run does not call: an extra scale or activation, MSG_EXTRA_OP) or is a cast no rule judges
-    (rules.ALL_IGNORE: `Tensor.to`) whose output dtype differs from its partner's (MSG_FIRST_CAST). The compare
+    op the golden run does not call: an extra scale or activation, MSG_EXTRA_OP; a cast, MSG_FIRST_CAST, when its
+    output's dtype is not the golden's there) or is a cast no rule judges (rules.ALL_IGNORE: `Tensor.to`) whose
+    output dtype differs from its partner's (MSG_FIRST_CAST). The compare
     could otherwise only name what such an op changes downstream. One framework only: across frameworks one run
     records many ops the other does not."""
     rows = np.flatnonzero(differing)
@@ -424,7 +439,10 @@ def _unjudged_maker(data, states: list, stats_t: list, matched: np.ndarray, igno
         if (t_dtype[row], t_shape[row], *(float(values[row]) for values in stats_t)) != key:
             continue
         if not matched[row]:
-            return row, MSG_EXTRA_OP
+            # a cast the golden does not make (`x.astype(float16)`): the dtype change is the cause
+            cast = ignored[row] and isinstance(t_dtype[first], str) and isinstance(g_dtype[first], str) \
+                and canonical(t_dtype[first]) != canonical(g_dtype[first])
+            return row, MSG_FIRST_CAST if cast else MSG_EXTRA_OP
         if ignored[row] and isinstance(g_dtype[row], str) and isinstance(t_dtype[row], str) \
                 and canonical(t_dtype[row]) != canonical(g_dtype[row]):
             return row, MSG_FIRST_CAST
@@ -507,15 +525,44 @@ def _backward_reads_forward(twins: list, inherited: np.ndarray, lower_input: np.
 def _entering(data, states: list, matched: np.ndarray, differing: np.ndarray) -> int | None:
     """The first differing row of the table, when it is a tensor input of a forward entry and every item before it
     is matched (and identical): its difference is made by no dumped op (a weight at level L1, the data, a
-    constant). Not where the dump records parameters (mix, L0: the parameter rows name a weight), nor across
+    constant, a tensor the model's code builds without a dumped op). Where the dump records parameters (mix, L0)
+    it is judged only when no parameter differs (judge_rows: the parameter rows name a weight). Not across
     frameworks (their ops differ in granularity: an input may come from an op the other run does not have)."""
     rows = np.flatnonzero(differing)
-    if not len(rows) or "parameters" in states:
+    if not len(rows):
         return None
     first = int(rows[0])
     if not matched[:first].all() or states[first] != "input":
         return None
     return first if ".forward" in data.entry_names[data.entry[first]] else None
+
+
+def auxiliary_outputs(name: str) -> tuple:
+    """The output indexes of an entry that are not results of its op (AUXILIARY_OUTPUTS), () for most."""
+    if not name.startswith("Primitive."):
+        return ()
+    parts = name.split(".")
+    return AUXILIARY_OUTPUTS.get(parts[2], ()) if len(parts) == 5 and parts[4] == "forward" else ()
+
+
+def _auxiliary(data, states: list, starts: np.ndarray, lengths: np.ndarray, notes: dict) -> np.ndarray:
+    """The output rows that auxiliary_outputs names (noted, not judged)."""
+    found = np.zeros(len(states), dtype=bool)
+    names = data.entry_names
+    entries = data.entry[starts].tolist()
+    for k in [k for k, entry in enumerate(entries) if names[entry].startswith("Primitive.")]:
+        skipped = auxiliary_outputs(names[entries[k]])
+        if not skipped:
+            continue
+        start, length = int(starts[k]), int(lengths[k])
+        index = 0
+        for row in range(start, start + length):
+            if states[row] == "output":
+                if index in skipped:
+                    found[row] = True
+                    notes.setdefault(row, []).append(NOTE_AUXILIARY)
+                index += 1
+    return found
 
 
 def _ignored(data, starts, lengths, entry_ops) -> np.ndarray:
@@ -715,6 +762,28 @@ def culprit_of(levels: np.ndarray) -> int | None:
         return None
     top = int(levels.max())
     return int(np.argmax(levels == top)) if top >= WARNING_HERE else None
+
+
+# what the culprit row says its op does (culprit_cause), for the views that explain the culprit (-da, triage)
+CAUSE_PRECISION = "precision"   # the precision drops here: a dtype change whose rounding explains the difference
+CAUSE_ENTERS = "enters"         # the difference enters here, made by no dumped op (a parameter, the data, a constant)
+CAUSE_EXTRA = "extra op"        # an op the golden run does not call
+CAUSE_PARTED = "parted"         # the runs call different ops from here (shapes differ)
+CAUSE_MADE = "made"             # the op makes an error its inputs and dtypes do not explain
+
+
+def culprit_cause(level: int, message: str, state: str) -> str:
+    """The cause of a culprit row (CAUSE_*), from its level (row_levels), Err_message and state: the judgement the
+    level was made from, named once for every view."""
+    if MSG_EXTRA_OP in message or MSG_EXTRA_CHANGE in message:
+        return CAUSE_EXTRA
+    if MSG_PARTED in message:
+        return CAUSE_PARTED
+    if MSG_FIRST_CAST in message:
+        return CAUSE_PRECISION
+    if MSG_ENTERS in message or MSG_PARAMETER in message or state in ("input", "parameters"):
+        return CAUSE_ENTERS
+    return CAUSE_PRECISION if level == PRECISION_HERE else CAUSE_MADE
 
 
 def culprit_row(states: list, results: list, messages: list, origins: list | None) -> int | None:

@@ -12,11 +12,11 @@ from dataclasses import asdict, dataclass, field
 
 from msprobe.errors import UsageError
 from msprobe.io import remove_tree, write_text
+from msprobe.triage import classify as judgement
 from msprobe.triage import evidence, rounds
-from msprobe.triage.classify import NON_FINITE, classify
+from msprobe.triage.classify import AGREE, CULPRIT, DIFFER, DTYPE_ONLY, NON_FINITE, classify
 from msprobe.triage.launch import Interrupted, stop_signals
 
-AGREE, CULPRIT, DIFFER = "agree", "culprit", "differ"
 FAILED, INTERRUPTED = "failed", "interrupted"     # a run failed before its step was recorded; the triage was stopped
 FRAMEWORKS = ("auto", "pytorch", "mindspore")
 
@@ -26,11 +26,12 @@ class Findings:
     """What a triage found; `to_dict()` is what `--json` prints and triage.json holds."""
 
     outcome: str                                  # agree | culprit | differ (differences no op makes its own) |
+    #                                               dtype (the runs differ in dtype, and by nothing it does not explain)
     #                                               failed (a run failed before its step) | interrupted
     culprit: str | None = None                    # dump entry, e.g. Functional.conv2d.1.forward
     module: str | None = None                     # its enclosing module/cell entry
-    category: str | None = None                   # dtype/cast | argument | kernel precision | nondeterminism |
-    #                                               framework convention | nan/inf
+    category: str | None = None                   # dtype/cast | argument | input | module code | kernel precision |
+    #                                               nondeterminism | framework convention | nan/inf
     reason: str = ""                              # the evidence behind the category, one sentence
     advice: str = ""
     step: int = 0
@@ -40,6 +41,8 @@ class Findings:
     first_divergence: str | None = None
     failures: list = field(default_factory=list)  # crashes, timeouts, NaN/Inf, collector errors: findings too
     rounds: list = field(default_factory=list)    # per round: name, evidence lines, commands, files
+    note: str = ""                                # differ, dtype: what the differences are
+    dtype_change: dict | None = None              # dtype: where the precision drops (op, module, source, dtypes)
     output_dir: str = ""                          # this triage's own folder under -o
     report: str = ""                              # the HTML page
 
@@ -60,9 +63,14 @@ class Findings:
             head = [f"msprobe triage: nothing compared at {where}: a run failed before the step was recorded."]
         elif self.outcome == INTERRUPTED:
             head = [f"msprobe triage: interrupted at {where}; what finished is under {self.output_dir}."]
-        elif self.outcome == DIFFER:
-            head = [f"msprobe triage: the runs differ at {where} (first at {self.first_divergence}), but no op makes "
-                    "an error or warning of its own: rounding carried along, no culprit."]
+        elif self.outcome in (DIFFER, DTYPE_ONLY):
+            head = [f"msprobe triage: no culprit at {where}: {self.note}"]
+            change = self.dtype_change or {}
+            if change:
+                head += [f"  dtype:    {change.get('op')}: {change.get('dtypes')}",
+                         f"  module:   {change.get('module') or '-'}",
+                         f"  source:   {change.get('source') or '-'}",
+                         f"  advice:   {self.advice}"]
         else:
             head = [f"msprobe triage: culprit {self.culprit} at {where}",
                     f"  module:   {self.module or '-'}",
@@ -150,23 +158,22 @@ def _rounds(findings: Findings, options: rounds.Options, say) -> None:
         return
     findings.rank, findings.first_divergence = first.rank, first.first_divergence
     findings.failures += _run_failures(first.runs)
-    findings.rounds.append(_round1_record(options, first))
-    culprit = first.culprit
-    non_finite = first.non_finite if first.non_finite and not first.golden_non_finite else None
-    if non_finite:
-        findings.failures.append(f"the target's outputs turn NaN/Inf first at {non_finite}")
-        culprit = culprit or non_finite
-    if first.differs and culprit is None:
-        findings.outcome = DIFFER
-    if culprit is not None:
+    named = judgement.judge(first, options.same_command)
+    findings.rounds.append(_round1_record(options, first, named))
+    if first.non_finite and not first.golden_non_finite:
+        findings.failures.append(f"the target's outputs turn NaN/Inf first at {first.non_finite}")
+    findings.outcome, findings.note = named.outcome, named.note
+    if named.outcome == DTYPE_ONLY:
+        _dtype_change(findings, first, named)
+    if named.culprit is not None:
         say("round 2: dumping the culprit's tensors")
-        second = rounds.tensors(options, first)
+        second = rounds.tensors(options, first, say, named)
         findings.failures += _run_failures(second.runs)
-        findings.rounds.append(_round2_record(second))
+        findings.rounds.append(_round2_record(second, first, named))
         say("round 3: replaying the culprit")
-        third = rounds.replay(options, first, second)
+        third = rounds.replay(options, first, second, named)
         findings.rounds.append(_round3_record(third))
-        _conclude(findings, options, first, second, third, culprit, non_finite)
+        _conclude(findings, options, first, second, third, named)
 
 
 def _finish(findings: Findings, options: rounds.Options, top: str) -> None:
@@ -207,28 +214,71 @@ def _options(target, golden, output_dir, step, level, framework, timeout, keep_d
                           target_dump, golden_dump, cwd)
 
 
-def _conclude(findings: Findings, options, first, second, third, culprit: str, non_finite) -> None:
-    findings.outcome = CULPRIT
-    findings.culprit = culprit
-    findings.module = first.module if culprit == first.culprit else None
+def _conclude(findings: Findings, options, first, second, third, named) -> None:
+    culprit = named.culprit
+    findings.culprit, findings.module = culprit, named.module
     target_file = evidence.dump_file(first.target_path, first.rank)
     golden_file = evidence.dump_file(first.golden_path, first.rank)
-    target_data = evidence.load_dump(target_file).get("data") or {}
-    golden_data = evidence.load_dump(golden_file).get("data") or {}
+    target, golden = evidence.load_dump(target_file), evidence.load_dump(golden_file)
+    target_data, golden_data = target.get("data") or {}, golden.get("data") or {}
     if findings.module is None:
-        construct = os.path.join(os.path.dirname(target_file), "construct.json")
-        if os.path.isfile(construct):
-            parent = evidence.load_dump(construct).get(culprit)
-            findings.module = parent if isinstance(parent, str) else None
-    golden_name = evidence.forward_of(first.golden_culprit or culprit)
+        parent = evidence.load_dump(os.path.join(os.path.dirname(target_file), "construct.json")).get(culprit)
+        findings.module = parent if isinstance(parent, str) else None
+    golden_name = evidence.forward_of(first.golden_culprit if culprit == first.culprit and first.golden_culprit
+                                      else culprit)
+    calls, definition, built_in = "", "", False
+    if named.module_level:
+        golden_module = first.golden_culprit if first.golden_culprit else culprit
+        construct = evidence.load_dump(os.path.join(os.path.dirname(target_file), "construct.json"))
+        calls = evidence.calls_inside(construct,
+                                      evidence.load_dump(os.path.join(os.path.dirname(golden_file), "construct.json")),
+                                      culprit, golden_module)
+        definition = evidence.module_definition(target_file, culprit)
+        # nothing recorded inside it, and no user's file defines its class: a framework's module (cell)
+        built_in = not evidence.descendants(construct, culprit) and not definition
+    inputs_differ = second.inputs_differ if second.inputs_differ is not None else \
+        (first.first_inputs_differ if named.inside else None)
     cause = classify(options.same_command, target_data.get(evidence.forward_of(culprit)),
-                     golden_data.get(golden_name), first.frameworks, third.target, second.inputs_differ,
-                     non_finite=culprit == non_finite, culprit=culprit)
-    findings.category, findings.reason, findings.advice = cause.category, cause.reason, cause.advice
-    findings.stack = first.stack if culprit == first.culprit else evidence.stack_of(target_file, culprit)
-    findings.source = evidence.user_line(findings.stack)
+                     golden_data.get(golden_name), first.frameworks, third.target, inputs_differ,
+                     non_finite=named.non_finite, culprit=culprit, cause=named.cause, module_calls=calls,
+                     built_in=built_in)
+    findings.category, findings.reason = cause.category, cause.reason
+    if named.module_level:
+        findings.stack = evidence.stack_of(target_file, culprit)
+        # its forward's definition; a framework's module: the user's line that calls it
+        findings.source = definition or evidence.user_line(findings.stack)
+    else:
+        findings.stack = evidence.culprit_stack(target_file, culprit, first.stack if culprit == first.culprit else None)
+        findings.source = evidence.user_line(findings.stack) or \
+            (evidence.module_definition(target_file, culprit) if evidence.is_module(culprit) else "")
+    findings.advice = cause.advice(bool(findings.source), culprit)
     if cause.category == NON_FINITE and first.culprit and first.culprit != culprit:
         findings.failures.append(f"the compare's culprit is {first.culprit}")
+
+
+def _dtype_change(findings: Findings, first, named) -> None:
+    """The dtype outcome: where the precision drops (the verdict's culprit), its dtypes and source line."""
+    target_file = evidence.dump_file(first.target_path, first.rank)
+    golden_file = evidence.dump_file(first.golden_path, first.rank)
+    op = named.dtype_change["op"]
+    golden_name = evidence.forward_of(first.golden_culprit or op)
+    target = (evidence.load_dump(target_file).get("data") or {}).get(evidence.forward_of(op))
+    golden = (evidence.load_dump(golden_file).get("data") or {}).get(golden_name)
+    outputs = [evidence.dtype_name(d) for d in evidence.output_dtypes(target)], \
+        [evidence.dtype_name(d) for d in evidence.output_dtypes(golden)]
+    dtypes = (f"its output is {judgement.dtype_list(outputs[0])} in the target, {judgement.dtype_list(outputs[1])} in "
+              "the golden")
+    if golden is None and first.golden_reader:       # a cast the golden does not make: what the golden passes on
+        reader = (evidence.load_dump(golden_file).get("data") or {}).get(evidence.forward_of(first.golden_reader))
+        passed = [evidence.dtype_name(leaf[2]) for leaf in evidence.signature(reader) if leaf[3] is not None]
+        dtypes = (f"its output is {judgement.dtype_list(outputs[0])} in the target; the golden does not call it and "
+                  f"passes {judgement.dtype_list(passed[:1])} on to {first.golden_reader}")
+    elif outputs[0] == outputs[1]:
+        dtypes += " (it computes in a lower precision inside: a cast or autocast)"
+    source = evidence.user_line(evidence.culprit_stack(target_file, op, first.stack)) or \
+        (evidence.module_definition(target_file, op) if evidence.is_module(op) else "")
+    findings.dtype_change = dict(named.dtype_change, dtypes=dtypes, source=source)
+    findings.advice = judgement.dtype_only_advice(bool(source))
 
 
 def _run_failures(runs: list) -> list:
@@ -249,12 +299,15 @@ def _runs_record(runs: list) -> list:
              "stopped_after_step": run.stopped, "timed_out": run.timed_out, "log": run.log} for run in runs]
 
 
-def _round1_record(options, first) -> dict:
+def _round1_record(options, first, named=None) -> dict:
+    error = f", output relative error {first.relative_error:.3g}" if first.relative_error else ""
     if not first.differs:
         headline = ("nothing differs: the same command is deterministic at this step" if options.same_command
                     else "nothing differs: every compared output is identical")
+    elif named is not None and named.outcome == DTYPE_ONLY:
+        headline = (f"the precision drops at {first.culprit} (the compare's culprit row, {first.culprit_result}"
+                    f"{error}) and no op introduces error beyond the dtypes; {first.summary}")
     elif first.culprit:
-        error = f", output relative error {first.relative_error:.3g}" if first.relative_error else ""
         headline = f"culprit {first.culprit} ({first.culprit_result}{error}); {first.summary}"
     else:
         headline = f"the runs differ (first at {first.first_divergence}) but no op makes its own error; {first.summary}"
@@ -262,17 +315,41 @@ def _round1_record(options, first) -> dict:
             "commands": first.commands, "files": first.compare_files}
 
 
-def _round2_record(second) -> dict:
+def _round2_record(second, first=None, named=None) -> dict:
     if second.skipped:
         return {"name": "round 2 (tensors)", "evidence": [f"skipped: {second.skipped}"], "runs": _runs_record(second.runs),
                 "commands": [], "files": []}
-    rows = [f"{row.get('NPU Name')}: cosine {row.get('Cosine')}, max abs err {row.get('MaxAbsErr')}, "
-            f"{row.get('Result', '')}" for row in second.rows]
-    inputs = {None: "its inputs were not compared", True: "its inputs already differ",
-              False: "its inputs are identical"}[second.inputs_differ]
-    outputs = {None: "", True: ", its outputs differ", False: ", its outputs are identical"}[second.outputs_differ]
-    return {"name": "round 2 (tensors)", "evidence": [inputs + outputs, *rows], "runs": _runs_record(second.runs),
+    rows = [_row_text(row) for row in second.rows]
+    extra = named is not None and first is not None and named.culprit == first.culprit and \
+        first.cause == judgement.CAUSE_EXTRA
+    if extra:
+        head = "the golden run does not call it: its tensors have no golden partner"
+        if second.reader:
+            reads = {None: "was not compared", True: "gets an input that already differs from the golden's",
+                     False: "gets the same input as in the golden"}[second.reader_inputs_differ]
+            head += f"; the op reading its output, {second.reader}, {reads}"
+            rows += [_row_text(row) for row in second.reader_rows]
+    else:
+        inputs = {None: "no input of it was compared (no golden partner, no numeric error)" if rows
+                  else "no tensor of it is in the two dumps",
+                  True: "its inputs already differ", False: "its inputs are identical"}[second.inputs_differ]
+        outputs = {None: "", True: ", its outputs differ", False: ", its outputs are identical"}[second.outputs_differ]
+        head = inputs + outputs
+        origins = set(second.output_origins) - {""}
+        if second.inputs_differ and second.outputs_differ and origins and origins <= {"inherited", "dtype"}:
+            explained = f" by what they explain (the tensors' Error_Origin: {'/'.join(sorted(origins))})"
+            if named is not None and named.cause == judgement.CAUSE_ENTERS:
+                head += explained + ": the difference enters at its inputs"      # what round 1 named it for
+            else:   # the real tensors' verdict: what the statistics took for the op's own error is its inputs'
+                head += explained + (": its inputs differ more than their statistics showed, the difference comes "
+                                     "from upstream")
+    return {"name": "round 2 (tensors)", "evidence": [head, *rows], "runs": _runs_record(second.runs),
             "commands": second.commands, "files": second.compare_files}
+
+
+def _row_text(row: dict) -> str:
+    return (f"{row.get('NPU Name')}: cosine {row.get('Cosine')}, max abs err {row.get('MaxAbsErr')}, "
+            f"{row.get('Result', '')}")
 
 
 def _round3_record(third) -> dict:
@@ -287,11 +364,15 @@ def _round3_record(third) -> dict:
         lines.append(f"on the {side}'s inputs: {replayed['status']}" + (f" ({detail})" if detail else "")
                      + (f" - {replayed['message']}" if replayed.get("message") else ""))
     verdicts = {(third.target or {}).get("status"), (third.golden or {}).get("status")}
-    if (third.target or {}).get("status") in ("error", "warning"):
+    status = (third.target or {}).get("status")
+    if status == "error":
         lines.insert(0, "the op computes wrongly (against the CPU benchmark) on the target's inputs")
+    elif status == "warning":
+        lines.insert(0, "on the target's inputs the op's result is at the edge of the CPU benchmark's tolerance (a "
+                        "warning: about what its dtype's rounding allows)")
     elif "pass" in verdicts:
         lines.insert(0, "the op computes correctly on its own inputs: the difference comes from its inputs, its "
-                        "dtype or its arguments")
+                        "dtype or its arguments, or from calling it at all")
     return {"name": "round 3 (replay)", "evidence": lines, "commands": third.commands, "files": []}
 
 

@@ -9,6 +9,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
+from msprobe.compare.verdict import CAUSE_EXTRA
 from msprobe.errors import MsprobeError, UsageError
 from msprobe.triage import evidence
 from msprobe.triage.launch import execute, prepare
@@ -63,6 +64,12 @@ class Statistics:
     culprit: str | None = None                     # dump entry name, e.g. Functional.conv2d.1.forward
     golden_culprit: str | None = None              # its name in the golden dump (cross-framework)
     module: str | None = None
+    cause: str = ""                                # the verdict's cause of the culprit row (verdict.CAUSE_*)
+    inside: str | None = None                      # a module culprit: the API inside it where the runs first part
+    reader: str | None = None                      # an extra op: the op reading its output (target's name)
+    golden_reader: str | None = None               # ... and the golden's op reading what the golden passes on
+    dtype_aware: str | None = None                 # -da's dtype-aware answer (the first op introducing error)
+    first_inputs_differ: bool | None = None        # the first divergence's inputs already differ
     rank: int | None = None
     culprit_result: str = ""                       # the culprit row's verdict (warning | error)
     culprit_item: str = ""
@@ -88,6 +95,10 @@ class Tensors:
     rows: list = field(default_factory=list)      # the culprit's rows: name, cosine, max abs err, max rel err, result
     inputs_differ: bool | None = None              # some input of the culprit differs beyond 1e-6 of its size
     outputs_differ: bool | None = None
+    output_origins: list = field(default_factory=list)   # the tensor verdict's Error_Origin of its outputs
+    reader: str | None = None                      # an op the golden does not call: the op reading its output
+    reader_rows: list = field(default_factory=list)
+    reader_inputs_differ: bool | None = None
     skipped: str = ""                              # why the round did not run
     compare_files: list = field(default_factory=list)
     commands: list = field(default_factory=list)
@@ -157,11 +168,17 @@ def _compare_statistics(found: Statistics, options: Options, folder: str) -> Non
     found.first_divergence = analysis.op_name
     found.differs = analysis.op_name is not None
     found.rank = analysis.rank
+    found.dtype_aware = (analysis.dtype_aware or {}).get("op_name")
+    origin = next((op for op in analysis.ops if op.role == "origin"), None)
+    found.first_inputs_differ = origin.inputs_differ if origin is not None else None
     culprit = analysis.culprit or {}
     if culprit.get("op_name"):
         found.culprit = culprit["op_name"]
         found.module = culprit.get("module")
         found.golden_culprit = culprit.get("golden_op_name")
+        found.cause = str(culprit.get("cause") or "")
+        found.inside = (culprit.get("inside") or {}).get("op_name")
+        found.reader, found.golden_reader = culprit.get("reader"), culprit.get("golden_reader")
         found.culprit_result = culprit.get("result", "")
         found.culprit_item = culprit.get("item", "")
         found.relative_error = float(culprit.get("max_output_relative_error") or 0.0)
@@ -202,12 +219,14 @@ def _commands(options: Options, runs: list, target_path: str, golden_path: str, 
 
 
 # ----------------------------------------------------------------------------------------------------- round 2
-def tensors(options: Options, first: Statistics, progress=None) -> Tensors:
-    """Round 2: both runs again with -da's next-dump configurations (the culprit and its module, task tensor),
-    each into its own folder, and the compare of their tensors."""
+def tensors(options: Options, first: Statistics, progress=None, named=None) -> Tensors:
+    """Round 2: both runs again with -da's next-dump configurations (the culprit and its module, task tensor; for
+    an op the golden does not call, the op reading its output on both sides), each into its own folder, and the
+    compare of their tensors. named: what the triage names (classify.Judged; None: the verdict's culprit)."""
     found = Tensors()
-    if first.culprit is None or first.next_dump is None:
-        found.skipped = "no culprit to dump" if first.culprit is None else "-da wrote no next-dump configuration"
+    entry = named.culprit if named is not None else first.culprit
+    if entry is None or first.next_dump is None:
+        found.skipped = "no culprit to dump" if entry is None else "-da wrote no next-dump configuration"
         return found
     if options.target is None:
         found.skipped = "no training commands (give --target and --golden with -tp/-gp to dump the tensors)"
@@ -223,25 +242,46 @@ def tensors(options: Options, first: Statistics, progress=None) -> Tensors:
     from msprobe import api
 
     out = os.path.join(folder, "compare")
-    result = api.compare(found.target_path, found.golden_path, **_mapping(found.target_path, found.golden_path))
-    found.compare_files = result.write(out, "csv", html=True)
-    call = evidence.call_of(first.culprit)
-    input_errors, output_errors = [], []
-    for row in result.rows:
-        name = str(row.get("NPU Name", ""))
-        if not name.startswith(call + ".forward."):
-            continue
-        found.rows.append({key: row.get(key) for key in ("NPU Name", "NPU Tensor Dtype", "Bench Tensor Dtype",
-                                                         "Cosine", "MaxAbsErr", "MaxRelativeErr", "Result")
-                           if key in row})
-        error = _number(row.get("MaxAbsErr"))
-        size = max(abs(_number(row.get("NPU max")) or 0.0), abs(_number(row.get("Bench max")) or 0.0), 1.0)
-        if error is not None:
-            (input_errors if ".input" in name else output_errors if ".output" in name else []).append(error / size)
-    found.inputs_differ = any(e > 1e-6 for e in input_errors) if input_errors else None
-    found.outputs_differ = any(e > 1e-6 for e in output_errors) if output_errors else None
+    try:
+        result = api.compare(found.target_path, found.golden_path, **_mapping(found.target_path, found.golden_path))
+        found.compare_files = result.write(out, "csv", html=True)
+    except MsprobeError as exc:       # e.g. a golden dump holding none of the entries asked for
+        found.skipped = f"the two tensor dumps could not be compared: {exc}"
+        return found
+    found.rows, found.inputs_differ, found.outputs_differ = _rows_of(result.rows, evidence.forward_of(entry))
+    found.output_origins = [str(row.get("Error_Origin") or "") for row in found.rows
+                            if ".output" in str(row.get("NPU Name", ""))]
+    if first.reader and entry == first.culprit:
+        # the golden run does not call the culprit: the op reading its output holds its golden counterpart
+        found.reader = first.reader
+        found.reader_rows, found.reader_inputs_differ, _ = _rows_of(result.rows, evidence.forward_of(first.reader))
     found.commands = _commands(options, found.runs, found.target_path, found.golden_path, out, options.keep_dumps)
     return found
+
+
+ROW_KEYS = ("NPU Name", "NPU Tensor Dtype", "Bench Tensor Dtype", "Cosine", "MaxAbsErr", "MaxRelativeErr", "Result",
+            "Error_Origin")
+
+
+def _rows_of(rows, forward: str) -> tuple:
+    """(the rows of one forward entry, whether some input differs, whether some output differs) of a tensor
+    compare's rows: an item differs beyond 1e-6 of its magnitude; None where no item of that kind was compared (no
+    golden partner, no numeric error)."""
+    picked, input_errors, output_errors = [], [], []
+    prefix = forward + "."
+    for row in rows:
+        name = str(row.get("NPU Name", ""))
+        if not name.startswith(prefix):
+            continue
+        picked.append({key: row.get(key) for key in ROW_KEYS if key in row})
+        error = _number(row.get("MaxAbsErr"))
+        size = max(abs(_number(row.get("NPU max")) or 0.0), abs(_number(row.get("Bench max")) or 0.0), 1.0)
+        kind = name[len(prefix):].partition(".")[0]
+        if error is not None and kind in ("input", "parameters", "output"):
+            (output_errors if kind == "output" else input_errors).append(error / size)
+    inputs = any(e > 1e-6 for e in input_errors) if input_errors else None
+    outputs = any(e > 1e-6 for e in output_errors) if output_errors else None
+    return picked, inputs, outputs
 
 
 def _for_this_run(config: dict) -> dict:
@@ -258,20 +298,29 @@ def _number(value):
 
 
 # ----------------------------------------------------------------------------------------------------- round 3
-def replay(options: Options, first: Statistics, second: Tensors) -> Replay:
+def replay(options: Options, first: Statistics, second: Tensors, named=None) -> Replay:
     """Round 3: the culprit API replayed on the target's dumped inputs, and on the golden's, against the CPU
-    high-precision benchmark (acc_check's replayer)."""
+    high-precision benchmark (acc_check's replayer). named: what the triage names (classify.Judged; None: the
+    verdict's culprit). A module is not replayed (acc_check replays APIs); an op the golden run does not call is
+    replayed on the target's inputs only."""
     found = Replay()
-    if first.culprit is None:
+    entry = named.culprit if named is not None else first.culprit
+    if entry is None:
         found.skipped = "no culprit"
+        return found
+    if evidence.is_module(entry):
+        found.skipped = f"{entry} is a module: acc_check replays APIs, and no API dumped inside it differs"
         return found
     if not second.target_path:
         found.skipped = "no tensor dump of the culprit (round 2 " + (second.skipped or "did not run") + ")"
         return found
-    name = evidence.call_of(first.culprit)
-    golden_name = evidence.call_of(first.golden_culprit or first.culprit)
+    name = evidence.call_of(entry)
+    extra = entry == first.culprit and first.cause == CAUSE_EXTRA
+    golden_name = evidence.call_of(first.golden_culprit if entry == first.culprit and first.golden_culprit
+                                   else entry)
     found.target = _replay_one(evidence.dump_file(second.target_path, first.rank), name)
-    found.golden = _replay_one(evidence.dump_file(second.golden_path, first.rank), golden_name)
+    found.golden = ({"status": "SKIP", "outputs": [], "message": "the golden run does not call this op"} if extra
+                    else _replay_one(evidence.dump_file(second.golden_path, first.rank), golden_name))
     found.commands = [f"msprobe acc_check -api_info {shlex.quote(evidence.dump_file(path, first.rank))} -o "
                       f"{shlex.quote(os.path.join(options.output_dir, 'round3_replay', side))}"
                       for side, path in (("target", second.target_path), ("golden", second.golden_path))]
@@ -286,7 +335,8 @@ def _replay_one(dump_path: str, name: str) -> dict:
         if name not in dump.names:
             recorded = f"{name}.forward" in dump.content["data"]
             return {"status": "SKIP", "outputs": [],
-                    "message": f"acc_check does not replay {name}" if recorded else f"{name} is not in the tensor dump"}
+                    "message": f"acc_check does not replay {name}" if recorded else
+                    f"this run's tensor dump holds no {name}"}
         if not dump.backend.supported(name):
             return {"status": "SKIP", "message": f"acc_check does not replay {name}", "outputs": []}
         device = dump.backend.prepare(dump.options)

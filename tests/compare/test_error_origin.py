@@ -270,3 +270,41 @@ def test_a_bfloat16_accumulator_behind_a_bfloat16_input_is_introduced():
 
     assert fc2(1.0104) == "introduced"
     assert fc2(1.0038) == "dtype"
+
+
+def test_a_signed_norm_of_a_scalar_is_read_by_its_magnitude():
+    """MindSpore records a 0-d tensor's Norm as its signed value (Max = Min = Mean = Norm = -0.36: the gradient of a
+    loss division's divisor). Its relative error is |d| / |Norm|, not infinite; a division backward whose forward
+    input differs by as much (a float16 target's loss) inherits it (it was `introduced` on a clean pair)."""
+    t, g = -0.36066970229148865, -0.3606638014316559
+    cells = {f"{side} {stat}": [value] for side, value in (("NPU", t), ("Bench", g))
+             for stat in ("max", "min", "mean", "l2norm")}
+    errors = eo.row_errors(STATISTICS, cells)[0]
+    assert errors[0] == pytest.approx(abs(t - g) / abs(g), rel=1e-9)
+    scalar = "[]"
+    rows = [(0, "input", True, FP32, FP32, scalar, (5.770715,) * 4, (5.770621,) * 4),
+            (0, "input", True, FP32, FP32, scalar, (4.0,) * 4, (4.0,) * 4),
+            (0, "output", True, FP32, FP32, scalar, (1.4426788,) * 4, (1.4426552,) * 4),
+            (1, "input", True, FP32, FP32, scalar, (1.0,) * 4, (1.0,) * 4),
+            (1, "output", True, FP32, FP32, scalar, (0.25,) * 4, (0.25,) * 4),
+            (1, "output", True, FP32, FP32, scalar, (t,) * 4, (g,) * 4)]
+    origin = judge(rows, ["Tensor.__truediv__.0.forward", "Tensor.__truediv__.0.backward"])
+    assert origin[5] == eo.INHERITED
+
+
+def test_a_bfloat16_module_is_allowed_a_few_of_its_units_not_dozens():
+    """A bfloat16 module (autocast) against a float32 golden, its inputs a bfloat16 rounding apart: an output a few
+    bfloat16 units off is the dtype's; one 47 % off (a residual dropped inside it) is introduced (64 bfloat16 units,
+    0.5, were allowed). A float32 module keeps the 32 accumulator units of a summation order (2 x 32 x 2^-23)."""
+    quiet = (1.7265625, -1.0, 0.42578125, 7.40625)
+    golden_in = (1.7268, -1.0, 0.42604, 7.41074)
+
+    def module(out, golden_out, dtype=BF16, inputs=(quiet, golden_in)):
+        rows = [(0, "input", True, dtype, FP32, "[4, 24]", *inputs),
+                (0, "output", True, dtype, FP32, "[4, 24]", out, golden_out)]
+        return judge(rows, ["Module.head.mix.Mix.forward.0"])[1]
+    golden_out = (2.0494, -1.5, 0.41403, 7.8331)
+    assert module((2.0494 * (1 + 5 * 2 ** -8), -1.5, 0.41403, 7.8331), golden_out) in (eo.DTYPE, eo.INHERITED)
+    assert module((1.140625, -1.5, -0.01202, 4.1875), golden_out) == eo.INTRODUCED
+    same = (1.0, -1.0, 0.25, 4.0)
+    assert module((1.0 + 40 * 2 ** -23, -1.0, 0.25, 4.0), same, FP32, (same, same)) == eo.INHERITED

@@ -20,9 +20,11 @@ def tensor(norm, mx=1.5, shape=(4, 8), dtype="torch.float32"):
             "Mean": norm / 20, "Norm": norm, "requires_grad": False}
 
 
-def write_pair(folder, extra=True, cross_feed=False):
+def write_pair(folder, extra=True, cross_feed=False, between=False):
     """golden: linear -> gelu -> linear inside one module; target: gelu's output times 1.02 (an unmatched
-    Tensor.__mul__) before the last linear. cross_feed: the extra op's output is not what the last linear reads."""
+    Tensor.__mul__) before the last linear. cross_feed: the extra op's output is not what the last linear reads;
+    between: both runs call an op on another tensor before the last linear (a BatchNorm's num_batches_tracked
+    += 1)."""
     x, w, b = tensor(8.0, 2.0), tensor(2.3, 0.5, (8, 8)), tensor(0.5, 0.3, (8,))
     hidden, gelu = tensor(3.4, 2.2), tensor(1.68, 2.1)
     scaled = tensor(1.71, 2.142)
@@ -37,6 +39,12 @@ def write_pair(folder, extra=True, cross_feed=False):
                 "input_args": [gelu, {"type": "float", "value": 1.02}], "input_kwargs": {},
                 "output": [tensor(1.5, 2.142) if cross_feed else scaled]}
             construct["Tensor.__mul__.0.forward"] = MODULE
+        if between:
+            count = {"type": "torch.Tensor", "dtype": "torch.int64", "shape": [], "Max": 3, "Min": 3, "Mean": 3,
+                     "Norm": 3, "requires_grad": False}
+            data["Tensor.add_.0.forward"] = {"input_args": [count, {"type": "int", "value": 1}], "input_kwargs": {},
+                                             "output": [dict(count, Max=4, Min=4, Mean=4, Norm=4)]}
+            construct["Tensor.add_.0.forward"] = MODULE
         data["Functional.linear.1.forward"] = {"input_args": [fed, w, b], "input_kwargs": {}, "output": [out]}
         construct["Functional.linear.1.forward"] = MODULE
         data[MODULE] = {"input_args": [x], "input_kwargs": {}, "output": [out]}
@@ -111,6 +119,18 @@ def test_triage_names_the_same_culprit_as_da(tmp_path):
     assert found.exit_code == 1
 
 
+@pytest.mark.parametrize("between", [False, True])
+def test_the_op_reading_the_extra_ops_output(tmp_path, between):
+    """-da names the op that reads what the extra op makes (its input has the extra op's output statistics), in
+    both runs, for the next dump: not an op called in between on another tensor (a BatchNorm's counter)."""
+    from msprobe import api
+
+    target, golden = write_pair(tmp_path, between=between)
+    culprit = api.diff_analyze(str(target), str(golden)).culprit
+    assert culprit["op_name"] == "Tensor.__mul__.0.forward"
+    assert (culprit["reader"], culprit["golden_reader"]) == ("Functional.linear.1.forward",) * 2
+
+
 def test_a_cast_that_makes_the_first_difference_is_the_culprit(tmp_path):
     """A cast no rule judges (Tensor.to, rules.ALL_IGNORE) paired with the golden's cast of the same index: the
     target casts to float16 where the golden stays float32, and the matmul reading it is the first row that
@@ -139,3 +159,41 @@ def test_a_cast_that_makes_the_first_difference_is_the_culprit(tmp_path):
     assert result.column("Result")[row] == "warning" and MSG_FIRST_CAST in result.column("Err_message")[row]
     assert result.summary.first_error == "Tensor.to.0.forward.output.0"
     assert "dtype" in result.summary.advice
+
+
+def test_a_cast_the_golden_does_not_make_is_a_dtype_change(tmp_path):
+    """An unmatched Tensor.to (`x.astype(float16)` in the target only) whose output, read by the next op, is the first
+    tensor that differs: the dtype change is the cause (MSG_FIRST_CAST, not an extra op), -da's culprit cause is
+    `precision`, and with nothing beyond the dtypes the triage answers `dtype` with no culprit."""
+    import msprobe
+    from msprobe import api
+    from msprobe.compare.verdict import CAUSE_PRECISION, MSG_EXTRA_OP, MSG_FIRST_CAST
+
+    q = tensor(5.8, 2.0)
+    for side in ("target", "golden"):
+        half = side == "target"
+        cast = tensor(5.8008, 2.0, dtype="torch.float16")
+        read = cast if half else q
+        out = tensor(5.8008 if half else 5.8, 2.0, dtype="torch.float16" if half else "torch.float32")
+        data = {"Functional.linear.0.forward": {"input_args": [tensor(1.0, 1.0)], "input_kwargs": {}, "output": [q]}}
+        if half:
+            data["Tensor.to.0.forward"] = {"input_args": [q, {"type": "torch.dtype", "value": "torch.float16"}],
+                                           "input_kwargs": {}, "output": [cast]}
+        data["Functional.relu.0.forward"] = {"input_args": [read], "input_kwargs": {}, "output": [out]}
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1",
+                                                               "framework": "pytorch", "dump_data_dir": None,
+                                                               "data": data}))
+    target, golden = str(tmp_path / "target" / "dump.json"), str(tmp_path / "golden" / "dump.json")
+    result = api.compare(target, golden)
+    row = result.column("NPU Name").index("Tensor.to.0.forward.output.0")
+    message = result.column("Err_message")[row]
+    assert MSG_FIRST_CAST in message and MSG_EXTRA_OP not in message
+    assert "dtype" in result.summary.advice
+    analysis = api.diff_analyze(target, golden)
+    assert analysis.culprit["op_name"] == "Tensor.to.0.forward" and analysis.culprit["cause"] == CAUSE_PRECISION
+    assert analysis.dtype_aware["op_name"] is None
+    found = msprobe.triage(target_dump=target, golden_dump=golden, output_dir=str(tmp_path / "triage"))
+    assert found.outcome == "dtype" and found.culprit is None and found.exit_code == 0
+    assert found.dtype_change["op"] == "Tensor.to.0.forward"
+    assert "passes float32 on to Functional.relu.0.forward" in found.dtype_change["dtypes"]

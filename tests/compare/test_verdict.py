@@ -184,7 +184,9 @@ def test_a_perturbed_parameter_is_where_the_difference_enters():
 def test_an_input_where_the_difference_enters():
     """Level L1 (a ResNet with one conv weight 1 % off, probed): the conv's weight input is the first item that
     differs; no dumped op made it, so the difference enters there. Not when a row before it has no partner (it may
-    come from that op), nor when the dump records parameters (their rows name a weight)."""
+    come from that op), nor when a dumped parameter differs (mix, L0: its row names the weight); where parameters
+    are dumped and none differs, the input enters all the same (the data, a buffer, a tensor the model's code
+    builds, a weight of the top-level model, which no module entry records)."""
     name = "Functional.conv2d.4.forward"
     weight = stat(mx=0.0841, mn=-0.0842, mean=-0.00024, norm=2.2743)
     golden_weight = stat(mx=0.0833, mn=-0.0833, mean=-0.00024, norm=2.2518)
@@ -197,11 +199,16 @@ def test_an_input_where_the_difference_enters():
     out, _ = judged({**extra, **forward(name, [stat(), weight], [stat(norm=2.02)])},
                     forward(name, [stat(), golden_weight], [stat()]))
     assert out[f"{name}.input.1"][0] == "pass"
-    module = {"Module.conv.Conv2d.forward.0": {"input_args": [stat()], "input_kwargs": {}, "output": [stat()],
-                                               "parameters": {"weight": stat()}}}
-    out, _ = judged({**module, **forward(name, [stat(), weight], [stat(norm=2.02)])},
-                    {**module, **forward(name, [stat(), golden_weight], [stat()])})
+    def module(parameter):
+        return {"Module.conv.Conv2d.forward.0": {"input_args": [stat()], "input_kwargs": {}, "output": [stat()],
+                                                 "parameters": {"weight": parameter}}}
+    out, summary = judged({**forward(name, [stat(), weight], [stat(norm=2.02)]), **module(golden_weight)},
+                          {**forward(name, [stat(), golden_weight], [stat()]), **module(golden_weight)})
+    assert out[f"{name}.input.1"] == ("warning", [verdict.MSG_ENTERS], "")
+    out, summary = judged({**forward(name, [stat(), weight], [stat(norm=2.02)]), **module(weight)},
+                          {**forward(name, [stat(), golden_weight], [stat()]), **module(golden_weight)})
     assert out[f"{name}.input.1"][0] == "pass"
+    assert summary.first_error == "Module.conv.Conv2d.forward.0.parameters.weight"
 
 
 def test_a_non_tensor_argument_one_framework_records_is_a_convention(tmp_path):
@@ -222,3 +229,32 @@ def test_a_non_tensor_argument_one_framework_records_is_a_convention(tmp_path):
     row = cells["NPU Name"].index(f"{name}.input.group")
     assert (cells["Result"][row], json.loads(cells["Err_message"][row])) == (
         "pass", ["note: not compared: the Bench records no tensor here (null)."])
+
+
+def test_the_auxiliary_outputs_of_mindspores_batchnorm_are_not_judged():
+    """MindSpore's BatchNorm primitive returns the normalised tensor and four auxiliary tensors (saved statistics or
+    workspace) that its CPU kernel leaves unwritten in inference and aliases to the moving statistics in training:
+    two clean runs record other values there. They are noted, not judged; the normalised output is. (The same for
+    LayerNorm's saved mean and variance and LSTM's workspaces, whose shape depends on the dtype.)"""
+    name = "Primitive.bn_train.BatchNorm.0.forward"
+    f32 = "Float32"
+
+    def bn(saved, out=None):
+        out = stat(dtype=f32, shape=(4, 16)) if out is None else out
+        aux = stat(mx=saved, mn=0.0, mean=saved / 2, norm=saved, dtype=f32, shape=(16,))
+        return forward(name, [stat(dtype=f32, shape=(4, 16))], [out, aux, aux, stat(dtype=f32, shape=(16,)),
+                                                                 stat(dtype=f32, shape=(16,))])
+    out, summary = judged(bn(0.02), bn(0.0), "mindspore", "mindspore")
+    assert out[f"{name}.output.1"][0] == "pass" and "auxiliary output" in " ".join(out[f"{name}.output.1"][1])
+    assert summary.first_error is None
+    out, summary = judged(bn(0.02, stat(mx=1.5, dtype=f32, shape=(4, 16))), bn(0.0), "mindspore", "mindspore")
+    assert summary.first_error == f"{name}.output.0"
+    lstm = "Primitive.LSTM.LSTM.0.forward"
+
+    def recurrent(workspace, dtype):
+        outs = [stat(dtype=dtype, shape=(4, 8))] * 3 + [stat(dtype=dtype, shape=workspace)] * 2
+        return forward(lstm, [stat(dtype=dtype, shape=(4, 8))], outs)
+    out, summary = judged(recurrent((96,), "Float16"), recurrent((48,), "Float32"), "mindspore", "mindspore")
+    assert "auxiliary output" in " ".join(out[f"{lstm}.output.3"][1])
+    assert out[f"{lstm}.output.3"][0] != "error"            # no shape error on a workspace
+    assert not any(verdict.MSG_PARTED in " ".join(messages) for _result, messages, _origin in out.values())

@@ -3,23 +3,56 @@ benchmarks/bench_triage.py): no msprobe in it, a plain training loop. Three mode
 LSTM) and one planted bug per --bug, as examples/triage/train.py for PyTorch: cast (one dense in float16), eps (a
 layer norm's epsilon), bias (a dense's bias dropped), softmax (the wrong axis), scale (an activation scaled),
 bf16acc (attention scores accumulated in float16: CPU has no bfloat16 matmul), nondet (a dropout whose seed changes
-from run to run; PyNative only), nan (a log of a negative number). --train grad (the default) is a
-`value_and_grad` loop, --train onestep the standard `nn.TrainOneStepCell(nn.WithLossCell(model, loss), nn.SGD)`;
---mode graph runs it in GRAPH_MODE (with onestep the whole step compiled; with grad the forward and backward,
-the optimizer called from Python). Only ops with CPU kernels in MindSpore 2.10."""
+from run to run; PyNative only), nan (a log of a negative number), bn_eps (a batch norm's epsilon), residual (a
+residual block's skip connection dropped), rootscale (the features scaled in the model's own construct, outside
+every sub-cell), noisy (a NoisyDense: a Dense then `mint.add` of a delta the cell builds from NumPy, another in the
+target), data (the model fed other data: images three times the golden's, other token ids). --amp: the model under
+`mindspore.amp.auto_mixed_precision(..., "O2")` (float16 cells against a float32 golden). --train grad (the default)
+is a `value_and_grad` loop, --train onestep the standard `nn.TrainOneStepCell(nn.WithLossCell(model, loss),
+nn.SGD)`; --mode graph runs it in GRAPH_MODE (with onestep the whole step compiled; with grad the forward and
+backward, the optimizer called from Python). Only ops with CPU kernels in MindSpore 2.10."""
 
 import argparse
 import time
 
 import mindspore as ms
 import numpy as np
-from mindspore import Tensor, nn, ops
+from mindspore import Tensor, mint, nn, ops
 
-BUGS = ("none", "cast", "eps", "bias", "softmax", "scale", "bf16acc", "nondet", "nan")
+BUGS = ("none", "cast", "eps", "bias", "softmax", "scale", "bf16acc", "nondet", "nan", "bn_eps", "residual",
+        "rootscale", "noisy", "data")
+
+
+class NoisyDense(nn.Cell):
+    """A Dense, then `mint.add` of a delta built from NumPy (no dumped op makes it)."""
+
+    def __init__(self, width, noise):
+        super().__init__()
+        self.dense = nn.Dense(width, width)
+        self.noise = noise
+
+    def construct(self, x):
+        y = self.dense(x)
+        delta = Tensor(np.full(y.shape, self.noise, np.float32), y.dtype)
+        return mint.add(y, delta)
+
+
+class Mix(nn.Cell):
+    """A residual block: x + proj(gelu(x)); --bug residual drops the skip connection, --bug noisy adds a delta."""
+
+    def __init__(self, width, bug):
+        super().__init__()
+        self.bug = bug
+        self.proj = NoisyDense(width, 0.3 if bug == "noisy" else 0.0)
+
+    def construct(self, x):
+        h = self.proj(ops.gelu(x))
+        return h if self.bug == "residual" else x + h
 
 
 class Head(nn.Cell):
-    """Attention pooling over the sequence, a norm, an activation and the classifier: where the bugs live."""
+    """A batch norm and a residual block, attention pooling over the sequence, a norm, an activation and the
+    classifier: where the bugs live."""
 
     def __init__(self, width, classes, bug):
         super().__init__()
@@ -27,9 +60,12 @@ class Head(nn.Cell):
         self.query = nn.Dense(width, width)
         self.norm = nn.LayerNorm((width,), epsilon=1e-2 if bug == "eps" else 1e-5)
         self.hidden = nn.Dense(width, width)
+        self.bn = nn.BatchNorm1d(width, eps=1e-1 if bug == "bn_eps" else 1e-5)
+        self.mix = Mix(width, bug)
         self.out = nn.Dense(width, classes)
 
     def construct(self, x):                              # x: [batch, sequence, width]
+        x = self.mix(ops.relu(self.bn(x.reshape(-1, x.shape[-1])).reshape(x.shape)))
         q = self.query(x)
         if self.bug == "bf16acc":
             scores = ops.matmul(q.astype(ms.float16), x.transpose(0, 2, 1).astype(ms.float16)).astype(ms.float32)
@@ -60,11 +96,13 @@ class Cnn(nn.Cell):
         self.conv2 = nn.Conv2d(8, 16, 3, pad_mode="pad", padding=1, has_bias=True)
         self.pool = nn.MaxPool2d(2, 2)
         self.head = Head(16, 10, bug)
+        self.bug = bug
 
     def construct(self, images):
         x = self.pool(ops.relu(self.conv1(images)))
         x = ops.relu(self.conv2(x))
-        return self.head(x.reshape(x.shape[0], x.shape[1], -1).transpose(0, 2, 1))
+        x = x.reshape(x.shape[0], x.shape[1], -1).transpose(0, 2, 1)
+        return self.head(x * 1.5 if self.bug == "rootscale" else x)
 
 
 class Transformer(nn.Cell):
@@ -73,9 +111,11 @@ class Transformer(nn.Cell):
         self.embed = nn.Embedding(50, 32)
         self.block = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
         self.head = Head(32, 10, bug)
+        self.bug = bug
 
     def construct(self, tokens):
-        return self.head(self.block(self.embed(tokens)))
+        x = self.block(self.embed(tokens))
+        return self.head(x * 1.5 if self.bug == "rootscale" else x)
 
 
 class Lstm(nn.Cell):
@@ -84,19 +124,22 @@ class Lstm(nn.Cell):
         self.embed = nn.Embedding(50, 16)
         self.lstm = nn.LSTM(16, 24, batch_first=True)
         self.head = Head(24, 10, bug)
+        self.bug = bug
 
     def construct(self, tokens):
-        return self.head(self.lstm(self.embed(tokens))[0])
+        x = self.lstm(self.embed(tokens))[0]
+        return self.head(x * 1.5 if self.bug == "rootscale" else x)
 
 
 MODELS = {"cnn": Cnn, "transformer": Transformer, "lstm": Lstm}
 
 
-def batch(model_name, rng):
+def batch(model_name, rng, bug="none"):
     labels = Tensor(rng.integers(0, 10, (4,)).astype(np.int32))
+    scale = 3 if bug == "data" else 1
     if model_name == "cnn":
-        return Tensor(rng.standard_normal((4, 3, 8, 8)).astype(np.float32)), labels
-    return Tensor(rng.integers(0, 50, (4, 12)).astype(np.int32)), labels
+        return Tensor(rng.standard_normal((4, 3, 8, 8)).astype(np.float32) * scale), labels
+    return Tensor((rng.integers(0, 50, (4, 12)) * scale % 50).astype(np.int32)), labels
 
 
 def main():
@@ -104,12 +147,16 @@ def main():
     parser.add_argument("--model", choices=sorted(MODELS), default="transformer")
     parser.add_argument("--bug", choices=BUGS, default="none")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--amp", action="store_true", help='auto_mixed_precision "O2" (float16 cells)')
     parser.add_argument("--train", choices=("grad", "onestep"), default="grad")
     parser.add_argument("--mode", choices=("pynative", "graph"), default="pynative")
     args = parser.parse_args()
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
     ms.set_seed(0)
     model = MODELS[args.model](args.bug)
+    model.set_train()                       # training mode: BatchNorm normalises by the batch's statistics
+    if args.amp:
+        model = ms.amp.auto_mixed_precision(model, "O2")
     optimizer = nn.SGD(model.trainable_params(), learning_rate=0.05)
     rng = np.random.default_rng(1)
     if args.train == "onestep":
@@ -118,16 +165,17 @@ def main():
                                     optimizer)
         train.set_train()
         for step in range(args.steps):
-            loss = train(*batch(args.model, rng))
+            loss = train(*batch(args.model, rng, args.bug))
             print(f"step {step}: loss {float(loss.asnumpy()):.6f}")
         return
 
     def forward(inputs, labels):
-        return ops.cross_entropy(model(inputs), labels)
+        logits = model(inputs)
+        return ops.cross_entropy(logits.astype(ms.float32) if args.amp else logits, labels)
 
     grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
     for step in range(args.steps):
-        inputs, labels = batch(args.model, rng)
+        inputs, labels = batch(args.model, rng, args.bug)
         loss, grads = grad_fn(inputs, labels)
         optimizer(grads)
         print(f"step {step}: loss {float(loss.asnumpy()):.6f}")

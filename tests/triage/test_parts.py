@@ -233,3 +233,102 @@ def test_the_forced_config_replaces_a_debuggers_own_arguments(tmp_path, monkeypa
     assert not (tmp_path / "own").exists()
     monkeypatch.delenv(FORCED_CONFIG)
     assert load_config(None, task="tensor", dump_path=str(tmp_path / "own")).task == "tensor"
+
+
+def test_the_category_reads_the_verdicts_cause():
+    """The compare core's cause of the culprit row comes first (issue 40): an output error beyond what the dtypes
+    explain is never dtype/cast, even where the dtypes differ (a BatchNorm eps in a bfloat16-autocast run); a
+    difference that enters at an op's input is `input`; a module culprit is its own code; an op the golden does
+    not call is an argument with its own advice."""
+    from msprobe.compare.verdict import CAUSE_ENTERS, CAUSE_EXTRA, CAUSE_MADE, CAUSE_PARTED, CAUSE_PRECISION
+
+    bf16, fp32 = "torch.bfloat16", "torch.float32"
+    target = record(tensor(bf16), {"type": "float", "value": 0.1}, out_dtype=bf16)
+    golden = record(tensor(fp32), {"type": "float", "value": 1e-05})
+    eps = cl.classify(False, target, golden, ("pytorch", "pytorch"), {"status": "warning"}, True, cause=CAUSE_MADE)
+    assert eps.category == cl.ARGUMENT and "0.1" in eps.reason
+    same = record(tensor(bf16), out_dtype=bf16)
+    made = cl.classify(False, same, record(tensor(fp32)), ("pytorch", "pytorch"), None, True, cause=CAUSE_MADE)
+    assert made.category == cl.KERNEL and "explain only part" in made.reason
+    # without the core's cause (an old dump read back) the dtypes decide, as before
+    assert cl.classify(False, same, record(tensor(fp32)), ("pytorch", "pytorch"), None, True).category == cl.DTYPE
+    assert cl.classify(False, same, record(tensor(fp32)), ("pytorch", "pytorch"), None, True,
+                       cause=CAUSE_PRECISION).category == cl.DTYPE
+    assert cl.classify(False, same, same, ("pytorch", "pytorch"), None, True, cause=CAUSE_ENTERS).category == cl.INPUT
+    module = cl.classify(False, same, same, ("pytorch", "pytorch"), None, False, culprit="Module.b.Block.forward.0",
+                         cause=CAUSE_MADE, module_calls="calls made directly inside it: Tensor.__add__ once ...")
+    assert module.category == cl.MODULE_CODE and "Tensor.__add__" in module.reason
+    assert "does not call" not in module.reason
+    extra = cl.classify(False, same, None, ("pytorch", "pytorch"), None, None, cause=CAUSE_EXTRA)
+    assert extra.category == cl.ARGUMENT and "golden run does not" in extra.advice(True)
+    cast = record(tensor(fp32), {"type": "torch.dtype", "value": "torch.float16"}, out_dtype="torch.float16")
+    parted = cl.classify(False, cast, record(tensor(fp32), out_dtype=fp32), ("pytorch", "pytorch"), None, None,
+                         cause=CAUSE_PARTED)
+    assert parted.category == cl.DTYPE and "a cast to float16" in parted.reason
+    primitive = cl.classify(False, same, record(tensor(fp32)), ("mindspore", "mindspore"), None, True,
+                            culprit="Primitive.bn_infer.BatchNorm.0.forward", cause=CAUSE_MADE)
+    assert primitive.category == cl.ARGUMENT and "how the two runs build this cell" in primitive.advice(True)
+    # the advice names "the source line above" only when one is shown
+    assert "source line above" in eps.advice(True) and "source line above" not in eps.advice(False)
+
+
+USER_SCRIPT = '''import torch
+
+
+class Block:
+    """A block."""
+
+    def forward(self, x):
+        return self.fc(x)
+'''
+
+
+def test_user_frames_and_a_modules_forward_definition(tmp_path):
+    """MindSpore stacks begin with MindSpore's and the collector's frames (wherever msprobe is installed): the
+    user's frame is chosen; a folder of the user's named msprobe is the user's. A module culprit's source is its
+    forward's definition, read from the file of the calls made inside it (parsed, never run)."""
+    user = tmp_path / "msprobe" / "job" / "model.py"
+    user.parent.mkdir(parents=True)
+    user.write_text(USER_SCRIPT)
+    stack = ["File /venv/lib/python3.11/site-packages/mindspore/nn/cell.py, line 1, in __call__, \n x",
+             "File /opt/src/msprobe/mindspore/hooks.py, line 9, in call, \n y",
+             "File /opt/src/msprobe/triage/site/sitecustomize.py, line 9, in call, \n y",
+             f"File {user}, line 8, in forward, \n return self.fc(x)"]
+    assert evidence.user_line(stack) == f"File {user}, line 8, in forward, return self.fc(x)"
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    module, inner = "Module.block.Block.forward.0", "Functional.linear.0.forward"
+    (dump / "construct.json").write_text(json.dumps({module: None, "Module.block.fc.Linear.forward.0": module,
+                                                     inner: "Module.block.fc.Linear.forward.0"}))
+    (dump / "stack.json").write_text(json.dumps({"0": [[inner], stack], "1": [[module], [stack[0]]]}))
+    (dump / "dump.json").write_text("{}")
+    assert evidence.module_definition(str(dump / "dump.json"), module) == \
+        f"File {user}, line 7, def forward of class Block"
+    assert evidence.module_definition(str(dump / "dump.json"), "Module.other.Other.forward.0") == ""
+    assert evidence.forward_of("Module.block.Block.backward.0") == module
+    assert evidence.forward_of("Functional.linear.0.backward") == inner
+    # a backward culprit has no stack of its own: its forward's is the user's line
+    assert evidence.culprit_stack(str(dump / "dump.json"), "Functional.linear.0.backward") == stack
+    golden = {module: None, "Tensor.__add__.0.forward": module, "Functional.gelu.0.forward": module}
+    target = {module: None, "Functional.gelu.0.forward": module}
+    assert evidence.calls_inside(target, golden, module) == \
+        "calls made directly inside it: Tensor.__add__ once in the golden, never in the target"
+    assert evidence.calls_inside(golden, golden, module) == ""
+
+
+def test_a_triage_leaves_the_loggers_level_as_it_found_it(tmp_path):
+    """The triage quiets the rounds' compares while it runs; a process that runs other commands after it (a notebook,
+    a test session) must still see their warnings."""
+    import logging
+
+    from msprobe.log import get_logger
+
+    logger = get_logger()
+    before = logger.level
+    try:
+        logger.setLevel(logging.INFO)
+        code = run_cli(["triage", "-tp", tmp_path / "missing_t.json", "-gp", tmp_path / "missing_g.json",
+                        "-o", tmp_path / "out"])
+        assert code == 2 and logger.level == logging.INFO
+    finally:
+        logger.setLevel(before)

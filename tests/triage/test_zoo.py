@@ -26,9 +26,9 @@ from conftest import run_cli  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-# (model, bug) -> the category the evidence must give
+# (model, bug) -> the category the evidence must give (a float16 linear: the runs differ in dtype, no category)
 TINY = Path(__file__).with_name("tiny_train.py")       # --crash, --hang, --own, --steps N: its docstring
-CASES = {("transformer", "eps"): cl.ARGUMENT, ("cnn", "cast"): cl.DTYPE,
+CASES = {("transformer", "eps"): cl.ARGUMENT, ("cnn", "cast"): None,
          ("cnn", "nondet"): cl.NONDETERMINISM, ("transformer", "none"): None}
 
 
@@ -49,6 +49,13 @@ def test_the_planted_op_is_named(case, zoo_runs):
         assert findings.outcome == "agree" and findings.exit_code == 0
         assert findings.rounds[0]["evidence"][0].startswith("nothing differs")
         assert len(findings.rounds) == 1               # nothing to dump next
+        return
+    if case[1] == "cast":
+        # one linear in float16, every difference what float16 explains: a dtype difference found at its line
+        assert findings.outcome == cl.DTYPE_ONLY and findings.culprit is None and findings.exit_code == 0
+        assert findings.dtype_change["op"].startswith("Functional.linear.") and "float16 in the target" in \
+            findings.dtype_change["dtypes"]
+        assert len(findings.rounds) == 1
         return
     assert findings.exit_code == 1 and findings.outcome == "culprit"
     assert findings.culprit.endswith(".forward") and findings.module.startswith("Module.head.Head.")
@@ -187,3 +194,52 @@ def test_ctrl_c_stops_the_runs_and_leaves_what_finished(tiny):
         (dump,) = (folder / "dump" / "step0").iterdir()
         assert json.loads((dump / "dump.json").read_text())["data"]
         assert (folder / "run.log").is_file()
+
+
+# issue 40: the judgement of the compare core kept on a bfloat16-autocast pair, a module-level and an extra-op culprit
+# (model, bug, amp) -> (outcome, category)
+JUDGED = {("cnn", "none", True): (cl.DTYPE_ONLY, None), ("cnn", "bn_eps", True): (cl.CULPRIT, cl.ARGUMENT),
+          ("transformer", "residual", False): (cl.CULPRIT, cl.MODULE_CODE),
+          ("lstm", "rootscale", False): (cl.CULPRIT, cl.ARGUMENT), ("cnn", "data", False): (cl.CULPRIT, cl.INPUT)}
+
+
+@pytest.fixture(scope="module", params=list(JUDGED), ids=lambda case: "-".join(map(str, case)))
+def judged_run(request, tmp_path_factory):
+    return zoo.judged_case("pytorch", request.param, tmp_path_factory)
+
+
+def test_the_zoo_keeps_the_judgement_of_the_compare(judged_run):
+    """A bfloat16-autocast target with no bug: no culprit, the runs differ in dtype; a batch norm's eps planted in it:
+    the batch norm, an argument; a dropped residual: the block, its own code, at its forward's definition (round 3
+    says why a module is not replayed); the features scaled outside every module (an op the golden never calls):
+    named, round 2 compares the op reading its output on both sides, round 3 replays it on the target's side; images
+    three times the golden's: the first conv, an input (round 2: the difference enters there, not upstream)."""
+    (model, bug, amp), findings = judged_run
+    outcome, category = JUDGED[(model, bug, amp)]
+    zoo.check_named(findings, bug, (outcome, category))
+    if outcome == cl.DTYPE_ONLY:
+        assert findings.exit_code == 0 and len(findings.rounds) == 1
+        assert "bfloat16 in the target" in findings.dtype_change["dtypes"] and "train.py" in \
+            findings.dtype_change["source"]
+        return
+    assert findings.exit_code == 1 and "train.py" in findings.source
+    second, third = findings.rounds[1]["evidence"], findings.rounds[2]["evidence"]
+    assert not second[0].startswith("skipped")
+    # round 2 never contradicts its table: an input row it compared is not "not compared"
+    compared_inputs = [row for row in second[1:] if ".input." in row.split(":")[0] and "max abs err None" not in row]
+    assert not compared_inputs or "was not compared" not in second[0], second
+    assert not any("not in the tensor dump" in line or "holds no" in line for line in third), third
+    if bug == "bn_eps":
+        assert findings.culprit.startswith("Functional.batch_norm.") and "0.1" in findings.reason
+    elif bug == "residual":
+        assert findings.culprit == "Module.head.mix.Mix.forward.0" and "def forward of class Mix" in findings.source
+        assert "Tensor.__add__ once in the golden, never in the target" in findings.reason
+        assert second[0] == "its inputs are identical, its outputs differ"
+        assert third[0].startswith("skipped: Module.head.mix.Mix.forward.0 is a module")
+    elif bug == "data":
+        assert findings.culprit == "Functional.conv2d.0.forward" and "self.conv1(images)" in findings.source
+        assert second[0].startswith("its inputs already differ, its outputs differ") and "upstream" not in second[0]
+    else:
+        assert findings.culprit.startswith("Tensor.__mul__.") and findings.module is None
+        assert "the op reading its output" in second[0] and "already differs" in second[0]
+        assert any("does not call" in line for line in third) and not third[0].startswith("skipped")
