@@ -62,3 +62,32 @@ def test_help_of_every_command_without_the_optional_dependencies():
     proc = subprocess.run([sys.executable, "-c", HELP_WITHOUT], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "usage: msprobe" in proc.stdout and "usage: msprobe graph" in proc.stdout
+
+
+ONE_COMMAND = """
+import sys
+from msprobe.cli.main import COMMANDS, main
+try:
+    main(["graph_visualize", "-h"])
+except SystemExit as exc:
+    assert exc.code == 0, exc.code
+others = sorted(m for name, (m, _) in COMMANDS.items() if name != "graph" and m in sys.modules)
+assert not others, others
+"""
+
+
+def test_a_command_sets_up_only_its_own_options():
+    """A run of one command imports no other command's module, and its parser reads argv as the full parser does
+    (the others are listed, with their help, in `msprobe -h` and in the error of an unknown command)."""
+    proc = subprocess.run([sys.executable, "-c", ONE_COMMAND], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: msprobe graph" in proc.stdout
+    from msprobe.cli.main import build_parser, command_named
+
+    assert command_named(["graph_visualize", "-tp", "x"]) == "graph_visualize"
+    assert command_named(["-h"]) is None and command_named(["comapre"]) is None and command_named([]) is None
+    argv = ["compare", "-tp", "t/dump.json", "-gp", "g/dump.json", "-o", "out", "--csv"]
+    full, one = build_parser(), build_parser("compare")
+    assert vars(one.parse_args(argv)) == vars(full.parse_args(argv))
+    assert one.format_help() == full.format_help()
+    assert one.subcommands["compare"].format_help() == full.subcommands["compare"].format_help()

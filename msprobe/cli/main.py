@@ -56,13 +56,28 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_named(argv: list) -> str | None:
+    """The command that argv (translated) runs, when it is its first word; else None (no command, an option first,
+    an unknown word: the full parser says what is wrong)."""
+    if argv and (argv[0] in COMMANDS or any(argv[0] in aliases for aliases in ALIASES.values())):
+        return argv[0]
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; with command, only that one's options are set up (its module imported) and the
+    others are listed by name and help: each command module costs its imports and argument set-up, a tenth of a
+    second that every run of one command would pay for all."""
     parser = Parser(prog="msprobe", description="msprobe: find where two training runs part, by how much, and why.",
                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-V", "--version", action="version", version=f"msprobe {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="<command>", parser_class=Parser)
     parser.subcommands = {}
     for name, (module_name, help_text) in COMMANDS.items():
+        aliases = ALIASES.get(name, [])
+        if command is not None and command != name and command not in aliases:
+            parser.subcommands[name] = commands.add_parser(name, help=help_text, aliases=aliases)   # listed only
+            continue
         module = importlib.import_module(module_name)
         sub = commands.add_parser(name, help=help_text, aliases=ALIASES.get(name, []), description=module.DESCRIPTION, epilog=module.EPILOG,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,7 +99,7 @@ def main(argv: list | None = None) -> int:
     except MsprobeError as exc:     # the 1.x form's compare.json: missing, a directory, not JSON...
         sys.stderr.write(error_line(f"msprobe{command_of(argv)}: error: {exc}") + "\n")
         return exc.exit_code
-    parser = build_parser()
+    parser = build_parser(command_named(argv))
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         (parser.subcommands.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")

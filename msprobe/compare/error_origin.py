@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import repeat
+from operator import is_
 
 import numpy as np
 
@@ -135,11 +137,20 @@ def forward_twin(entry_name: str) -> str | None:
     return None
 
 
-def cell_floats(values: list) -> np.ndarray:
-    """Cells as float64 (NaN where not a number), in one pass; ints, texts and the rest through _number."""
-    nan = math.nan
-    return np.array([v if type(v) is float else nan if v is None else _number(v) for v in values],
-                    dtype=np.float64)
+def cell_floats(values: list, odd: list | None = None) -> np.ndarray:
+    """Cells as float64 (NaN where not a number): floats as they are, the others (ints, texts, None, bools) through
+    _number; odd, when given, receives the rows whose cell is not a float (which other readings of a cell, e.g.
+    stats.stat_diff's, may read otherwise)."""
+    rows = np.flatnonzero(~np.fromiter(map(is_, map(type, values), repeat(float)), dtype=bool,
+                                       count=len(values))).tolist()
+    if odd is not None:
+        odd.extend(rows)
+    if rows:
+        values = list(values)
+        for row in rows:
+            value = values[row]
+            values[row] = math.nan if value is None else _number(value)
+    return np.array(values, dtype=np.float64)
 
 
 def _number(value) -> float:
@@ -165,10 +176,15 @@ def numel(shape) -> float:
     return float(count)
 
 
-def stat_floats(cells: dict) -> tuple:
-    """(target, golden): each the Max, Min, Mean and Norm cells as float64 arrays."""
-    return ([cell_floats(cells[f"NPU {s}"]) for s in ("max", "min", "mean", "l2norm")],
-            [cell_floats(cells[f"Bench {s}"]) for s in ("max", "min", "mean", "l2norm")])
+STAT_COLUMNS = (tuple(f"NPU {s}" for s in ("max", "min", "mean", "l2norm")),
+                tuple(f"Bench {s}" for s in ("max", "min", "mean", "l2norm")))
+
+
+def stat_floats(cells: dict, odd: dict | None = None) -> tuple:
+    """(target, golden): each the Max, Min, Mean and Norm cells as float64 arrays (cell_floats); odd, when given,
+    receives per column name the rows whose cell is not a float."""
+    return tuple([cell_floats(cells[name], None if odd is None else odd.setdefault(name, [])) for name in side]
+                 for side in STAT_COLUMNS)
 
 
 def row_errors(mode: str, cells: dict, stats: tuple | None = None, mean_noise: np.ndarray | None = None) -> tuple:
@@ -223,7 +239,7 @@ def row_errors(mode: str, cells: dict, stats: tuple | None = None, mean_noise: n
 def mean_rounding(mean: np.ndarray, norm: np.ndarray, shapes: list, eps: np.ndarray) -> np.ndarray:
     """Per row the rounding of a tensor's Mean at eps (see MEAN_UNITS): eps x (|Mean| + Norm / n), n its element
     count (NaN where a number is missing or eps is 0)."""
-    counts = np.array([numel(shape) for shape in shapes], dtype=np.float64)
+    counts = np.fromiter(map(numel, shapes), dtype=np.float64, count=len(shapes))
     with np.errstate(invalid="ignore", divide="ignore"):
         noise = eps * (np.abs(mean) + np.abs(norm) / counts)
     return np.where((eps > 0) & (counts > 0), noise, np.nan)
@@ -276,21 +292,23 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
     stops = np.concatenate((cuts, [rows]))
     entry_list = entry.tolist()
     # per row: output flag, the base (A, k) of its entry's kind
-    state_codes = np.array([STATE_CODES.get(s, 0) for s in states], dtype=np.int8)
+    state_codes = np.fromiter(map(STATE_CODES.get, states, repeat(0)), dtype=np.int8, count=rows)
     is_out = state_codes > 0
     plain_out = state_codes == 1
+    first_entries = entry[starts].tolist()
     if entry_ops is not None:
-        kinds = [_op_kind(entry_ops[entry_list[a]]) for a in starts.tolist()]
+        kinds = list(map(_op_kind, map(entry_ops.__getitem__, first_entries)))
     else:
-        kinds = [_entry_kind(entry_names[entry_list[a]]) for a in starts.tolist()]
-    base = np.array([KIND_PARAMS[kind] for kind, _, _ in kinds], dtype=np.float64).reshape(-1, 2)
+        kinds = list(map(_entry_kind, map(entry_names.__getitem__, first_entries)))
+    # per kind of entry: k; slack x A, but at most NON_AMPLIFYING_SLACK for the ops that cannot amplify (both
+    # directions here: a backward the first pass leaves open gets its own amplification in the exact judgement); A,
+    # but 1 for those
+    numbers = {key: (KIND_PARAMS[key[0]][1],
+                     min(slack, NON_AMPLIFYING_SLACK) if key[2] else slack * KIND_PARAMS[key[0]][0],
+                     1.0 if key[2] else KIND_PARAMS[key[0]][0]) for key in set(kinds)}
+    per_entry = np.array(list(map(numbers.__getitem__, kinds)), dtype=np.float64).reshape(-1, 3)
     lengths = stops - starts
-    # slack x A, but at most NON_AMPLIFYING_SLACK for the ops that cannot amplify (both directions here: a
-    # backward the first pass leaves open gets its own amplification in the exact judgement)
-    factor = np.array([min(slack, NON_AMPLIFYING_SLACK) if calm else slack * KIND_PARAMS[kind][0]
-                       for kind, _, calm in kinds], dtype=np.float64)
-    amp = np.repeat(factor, lengths)
-    units = np.repeat(base[:, 1], lengths)
+    units, amp, plain = (np.repeat(per_entry[:, k], lengths) for k in range(3))
     inputs = tensor & ~is_out
     carried = np.where(np.isnan(carried_errors), 0.0, carried_errors)
     carried = np.where(inputs & matched, carried, np.where(inputs & ~matched, np.inf, 0.0))
@@ -298,7 +316,6 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
     low = np.where((t_eps != g_eps) & (t_eps > 0) & (g_eps > 0), np.fmax(t_eps, g_eps), 0.0)
     high = np.where(g_eps > 0, np.fmin(t_eps, g_eps), t_eps)
     in_low = np.repeat(np.maximum.reduceat(np.where(inputs & matched, low, 0.0), starts), lengths)
-    plain = np.repeat(np.array([1.0 if calm else KIND_PARAMS[kind][0] for kind, _, calm in kinds]), lengths)
     with np.errstate(invalid="ignore", over="ignore"):
         # inputs that differ by no more than their lower precision's rounding: no statistics slack (see _carried)
         quiet = (in_low > 0) & (e_in <= in_low)
@@ -308,8 +325,8 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
             judged &= ~skip
         # a forward output whose inputs are identical and whose Mean moved beyond the rounding of a mean: no
         # per-element allowance of the lower precision settles it (mean_moved)
-        forward = np.repeat(np.array([forward_twin(entry_names[entry_list[a]]) is None for a in starts.tolist()],
-                                     dtype=bool), lengths)
+        forward = np.repeat(np.fromiter((forward_twin(entry_names[e]) is None for e in first_entries), dtype=bool,
+                                        count=len(first_entries)), lengths)
         moved = mean_moved(stats, noise, plain_out & tensor & matched & (low > 0) & (e_in == 0) & forward)
         negligible = judged & (errors <= units * high) & ~moved
         simple = judged & plain_out & ~negligible & ~moved
@@ -321,7 +338,7 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
     open_rows = (is_out & tensor & matched & (errors > 0)) & ~settled
     if skip is not None:
         open_rows &= ~skip
-    open_entries = set(np.unique(np.searchsorted(starts, np.flatnonzero(open_rows), side="right") - 1).tolist())
+    open_entries = set((np.searchsorted(starts, np.flatnonzero(open_rows), side="right") - 1).tolist())
     open_entries |= {i for i in special if (is_out[starts[i]:stops[i]] & tensor[starts[i]:stops[i]]).any()}
     if exact:
         open_entries = set(range(len(starts)))
@@ -336,8 +353,8 @@ def judge_origin(mode: str, cells: dict, entry: np.ndarray, entry_names: list, s
         first_rows.setdefault(entry_names[entry_list[a]], (a, b))
     # few entries come here: the per-row numbers stay numpy arrays, read by index
     view = _View(err=errors, norms=g_norm, mags=g_mag, g_max=g_high, g_min=g_low, g_mean=g_mean, shapes=shapes[1])
-    context = _Context(view, carried_errors, [canonical(d) for d in dtypes[0]],
-                       [canonical(d) for d in dtypes[1]], matched.tolist(), states, is_tensor, cells["NPU max"],
+    context = _Context(view, carried_errors, _canonical_all(dtypes[0]), _canonical_all(dtypes[1]),
+                       matched.tolist(), states, is_tensor, cells["NPU max"],
                        cells["Bench max"], slack, first_rows, trace,
                        frozenset() if skip is None else frozenset(np.flatnonzero(skip).tolist()),
                        frozenset(np.flatnonzero(moved).tolist()))
@@ -486,19 +503,26 @@ def _op_kind(op: str) -> tuple:
     return KIND_OF.get(api, OTHER), collective, api in NON_AMPLIFYING
 
 
+def _canonical_all(dtypes: list) -> list:
+    """canonical of every dtype (each distinct one once)."""
+    spelled = {d: canonical(d) for d in set(dtypes)}
+    return list(map(spelled.__getitem__, dtypes))
+
+
 def _eps_array(dtypes: list) -> np.ndarray:
     """eps of every row's dtype (0 for non-float dtypes and non-tensors)."""
     eps = {d: (_eps(canonical(d)) if isinstance(d, str) else 0.0) for d in set(dtypes)}
-    return np.array([eps[d] for d in dtypes], dtype=np.float64)
+    return np.fromiter(map(eps.__getitem__, dtypes), dtype=np.float64, count=len(dtypes))
 
 
 def _entries_with_differing_arguments(cells: dict, entry: np.ndarray, states: list, is_tensor: list,
                                       matched: np.ndarray, inputs: np.ndarray) -> set:
     """Positions (in the run order) of entries with a matched non-tensor input whose values differ."""
     npu_max, bench_max = cells["NPU max"], cells["Bench max"]
-    rows = np.flatnonzero(~np.array(is_tensor, dtype=bool) & matched
-                          & np.array([s not in OUT_STATES for s in states], dtype=bool))
-    differing = [r for r in rows.tolist() if not _same_value(npu_max[r], bench_max[r])]
+    rows = np.flatnonzero(~np.array(is_tensor, dtype=bool) & matched & ~np.fromiter(
+        map(OUT_STATES.__contains__, states), dtype=bool, count=len(states))).tolist()
+    pairs = zip(rows, map(npu_max.__getitem__, rows), map(bench_max.__getitem__, rows))
+    differing = [r for r, a, b in pairs if a != b and not _same_value(a, b)]
     if not differing:
         return set()
     cuts = np.flatnonzero(np.diff(entry)) + 1

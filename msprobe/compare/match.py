@@ -107,11 +107,11 @@ def backward_with_forward(pairs: Pairs, target: Items, golden: Items, pair_unmat
     rows_entry = t_entry[pairs.target]
     matched = pairs.golden >= 0
     width = max(len(golden.entry_names), 1)
-    partner_keys = np.unique(rows_entry[matched] * width + g_entry[pairs.golden[matched]])
+    partner_keys = np.sort(rows_entry[matched] * width + g_entry[pairs.golden[matched]])
     row_forward = t_forward[rows_entry]
     partner_entry = np.where(matched, g_entry[np.where(matched, pairs.golden, 0)], -1)
     partner_forward = np.where(matched, g_forward[np.maximum(partner_entry, 0)], -1)
-    agrees = (partner_forward < 0) | np.isin(row_forward * width + partner_forward, partner_keys)
+    agrees = (partner_forward < 0) | _members(row_forward * width + partner_forward, partner_keys)
     wrong = (row_forward >= 0) & matched & ~agrees
     if pair_unmatched:
         wrong |= (row_forward >= 0) & ~matched
@@ -139,6 +139,14 @@ def backward_with_forward(pairs: Pairs, target: Items, golden: Items, pair_unmat
             if g_forward[g_entry[partner]] >= 0 and int(g_forward[g_entry[partner]]) not in claimed:
                 found = partner
         pairs.golden[row] = found
+
+
+def _members(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Per value: whether it is one of keys (sorted); np.isin without its import of numpy.ma."""
+    if not len(keys):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(keys, values), len(keys) - 1)
+    return keys[at] == values
 
 
 def _claimed(partners: dict, t_forward: np.ndarray) -> set:

@@ -10,6 +10,7 @@ from operator import itemgetter
 import numpy as np
 
 from msprobe.compare.advisor import Advice, advise
+from msprobe.compare.error_origin import STAT_COLUMNS, stat_floats
 from msprobe.compare.mapping import MappingOptions, build_mappings, write_data_mapping
 from msprobe.compare.match import Pairs, match_exact, match_fuzzy, match_mapped
 from msprobe.compare.rules import JudgeInput
@@ -355,9 +356,15 @@ def build_table(mode: str, target: Dump, golden: Dump, t_items: Items, g_items: 
         grads=(t_grad, g_grad), npu_max=cells["NPU max"], npu_min=cells["NPU min"],
         bench_max=cells["Bench max"], bench_min=cells["Bench min"], dump_notes=_dump_notes(t_items, g_items, pairs))
     numeric = set(col.STAT_VALUES)
+    if mode != col.MD5:     # the statistics as numbers, read once for the diffs and the verdict
+        judge_input.stat_odd = {}
+        judge_input.stats = stat_floats(cells, judge_input.stat_odd)
     if mode == col.STATISTICS:
-        for diff_name, rel_name, stat in zip(col.STAT_DIFFS[:4], col.STAT_DIFFS[4:], stat_names):
-            diffs, rels, fractions = stat_diff(cells[f"NPU {stat}"], cells[f"Bench {stat}"], options.stat_numbers)
+        for index, (diff_name, rel_name, stat) in enumerate(zip(col.STAT_DIFFS[:4], col.STAT_DIFFS[4:], stat_names)):
+            t_name, g_name = f"NPU {stat}", f"Bench {stat}"
+            floats = (judge_input.stats[0][index], judge_input.stat_odd[t_name], judge_input.stats[1][index],
+                      judge_input.stat_odd[g_name])
+            diffs, rels, fractions = stat_diff(cells[t_name], cells[g_name], options.stat_numbers, floats)
             cells[diff_name], cells[rel_name] = diffs, rels
             if stat == "l2norm":
                 judge_input.norm_rel = fractions
@@ -380,8 +387,13 @@ def build_table(mode: str, target: Dump, golden: Dump, t_items: Items, g_items: 
         cells[col.STACK] = stack_column(target.stack, t_items, judge_input.entry)
     # the columns that carry text from the dumps, checked for formulas by the writers (table/safety.py)
     free_text = set(col.BASIC[:6]) | {col.DATA_NAME, col.STACK} | set(col.MD5_VALUES)
+    numbers = {}
+    if judge_input.stats is not None:
+        for names, floats in zip(STAT_COLUMNS, judge_input.stats):
+            numbers.update((name, (values, np.asarray(judge_input.stat_odd[name], dtype=np.int64)))
+                           for name, values in zip(names, floats))
     return ResultTable(columns=columns, cells=cells, numeric_columns=frozenset(numeric),
-                       text_columns=frozenset(free_text)), judge_input
+                       text_columns=frozenset(free_text), numbers=numbers), judge_input
 
 
 def _dump_notes(t_items: Items, g_items: Items, pairs: Pairs) -> list:

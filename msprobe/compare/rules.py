@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from itertools import repeat
+from typing import NamedTuple
 
 import numpy as np
 
-from msprobe.compare.error_origin import EPS
+from msprobe.compare.error_origin import EPS, STAT_COLUMNS
 from msprobe.frameworks.dtypes import canonical
 from msprobe.table.cells import NA, cell_text, stat_number
 from msprobe.table.columns import MD5, TENSOR
@@ -64,6 +66,10 @@ class JudgeInput:
     md5: tuple | None = None               # md5: (NPU MD5 texts, BENCH MD5 texts)
     tensor_problems: list | None = None    # tensor: (row, kind, reason) of pairs that could not be compared
     dump_notes: list | None = None         # (row, side, dump_error text) of values the collector did not record
+    # error_origin.stat_floats of the table's statistics columns, read once by its maker, and per column the rows
+    # whose cell is not a float (the readings of a cell other than cell_floats' differ there); None: read from cells
+    stats: tuple | None = None
+    stat_odd: dict | None = None
     # compare/verdict.py (issue 27): rows with no data, below the noise floor or a recording convention (no metric
     # rule reads them, no group rule flags them), and cross-framework conventions that rules 6 and 7 accept
     unjudged: np.ndarray | None = None
@@ -72,27 +78,52 @@ class JudgeInput:
     cross: bool = False                    # a MindSpore target against a PyTorch golden (or a mapping option)
 
 
-def _nan_or_inf(values: list) -> np.ndarray:
+def _nan_or_inf(values: list, floats: np.ndarray | None = None, odd: list | None = None) -> np.ndarray:
     """Per value: a statistic that is NaN or infinite however it is spelled (cells.stat_number: `inf`,
-    `Infinity`, `1e999`, an integer beyond the float range); other texts are not numbers."""
-    numbers = [value if value.__class__ is float else (stat_number(value) or 0.0) for value in values]
-    return ~np.isfinite(np.array(numbers, dtype=np.float64))
+    `Infinity`, `1e999`, an integer beyond the float range); other texts are not numbers. floats, odd: the values'
+    error_origin.cell_floats and the rows that are not floats there, when read already."""
+    if floats is None:
+        numbers = [value if value.__class__ is float else (stat_number(value) or 0.0) for value in values]
+        return ~np.isfinite(np.array(numbers, dtype=np.float64))
+    bad = ~np.isfinite(floats)
+    if odd:
+        bad[odd] = [not math.isfinite(stat_number(values[row]) or 0.0) for row in odd]
+    return bad
 
 
-def _entry_runs(entry: np.ndarray):
-    """(start, stop) of each run of equal entry indices."""
+def _stat_flags(data: JudgeInput, index: int, side: int, values: list) -> np.ndarray:
+    """_nan_or_inf of a statistics column (index 0 Max, 1 Min; side 0 NPU, 1 Bench) from data.stats when read."""
+    if data.stats is None:
+        return _nan_or_inf(values)
+    return _nan_or_inf(values, data.stats[side][index], data.stat_odd[STAT_COLUMNS[side][index]])
+
+
+class _Runs(NamedTuple):
+    """Runs of rows: the start and stop row of each, as arrays."""
+
+    starts: np.ndarray
+    stops: np.ndarray
+
+    def pick(self, mask: np.ndarray) -> _Runs:
+        return _Runs(self.starts[mask], self.stops[mask])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.stops - self.starts
+
+
+def _entry_runs(entry: np.ndarray) -> _Runs:
+    """The runs of equal entry indices."""
     if len(entry) == 0:
-        return []
+        return _Runs(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     cuts = np.flatnonzero(np.diff(entry)) + 1
-    starts = np.concatenate(([0], cuts))
-    stops = np.concatenate((cuts, [len(entry)]))
-    return list(zip(starts.tolist(), stops.tolist()))
+    return _Runs(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(entry)])))
 
 
 def ignore_class(entry_name: str, cross: bool = False) -> str:
     if entry_name.startswith(("Module.", "Cell.")):
         return ""
-    parts = entry_name.split(".")
+    parts = entry_name.split(".", 2)
     api = parts[1] if len(parts) > 1 else ""
     if api in ALL_IGNORE and not (cross and api in CROSS_JUDGED):
         return "all"
@@ -122,13 +153,13 @@ def judge_levels(data: JudgeInput) -> tuple[list, list]:
     for row, side, text in data.dump_notes or ():
         flag(row, WARNING, MSG_NOT_DUMPED.format(side, text))
     runs = _entry_runs(data.entry)
-    ignore = {start: ignore_class(data.entry_names[data.entry[start]], data.cross) for start, _ in runs}
-    per_row_scope = np.ones(rows, dtype=bool)  # rows the per-row rules look at
-    for start, stop in runs:
-        if ignore[start] == "all":
-            per_row_scope[start:stop] = False
-        elif ignore[start] == "input":
-            per_row_scope[start:stop] = data.is_output[start:stop]
+    names = data.entry_names
+    ignore = np.array([ignore_class(names[entry], data.cross) for entry in data.entry[runs.starts].tolist()],
+                      dtype=object)
+    ignored_rows = np.repeat(ignore != "", runs.lengths)    # a run some rules skip (per_row_rules: the scalars)
+    # rows the per-row rules look at: not those of an API they ignore, only the outputs of one whose inputs they do
+    per_row_scope = ~np.repeat(ignore == "all", runs.lengths) & (~np.repeat(ignore == "input", runs.lengths)
+                                                                 | data.is_output)
 
     if data.mode == MD5:
         npu_md5, bench_md5 = data.md5
@@ -141,17 +172,17 @@ def judge_levels(data: JudgeInput) -> tuple[list, list]:
         return level, messages
 
     # Rule 1: NaN/Inf in the NPU max/min while the bench has none.
-    bench_bad = _nan_or_inf(data.bench_max) | _nan_or_inf(data.bench_min)
-    npu_bad = _nan_or_inf(data.npu_max) | _nan_or_inf(data.npu_min)
+    bench_bad = _stat_flags(data, 0, 1, data.bench_max) | _stat_flags(data, 1, 1, data.bench_min)
+    npu_bad = _stat_flags(data, 0, 0, data.npu_max) | _stat_flags(data, 1, 0, data.npu_min)
     for row in np.flatnonzero(per_row_scope & npu_bad & ~bench_bad).tolist():
         flag(row, ERROR, MSG_STAT_NAN)
 
-    group_runs = [(start, stop) for start, stop in runs if not ignore[start]]
+    group_runs = runs.pick(ignore == "")
     if data.mode == TENSOR:
         _rule_thousandth(data, group_runs, flag)
     else:
         _rule_norm_output(data, group_runs, flag)
-    _per_row_rules(data, per_row_scope, flag, ignore, runs)
+    _per_row_rules(data, per_row_scope, flag, ignored_rows)
     if data.mode == TENSOR:
         _rule_cosine(data, group_runs, flag)
         for row, kind, reason in data.tensor_problems or ():
@@ -182,9 +213,9 @@ def message_texts(messages: list) -> list:
     return out
 
 
-def _group_reduce(values: np.ndarray, select: np.ndarray, runs: list, reduce, default: float):
-    """Per run: reduce (np.fmin/np.fmax, NaN-ignoring) over the selected rows; default when none is numeric."""
-    starts = np.asarray([start for start, _ in runs], dtype=np.int64)
+def _group_reduce(values: np.ndarray, select: np.ndarray, starts: np.ndarray, reduce, default: float):
+    """Per run (starting at starts, each up to the next): reduce (np.fmin/np.fmax, NaN-ignoring) over the selected
+    rows; default when none is numeric."""
     masked = np.where(select, values, np.nan)
     out = reduce.reduceat(masked, starts) if len(starts) else np.zeros(0)
     # reduceat over a run of only NaN gives NaN: that run had no numeric value
@@ -203,36 +234,33 @@ def _first_outputs(data, runs) -> np.ndarray:
     if data.unjudged is not None:
         eligible = eligible & ~data.unjudged
     outputs = np.flatnonzero(eligible)
-    starts = np.asarray([start for start, _ in runs], dtype=np.int64)
-    stops = np.asarray([stop for _, stop in runs], dtype=np.int64)
+    starts, stops = runs
     if not len(outputs):
-        return np.full(len(runs), -1, dtype=np.int64)
+        return np.full(len(starts), -1, dtype=np.int64)
     position = np.searchsorted(outputs, starts)
     candidate = outputs[np.minimum(position, len(outputs) - 1)]
     return np.where((position < len(outputs)) & (candidate < stops), candidate, -1)
 
 
-def _run_rows(runs: list) -> np.ndarray:
+def _run_rows(runs: _Runs) -> np.ndarray:
     """The row indices of the runs, in order."""
-    starts = np.asarray([start for start, _ in runs], dtype=np.int64)
-    lengths = np.asarray([stop - start for start, stop in runs], dtype=np.int64)
+    starts, lengths = runs.starts, runs.lengths
     offsets = np.cumsum(lengths) - lengths          # where each run begins among the selected rows
     return np.arange(int(lengths.sum())) + np.repeat(starts - offsets, lengths)
 
 
 def _group_stats(data, runs, values, reduce, default):
     """(input-rows value, output-rows value, first output row) per run."""
-    if not runs:
+    if not len(runs.starts):
         return np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64)
     # reduceat reduces from each start to the next start: restrict to the rows of the runs
     index = _run_rows(runs)
-    lengths = np.asarray([stop - start for start, stop in runs])
-    local_starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    local_runs = [(int(a), int(a + n)) for a, n in zip(local_starts, lengths)]
+    lengths = runs.lengths
+    local_starts = np.cumsum(lengths) - lengths
     sub_values = _judged(data, values)[index]
     sub_output = data.is_output[index]
-    inputs = _group_reduce(sub_values, ~sub_output, local_runs, reduce, default)
-    outputs = _group_reduce(sub_values, sub_output, local_runs, reduce, default)
+    inputs = _group_reduce(sub_values, ~sub_output, local_starts, reduce, default)
+    outputs = _group_reduce(sub_values, sub_output, local_starts, reduce, default)
     return inputs, outputs, _first_outputs(data, runs)
 
 
@@ -249,12 +277,12 @@ def _rule_cosine(data, runs, flag):
 
 
 def _rule_norm_output(data, runs, flag):
-    if not runs:
+    if not len(runs.starts):
         return
     inputs, _, _ = _group_stats(data, runs, data.norm_rel, np.fmax, 0.0)
     big_output = data.is_output & (np.abs(np.nan_to_num(_judged(data, data.norm_rel), nan=0.0)) > 0.5)
     rows = _run_rows(runs)
-    quiet_input = np.repeat(np.abs(inputs) < 0.1, [stop - start for start, stop in runs])
+    quiet_input = np.repeat(np.abs(inputs) < 0.1, runs.lengths)
     for row in rows[quiet_input & big_output[rows]].tolist():
         flag(row, ERROR, MSG_NORM_OUTPUT)
 
@@ -278,16 +306,14 @@ def _rule_norm_ten_times(data, runs, flag):
         flag(int(first[run]), WARNING, MSG_NORM_TEN_TIMES)
 
 
-def _per_row_rules(data, scope, flag, ignore, runs):
-    """Rules 4-7 on the matched rows in scope, one rule after the other (so a row's messages keep rule order)."""
+def _per_row_rules(data, scope, flag, ignored_rows):
+    """Rules 4-7 on the matched rows in scope, one rule after the other (so a row's messages keep rule order);
+    ignored_rows: the rows of an API some rules ignore (rule 5 skips them)."""
     t_grad, g_grad = data.grads
     t_dtype, g_dtype = data.dtypes
     t_shape, g_shape = data.shapes
     rows = len(t_grad)
-    scalar_scope = scope.copy()
-    for start, stop in runs:
-        if ignore[start]:
-            scalar_scope[start:stop] = False
+    scalar_scope = scope & ~ignored_rows
     checked = scope & data.matched
     # Rule 4: requires_grad recorded on both sides and different (absent on a side is no mismatch).
     t_code = np.fromiter(map(_GRAD_CODES.get, t_grad, repeat(3)), dtype=np.int8, count=rows)
@@ -301,9 +327,13 @@ def _per_row_rules(data, scope, flag, ignore, runs):
     candidates = checked & scalar_scope & ~data.is_output
     candidates &= np.fromiter(map(is_class.__getitem__, t_dtype), dtype=bool, count=rows)
     candidates &= np.fromiter(map(is_class.__getitem__, g_dtype), dtype=bool, count=rows)
+    npu_max, bench_max = data.npu_max, data.bench_max
     for row in np.flatnonzero(candidates).tolist():
-        if (t_shape[row] == "[]"
-                and canonical(cell_text(data.npu_max[row])) != canonical(cell_text(data.bench_max[row]))):
+        a, b = npu_max[row], bench_max[row]
+        kind = a.__class__
+        if kind is b.__class__ and a == b and (kind in _TEXT_BY_VALUE or kind is float and a != 0.0):
+            continue     # equal values of one kind: equal texts (but 0.0 and -0.0)
+        if t_shape[row] == "[]" and canonical(cell_text(a)) != canonical(cell_text(b)):
             flag(row, ERROR, MSG_SCALAR)
     # Rule 6: dtypes differ (after normalising framework spellings).
     spelled = {dtype: canonical(dtype) for dtype in {*t_dtype, *g_dtype}}
@@ -320,6 +350,7 @@ def _per_row_rules(data, scope, flag, ignore, runs):
 
 
 _GRAD_CODES = {None: 0, "True": 1, "False": 2}      # 3: anything else, compared as it is
+_TEXT_BY_VALUE = frozenset({str, int, bool, type(None)})      # kinds whose equal values have equal cell texts
 
 
 def _texts_differ(a: list, b: list) -> np.ndarray:

@@ -56,7 +56,8 @@ def classify(value) -> tuple[int, float]:
     return OTHER, 0.0
 
 
-def stat_diff(target_values: list, golden_values: list, numbers: bool = False) -> tuple[list, list, np.ndarray]:
+def stat_diff(target_values: list, golden_values: list, numbers: bool = False,
+              floats: tuple | None = None) -> tuple[list, list, np.ndarray]:
     """Diff text, relative-error text and relative error as a fraction (NaN where not numeric) per row.
 
     Rows whose two values are finite numbers are computed with numpy at once, integers as floats (`5 - 6` is
@@ -65,10 +66,15 @@ def stat_diff(target_values: list, golden_values: list, numbers: bool = False) -
     numbers: the numeric rows that differ (two floats, or numbers as text) get the diff and the relative error in
     percent as floats, whose cell texts are repr(diff) and repr(error) + "%" (for a caller that spells them its own
     way); texts otherwise.
+    floats: (target, its odd rows, golden, its odd rows) of error_origin.cell_floats, when read already.
     """
     rows = len(target_values)
-    t = np.array([v if type(v) is float else _int_or_nan(v) for v in target_values], dtype=np.float64)
-    g = np.array([v if type(v) is float else _int_or_nan(v) for v in golden_values], dtype=np.float64)
+    if floats is None:
+        t = np.array([v if type(v) is float else _int_or_nan(v) for v in target_values], dtype=np.float64)
+        g = np.array([v if type(v) is float else _int_or_nan(v) for v in golden_values], dtype=np.float64)
+    else:
+        t = _exact_numbers(floats[0], floats[1], target_values)
+        g = _exact_numbers(floats[2], floats[3], golden_values)
     fast = np.isfinite(t) & np.isfinite(g)
     diffs = np.full(rows, None, dtype=object)
     rels = np.full(rows, None, dtype=object)
@@ -123,6 +129,16 @@ def stat_diff(target_values: list, golden_values: list, numbers: bool = False) -
 
 _EXACT = 2 ** 53             # integers below this are exact as floats
 _FLOAT_RANGE = 2 ** 1023     # integers below this (and their differences) convert to floats
+
+
+def _exact_numbers(floats: np.ndarray, odd: list, values: list) -> np.ndarray:
+    """The cells' numbers as stat_diff computes them at once (floats, and ints exact as floats; NaN for every other
+    cell) from their reading by cell_floats, which differs only on the rows that are not floats (odd)."""
+    if not odd:
+        return floats
+    floats = floats.copy()
+    floats[odd] = [_int_or_nan(values[row]) for row in odd]
+    return floats
 
 
 def _int_or_nan(value) -> float:

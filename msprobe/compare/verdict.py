@@ -170,7 +170,7 @@ def judge_rows(data: rules.JudgeInput, cells: dict, states: list, is_tensor: lis
                sides: tuple | None = None, entry_ops: list | None = None) -> Verdict:
     """The verdict of every row of a measured table. sides = (target Items, golden Items, Pairs) for the
     cross-framework recording check (None: not checked)."""
-    stats = stat_floats(cells) if data.mode != col.MD5 else None
+    stats = (data.stats if data.stats is not None else stat_floats(cells)) if data.mode != col.MD5 else None
     data.cross = cross
     facts = row_facts(data, cells, states, is_tensor, cross, sides, stats, entry_ops)
     if cross and stats is not None:     # two collectors: an input equal up to their statistics rounding carries none
@@ -240,8 +240,8 @@ def _differing_parameters(data, cells: dict, states: list, is_tensor: list, unju
                           stats: tuple) -> list:
     """The module parameter rows (mix, L0) whose two runs differ beyond PARAMETER_UNITS units of rounding: no op of
     the step makes a parameter, so its difference enters the step there (made here, see the module docstring)."""
-    rows = [r for r, state in enumerate(states) if state == "parameters" and is_tensor[r] and data.matched[r]
-            and not unjudged[r]]
+    parameters = np.fromiter(map(eq, states, repeat("parameters")), dtype=bool, count=len(states))
+    rows = np.flatnonzero(parameters & np.asarray(is_tensor, dtype=bool) & data.matched & ~unjudged).tolist()
     return _beyond_rounding(data, cells, rows, stats)
 
 
@@ -721,7 +721,7 @@ def _numel(shape) -> int | None:
 
 def _eps_of(dtypes: list) -> np.ndarray:
     eps = {d: EPS.get(canonical(d), 0.0) if isinstance(d, str) else 0.0 for d in set(dtypes)}
-    return np.array([eps[d] for d in dtypes], dtype=np.float64)
+    return np.fromiter(map(eps.__getitem__, dtypes), dtype=np.float64, count=len(dtypes))
 
 
 # ----------------------------------------------------------------------------------------------- levels, culprit

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import zlib
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from operator import itemgetter
 
 from msprobe.dump.naming import (
@@ -45,7 +47,7 @@ class Items:
     """Columnar item table of one dump; every list has one element per item, in dump order."""
 
     name: list = field(default_factory=list)        # item name (data_name-derived when present)
-    entry: list = field(default_factory=list)       # index into entry_names
+    entry: list = field(default_factory=list)       # index into entry_names, nondecreasing (keys: an entry is one run)
     state: list = field(default_factory=list)       # input | output | parameters | parameters_grad | debug
     dtype: list = field(default_factory=list)       # dtype text or None
     shape: list = field(default_factory=list)       # shape text or None
@@ -71,23 +73,23 @@ class Items:
         """Compare keys: item names, with backward call counts renumbered per op (spec §3.4)."""
         if not renumber_backward:
             return list(self.name)
-        entry_keys = []
+        keys = list(self.name)
         seen: dict[str, int] = {}
-        for parts in self.entry_parts:
+        entries = self.entry        # the entry of each item, in order: an entry's items are one run
+        for entry, parts in enumerate(self.entry_parts):
             if parts.direction != BACKWARD:
-                entry_keys.append(None)
                 continue
             number = seen.get(parts.op_no_number, 0)
             seen[parts.op_no_number] = number + 1
-            entry_keys.append(f"{parts.op_no_number}.{renumber_call_direction(parts.call_direction, number)}")
-        keys = []
-        for name, entry in zip(self.name, self.entry):
-            renamed = entry_keys[entry]
+            renamed = f"{parts.op_no_number}.{renumber_call_direction(parts.call_direction, number)}"
             original = self.entry_names[entry]
-            if renamed is not None and name.startswith(original):
-                keys.append(renamed + name[len(original):])
-            else:
-                keys.append(name)
+            if renamed == original:
+                continue
+            start = bisect_left(entries, entry)
+            for row in range(start, bisect_right(entries, entry, start)):
+                name = keys[row]
+                if name.startswith(original):
+                    keys[row] = renamed + name[len(original):]
         return keys
 
 
@@ -119,15 +121,30 @@ class Items:
                 for name, entry in zip(self.name, self.entry)]
 
 
+# The usual leaves, read inline by _Flattener.finish: a tensor record holding no key but these (no data_name,
+# dump_error or P2P fields), and a scalar argument holding no key but its type and value. Every other leaf is read by
+# _Flattener.row, by the same rules.
+TENSOR_KEYS = frozenset({"type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad", "md5"})
+SCALAR_KEYS = frozenset({"type", "value"})
+_SPECIAL_SCALARS = frozenset({"torch.Size", "slice", "ellipsis", "torch.ProcessGroup"})
+_PEER_SUFFIXES = tuple(f".{key}" for key in PEER_KEYS)
+_GRAD_TEXTS = {True: "True", False: "False", None: None}
+_GRAD_KINDS = frozenset({bool, type(None)})
+_PLAIN_STATS = frozenset({float, int, type(None)})    # statistics _tensor_stat keeps as they are
+_PLAIN_VALUES = frozenset({float, int, bool, type(None)})   # scalar values spelled as they are
+_CONTAINERS = frozenset({list, dict})
+
+
 class _Flattener:
     def __init__(self, items: Items, source: str):
         self.items = items
         self.source = source
         self.shape_texts: dict = {}   # shape tuple -> its text, shared by every item of that shape
         self.dtypes: dict = {}        # dtype text -> one shared copy
-        self.rows: list = []   # one tuple per item, in ROW_FIELDS order; transposed into items at the end
+        self.names: list = []      # the name of each leaf, in dump order
+        self.records: list = []    # the leaf's dict (None for a null leaf), in dump order (Items.record)
+        self.states: list = []     # the state of each leaf
         self.entry_notes: list = []   # dump_error texts of the entry being walked, outside any leaf
-        self.records: list = []    # the leaf dict of each item (Items.record)
         self.plain_texts: set = set()   # short texts found no formula (type, dtype), not checked again
 
     def check_texts(self, name: str, record: dict) -> None:
@@ -147,84 +164,65 @@ class _Flattener:
         if len(known) < 10_000:
             known.update(text for text in texts if len(text) <= 40)
 
-    def leaf(self, name: str, record, state: str, entry: int) -> None:
+    def row(self, index: int, name: str, record) -> tuple:
+        """The item of one leaf, in ROW_FIELDS order but entry and state (its notes and P2P fields are kept under
+        index)."""
         if record is None:
-            dtype = shape = grad = md5 = None
-            stats = (None, None, None, None)
-            data_name = "-1"
-            tensor = False
-        else:
-            known = self.plain_texts
-            for value in record.values():   # check_texts, inline for the usual record whose texts are known
-                if value.__class__ is str and value not in known:
-                    self.check_texts(name, record)
-                    break
+            return name, None, None, None, None, None, None, None, None, "-1", False
+        known = self.plain_texts
+        for value in record.values():   # check_texts, inline for the usual record whose texts are known
+            if value.__class__ is str and value not in known:
+                self.check_texts(name, record)
+                break
+        get = record.get
+        note = get(DUMP_ERROR)
+        if isinstance(note, str):
+            self.items.notes[index] = note
+        if record.get("class_type") == P2P_CLASS:
+            self.items.extra[index] = {k: record.get(k) for k in ("op", "peer", "tag", "group_id")}
+            record = record.get("tensor") or {}
+            if isinstance(record, dict):
+                self.check_texts(name, record)
             get = record.get
-            note = get(DUMP_ERROR)
-            if isinstance(note, str):
-                self.items.notes[len(self.rows)] = note
-            if record.get("class_type") == P2P_CLASS:
-                self.items.extra[len(self.rows)] = {k: record.get(k) for k in ("op", "peer", "tag", "group_id")}
-                record = record.get("tensor") or {}
-                if isinstance(record, dict):
-                    self.check_texts(name, record)
-                get = record.get
-            data_name = get("data_name")
-            if data_name:
-                if not isinstance(data_name, str):
-                    raise DumpFormatError(f"{self.source}: data_name of {name} must be a string.")
-                if is_plain_file_name(data_name):  # a hostile name keeps the structural item name
-                    name = data_name.rsplit(".", 1)[0] if "." in data_name else data_name
-            else:
-                data_name = "-1"
-            dtype = get("dtype")
-            if dtype is not None:
-                tensor = True
-                dtype = self.dtypes.setdefault(dtype, dtype) if type(dtype) is str else str(dtype)
-                shape = get("shape")
-                if shape.__class__ is not list and not isinstance(shape, list):
-                    raise DumpFormatError(f"{self.source}: shape of {name} must be a list.")
-                try:
-                    key = tuple(shape)
-                    text = self.shape_texts.get(key)
-                    if text is None:
-                        text = self.shape_texts[key] = str(shape)
-                except TypeError:   # unhashable elements: not a plain shape, keep its text
-                    text = str(shape)
-                shape = text
-                grad = get("requires_grad")
-                if grad is True:
-                    grad = "True"
-                elif grad is False:
-                    grad = "False"
-                elif grad is not None:
-                    raise DumpFormatError(f"{self.source}: requires_grad of {name} must be true or false.")
-                stats = (get("Max"), get("Min"), get("Mean"), get("Norm"))
-                if not (stats[0].__class__ is float and stats[1].__class__ is float and stats[2].__class__ is float
-                        and stats[3].__class__ is float):   # ints, None, a text or a bool among them
-                    stats = tuple(map(_tensor_stat, stats))
-                md5 = get("md5")
-                # no md5 recorded: the CRC-32 of the record's value text, as the reference computes it (a tensor
-                # dumped with its `value`, e.g. a small int64 tensor: crc32("[1, 2, 3]") = b8213bc1)
-                if md5:
-                    md5 = str(md5)
-                else:
-                    md5 = crc32_text(str(record["value"])) if "value" in record else EMPTY_CRC   # one shared text
-            else:
-                tensor = False
-                dtype, shape, stats, md5 = self.scalar(name, record)
-                grad = None
-        self.rows.append((name, entry, state, dtype, shape, grad, stats[0], stats[1], stats[2], stats[3], md5,
-                          data_name, tensor))
-        self.records.append(record)
-
-    def finish(self) -> None:
-        if self.rows:    # column by column: zip(*rows) would make an iterator per row
-            for index, column in enumerate(ROW_FIELDS):
-                setattr(self.items, column, list(map(itemgetter(index), self.rows)))
-        self.items.record = self.records
-        self.rows = []
-        self.records = []
+        data_name = get("data_name")
+        if data_name:
+            if not isinstance(data_name, str):
+                raise DumpFormatError(f"{self.source}: data_name of {name} must be a string.")
+            if is_plain_file_name(data_name):  # a hostile name keeps the structural item name
+                name = data_name.rsplit(".", 1)[0] if "." in data_name else data_name
+        else:
+            data_name = "-1"
+        dtype = get("dtype")
+        if dtype is None:
+            dtype, shape, stats, md5 = self.scalar(name, record)
+            return name, dtype, shape, None, stats[0], stats[1], stats[2], stats[3], md5, data_name, False
+        dtype = self.dtypes.setdefault(dtype, dtype) if type(dtype) is str else str(dtype)
+        shape = get("shape")
+        if shape.__class__ is not list and not isinstance(shape, list):
+            raise DumpFormatError(f"{self.source}: shape of {name} must be a list.")
+        try:
+            key = tuple(shape)
+            text = self.shape_texts.get(key)
+            if text is None:
+                text = self.shape_texts[key] = str(shape)
+        except TypeError:   # unhashable elements: not a plain shape, keep its text
+            text = str(shape)
+        grad = get("requires_grad")
+        if grad is True:
+            grad = "True"
+        elif grad is False:
+            grad = "False"
+        elif grad is not None:
+            raise DumpFormatError(f"{self.source}: requires_grad of {name} must be true or false.")
+        stats = tuple(map(_tensor_stat, (get("Max"), get("Min"), get("Mean"), get("Norm"))))
+        md5 = get("md5")
+        # no md5 recorded: the CRC-32 of the record's value text, as the reference computes it (a tensor dumped with
+        # its `value`, e.g. a small int64 tensor: crc32("[1, 2, 3]") = b8213bc1)
+        if md5:
+            md5 = str(md5)
+        else:
+            md5 = crc32_text(str(record["value"])) if "value" in record else EMPTY_CRC   # one shared text
+        return name, dtype, text, grad, stats[0], stats[1], stats[2], stats[3], md5, data_name, True
 
     def scalar(self, name: str, record: dict):
         kind = record.get("type")
@@ -245,30 +243,103 @@ class _Flattener:
             return kind, "[]", (text,) * 4, text
         return f"<class '{_python_type_name(value)}'>", "[]", (value,) * 4, crc32_text(str(value))
 
-    def walk(self, name: str, value, state: str, entry: int, depth: int, skip_list_index: bool = False) -> None:
+    def walk(self, name: str, value, depth: int, skip_list_index: bool = False) -> None:
+        """Collect the leaves under value (names and records, in dump order); finish reads them."""
         if depth > MAX_DEPTH:
             raise DumpFormatError(f"{self.source}: {name} is nested deeper than {MAX_DEPTH} levels.")
         if isinstance(value, dict):
             if isinstance(value.get("type"), str) or value.get("class_type") == P2P_CLASS:
-                self.leaf(name, value, state, entry)
+                self.names.append(name)
+                self.records.append(value)
                 return
             for key, child in value.items():
                 if key == DUMP_ERROR and isinstance(child, str):
                     self.entry_notes.append(child)      # what the collector could not record here
                     continue
-                self.walk(f"{name}.{key}", child, state, entry, depth + 1)
+                self.walk(f"{name}.{key}", child, depth + 1)
         elif isinstance(value, list):
-            leaf = self.leaf if depth < MAX_DEPTH else None
-            for index, child in enumerate(value):
-                child_name = name if skip_list_index else f"{name}.{index}"
-                if leaf is not None and child.__class__ is dict and child.get("type").__class__ is str:
-                    leaf(child_name, child, state, entry)     # the usual element: a record (as walk would)
-                else:
-                    self.walk(child_name, child, state, entry, depth + 1)
+            self.walk_list(name, value, depth, skip_list_index)
         elif value is None:
-            self.leaf(name, None, state, entry)
+            self.names.append(name)
+            self.records.append(None)
         else:
             raise DumpFormatError(f"{self.source}: unexpected value of type {type(value).__name__} at {name}.")
+
+    def walk_list(self, name: str, value: list, depth: int, skip_list_index: bool = False) -> None:
+        """walk of a list (depth checked by the caller)."""
+        add_name, add_record = self.names.append, self.records.append
+        plain = depth < MAX_DEPTH
+        for index, child in enumerate(value):
+            child_name = name if skip_list_index else f"{name}.{index}"
+            if plain and child.__class__ is dict and child.get("type").__class__ is str:
+                add_name(child_name)     # the usual element: a record (as walk would)
+                add_record(child)
+            else:
+                self.walk(child_name, child, depth + 1)
+
+    def check_leaves(self) -> None:
+        """Read every leaf collected so far one at a time: raises the error of the first bad one (an error found
+        while walking a later entry comes after it in the dump)."""
+        for index, (name, record) in enumerate(zip(self.names, self.records)):
+            self.row(index, name, record)
+
+    def finish(self, entry_counts: list) -> None:
+        """The item columns of the collected leaves, read in dump order: the usual records inline (a tensor's
+        statistics holding TENSOR_KEYS only, a plain scalar holding SCALAR_KEYS only, their texts known to be no
+        formula), every other leaf by row(); both read a leaf alike."""
+        items, records, names = self.items, self.records, self.names
+        known, dtypes, shape_texts = self.plain_texts, self.dtypes, self.shape_texts
+        spelled: dict = {}   # class of a scalar's value -> its dtype text
+        crc: dict = {}       # text of a scalar's value -> its CRC-32 text
+        rows: list = []
+        add = rows.append
+        for index, (name, record) in enumerate(zip(names, records)):
+            if record is not None:
+                fields = record.keys()
+                if fields <= TENSOR_KEYS:
+                    get = record.get
+                    dtype, shape, grad = get("dtype"), get("shape"), get("requires_grad")
+                    high, low, mean, norm, md5 = get("Max"), get("Min"), get("Mean"), get("Norm"), get("md5")
+                    if (dtype.__class__ is str and dtype in known and get("type") in known
+                            and shape.__class__ is list and grad.__class__ in _GRAD_KINDS
+                            and high.__class__ in _PLAIN_STATS and low.__class__ in _PLAIN_STATS
+                            and mean.__class__ in _PLAIN_STATS and norm.__class__ in _PLAIN_STATS
+                            and (md5 is None or md5.__class__ is str and md5 in known)):
+                        try:
+                            key = tuple(shape)
+                            text = shape_texts.get(key)
+                            if text is None:
+                                text = shape_texts[key] = str(shape)
+                        except TypeError:
+                            text = str(shape)
+                        add((name, dtypes.setdefault(dtype, dtype), text, _GRAD_TEXTS[grad], high, low, mean, norm,
+                             md5 or EMPTY_CRC, "-1", True))
+                        continue
+                elif fields <= SCALAR_KEYS:
+                    kind = record.get("type")
+                    value = record.get("value")
+                    kind_of_value = value.__class__
+                    if (kind_of_value in _PLAIN_VALUES and kind in known and kind not in _SPECIAL_SCALARS
+                            and not name.endswith(_PEER_SUFFIXES) and name not in PEER_KEYS):
+                        dtype = spelled.get(kind_of_value)
+                        if dtype is None:
+                            dtype = spelled[kind_of_value] = f"<class '{_python_type_name(value)}'>"
+                        word = str(value)
+                        md5 = crc.get(word)
+                        if md5 is None:
+                            md5 = crc[word] = crc32_text(word)
+                        add((name, dtype, "[]", None, value, value, value, value, md5, "-1", False))
+                        continue
+            add(self.row(index, name, record))
+        items.entry = list(chain.from_iterable(map(repeat, range(len(entry_counts)), entry_counts)))
+        items.state = self.states
+        items.record = records
+        for position, column in enumerate(_ROW_COLUMNS):   # column by column: zip(*rows) makes an iterator per row
+            setattr(items, column, list(map(itemgetter(position), rows)))
+        self.names, self.records, self.states = [], [], []
+
+
+_ROW_COLUMNS = tuple(column for column in ROW_FIELDS if column not in ("entry", "state"))   # row()'s fields
 
 
 def _tensor_stat(value):
@@ -298,41 +369,60 @@ def flatten(data: dict, source: str = "dump.json", debug: bool = False) -> Items
     if bad is not None:
         raise DumpFormatError(f"{source}: api name {bad!r} contains special characters: it could run as "
                               "a spreadsheet formula.")
-    for entry_name, body in data.items():
-        parts = split_entry_name(entry_name, debug)
-        if parts is None:
-            continue
-        entry = len(items.entry_names)
-        items.entry_names.append(entry_name)
-        items.entry_parts.append(parts)
-        first = len(walker.rows)
-        walker.entry_notes = []
-        if isinstance(body, dict) and isinstance(body.get(DUMP_ERROR), str):
-            walker.entry_notes.append(body[DUMP_ERROR])
-        if debug:
-            walker.walk(entry_name, body, "debug", entry, 0)
-        elif parts.direction == PARAMETERS_GRAD:
-            if isinstance(body, dict):
-                for param, value in body.items():
-                    if param == DUMP_ERROR and isinstance(value, str):
+    names, states = walker.names, walker.states
+    counts = []
+    try:
+        for entry_name, body in data.items():
+            parts = split_entry_name(entry_name, debug)
+            if parts is None:
+                continue
+            items.entry_names.append(entry_name)
+            items.entry_parts.append(parts)
+            first = len(names)
+            walker.entry_notes = []
+            if isinstance(body, dict) and isinstance(body.get(DUMP_ERROR), str):
+                walker.entry_notes.append(body[DUMP_ERROR])
+            if debug:
+                walker.walk(entry_name, body, 0)
+                states += ["debug"] * (len(names) - first)
+            elif parts.direction == PARAMETERS_GRAD:
+                if isinstance(body, dict):
+                    for param, value in body.items():
+                        if param == DUMP_ERROR and isinstance(value, str):
+                            continue
+                        walker.walk(f"{entry_name}.{param}", value, 1, skip_list_index=True)
+                elif body is not None:
+                    raise DumpFormatError(f"{source}: entry {entry_name} must be an object.")
+                states += [PARAMETERS_GRAD] * (len(names) - first)
+            elif isinstance(body, dict):
+                get = body.get
+                for key, segment, state in SECTIONS:
+                    section = get(key)
+                    if section is None or not section and section.__class__ in _CONTAINERS:    # no leaf
                         continue
-                    walker.walk(f"{entry_name}.{param}", value, PARAMETERS_GRAD, entry, 1, skip_list_index=True)
+                    mark = len(names)
+                    if section.__class__ is list:     # the usual section
+                        walker.walk_list(f"{entry_name}.{segment}", section, 1)
+                    else:
+                        walker.walk(f"{entry_name}.{segment}", section, 1)
+                    states += [state] * (len(names) - mark)
             elif body is not None:
-                raise DumpFormatError(f"{source}: entry {entry_name} must be an object.")
-        elif isinstance(body, dict):
-            for key, segment, state in SECTIONS:
-                section = body.get(key)
-                if section is None:
-                    continue
-                walker.walk(f"{entry_name}.{segment}", section, state, entry, 1)
-        elif body is not None:
-            raise DumpFormatError(f"{source}: entry {entry_name} must be an object, got {type(body).__name__}.")
-        items.entry_first.append(first if len(walker.rows) > first else -1)
-        if walker.entry_notes:      # a part of the entry was not recorded: said on each of its rows
-            text = "; ".join(dict.fromkeys(walker.entry_notes))
-            for row in range(first, len(walker.rows)):
-                items.notes.setdefault(row, text)
-    walker.finish()
+                raise DumpFormatError(f"{source}: entry {entry_name} must be an object, got {type(body).__name__}.")
+            counts.append(len(names) - first)
+            if walker.entry_notes:      # a part of the entry was not recorded: said on each of its rows
+                text = "; ".join(dict.fromkeys(walker.entry_notes))
+                for row in range(first, len(names)):
+                    items.notes.setdefault(row, text)
+    except DumpFormatError:
+        walker.check_leaves()
+        raise
+    walker.finish(counts)
+    items.entry_first = [-1] * len(counts)
+    first = 0
+    for entry, count in enumerate(counts):
+        if count:
+            items.entry_first[entry] = first
+            first += count
     return items
 
 

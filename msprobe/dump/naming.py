@@ -23,13 +23,16 @@ def split_entry_name(name: str, debug: bool = False) -> EntryName | None:
     """Split an entry name; None when the name follows no known shape (such entries are skipped)."""
     if debug:
         return EntryName(name, name, name)
-    parts = name.split(".")
-    if len(parts) >= 2 and PARAMETERS_GRAD in (parts[-1], parts[-2]):
-        return EntryName(".".join(parts[:-1]), PARAMETERS_GRAD, PARAMETERS_GRAD)
-    if len(parts) >= 3:
-        for word in (parts[-1], parts[-2]):
-            if word in (FORWARD, BACKWARD):
-                return EntryName(".".join(parts[:-2]), ".".join(parts[-2:]), word)
+    parts = name.rsplit(".", 2)      # [all but the last two parts, second last, last]
+    if len(parts) < 2:
+        return None
+    last, second = parts[-1], parts[-2]
+    if PARAMETERS_GRAD == last or PARAMETERS_GRAD == second:
+        return EntryName(name.rpartition(".")[0], PARAMETERS_GRAD, PARAMETERS_GRAD)
+    if len(parts) == 3:
+        for word in (last, second):
+            if word == FORWARD or word == BACKWARD:
+                return EntryName(parts[0], f"{second}.{last}", word)
     return None
 
 

@@ -152,7 +152,7 @@ def _by_exponent(rows: np.ndarray, digits: np.ndarray, exponent: np.ndarray, v: 
     as repr writes it (without trailing zeros, no point when whole), then e, the sign and two or more digits."""
     parts = []
     signed = np.copysign(digits, v)
-    for power in np.unique(exponent[rows]).tolist():
+    for power in sorted(set(exponent[rows].tolist())):     # np.unique would import numpy.ma
         tail = "e%+03d%s" % (power, suffix)
         group = rows & (exponent == power)
         if padded:          # the 6 decimals followed by a 1, cut off by _joined

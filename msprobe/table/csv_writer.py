@@ -39,6 +39,20 @@ def _quoted_column(texts: list) -> list:
     return out
 
 
+def _batch_texts(table: ResultTable, name: str, start: int, stop: int) -> list:
+    """CSV fields of rows start:stop of a column."""
+    values = table.cells[name][start:stop]
+    read = table.numbers.get(name)
+    if read is None:
+        return _quoted_column(column_texts(values, csv_text))
+    from msprobe.table.floats import number_texts  # numpy: only for a table holding numbers
+
+    numbers, odd = read
+    first, last = odd.searchsorted((start, stop))
+    texts, plain = number_texts(values, numbers[start:stop], odd[first:last] - start, csv_text)
+    return texts if plain else _quoted_column(texts)      # repr of a finite float needs no quotes
+
+
 def write_csv(table: ResultTable, path: str) -> None:
     """Rows are formatted and written in batches, so memory stays near the size of the table itself. A lone
     surrogate (a `\ud800` escape in a dump), which UTF-8 cannot hold, is written as the six characters `\ud800`."""
@@ -49,7 +63,7 @@ def write_csv(table: ResultTable, path: str) -> None:
         handle.write(",".join(_quoted_column(list(table.columns))) + "\n")
         for start in range(0, rows, BATCH_ROWS):
             stop = min(start + BATCH_ROWS, rows)
-            columns = [_quoted_column(column_texts(table.cells[name][start:stop], csv_text)) for name in table.columns]
+            columns = [_batch_texts(table, name, start, stop) for name in table.columns]
             if len(columns) == 1:   # a row of one empty field is `""`, as csv.writer writes it (not a blank line)
                 columns = [['""' if text == "" else text for text in columns[0]]]
             handle.write("\n".join(map(",".join, zip(*columns))) + "\n")

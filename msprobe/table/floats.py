@@ -27,22 +27,28 @@ def reprs(values, suffix: str = "") -> list:
     with np.errstate(invalid="ignore"):
         padded = (size >= 1e-9) & (size < 1e-5)       # orjson: e-7, repr: e-07
         slow = ~np.isfinite(size) | ((size >= 1e-5) & (size < 1e-4))
-    if not padded.any() and not slow.any():
-        return _joined(array, suffix)
-    out = np.empty(len(array), dtype=object)
-    plain = ~(padded | slow)
-    if plain.any():
-        out[plain] = _joined(array[plain], suffix)
-    if padded.any():
+        tiny = (size > 0) & (size < 1e-9)             # an exponent of two or three digits in both
+    if padded.any() and tiny.any():     # the one-digit exponents mended apart
+        out = np.empty(len(array), dtype=object)
+        plain = ~(padded | slow)
+        if plain.any():
+            out[plain] = _joined(array[plain], suffix)
         out[padded] = _joined(array[padded], suffix, "e-0")
-    rest = np.flatnonzero(slow)
-    out[rest] = [repr(value) + suffix for value in array[rest].tolist()]
-    return out.tolist()
+        rest = np.flatnonzero(slow)
+        out[rest] = [repr(value) + suffix for value in array[rest].tolist()]
+        return out.tolist()
+    # every negative exponent has one digit (or none has): all at once, the others (null for NaN and the
+    # infinities, 0.0000... for the decade) then spelled by repr in place
+    texts = _joined(array, suffix, "e-0" if padded.any() else "")
+    rest = np.flatnonzero(slow).tolist()
+    for row, value in zip(rest, array[rest].tolist()):
+        texts[row] = repr(value) + suffix
+    return texts
 
 
 def _joined(array: np.ndarray, suffix: str, exponent: str = "") -> list:
-    """repr + suffix of finite floats from orjson's text of them all; `exponent`: every value has a negative exponent
-    of one digit, written so (e-0)."""
+    """repr + suffix of the floats from orjson's text of them all (but NaN and the infinities, which orjson writes
+    null, and the decade 1e-5..1e-4); `exponent`: every negative exponent has one digit, written so (e-0)."""
     body = orjson.dumps(array, option=orjson.OPT_SERIALIZE_NUMPY).decode()[1:-1]
     if exponent:
         body = body.replace("e-", exponent)
@@ -69,3 +75,19 @@ def column_texts(values: list, spell) -> list:
         objects[others] = [spell(value) for value in objects[others].tolist()]
     return objects.tolist()
 
+
+
+def number_texts(values: list, numbers: np.ndarray, odd: np.ndarray, spell) -> tuple[list, bool]:
+    """(texts, whether every text is a finite float's) of cells whose numbers are read already (numbers: float64 per
+    cell, odd: the rows whose cell is not a float): the finite floats by repr at once, every other cell by spell."""
+    special = ~np.isfinite(numbers)
+    if len(odd):
+        special[odd] = True
+    if not special.any():
+        return reprs(numbers), True
+    texts = np.empty(len(values), dtype=object)
+    plain = ~special
+    texts[plain] = reprs(numbers[plain])
+    rows = np.flatnonzero(special).tolist()
+    texts[rows] = [spell(values[row]) for row in rows]
+    return texts.tolist(), False

@@ -12,6 +12,9 @@ class ResultTable:
     numeric_columns: frozenset = field(default_factory=frozenset)  # written as numbers in xlsx when they are
     # Columns holding text taken from the dumps, checked for spreadsheet formulas before writing; None = all.
     text_columns: frozenset | None = None
+    # The numbers of numeric columns as their maker read them (compare/error_origin.cell_floats): column name ->
+    # (float64 per cell, the rows whose cell is not a float); the writers spell the finite floats from them at once.
+    numbers: dict = field(default_factory=dict)
 
     def columns_to_check(self) -> list:
         return [c for c in self.columns if c in self.text_columns] if self.text_columns is not None \

@@ -16,7 +16,7 @@ from msprobe.names import printable
 
 _STARTS = "=+\\-@\uff1d\uff0b\uff0d\uff20"
 _FORMULA_START = re.compile(f"^[{_STARTS}]|;[{_STARTS}]")
-_ANY_LINE_START = re.compile(f"(?m)^[{_STARTS}]|;[{_STARTS}]")
+_ANY_START = re.compile(f"[;\n][{_STARTS}]")     # in "\n" + the texts joined by "\n": a line start or a `;` part
 
 
 def is_formula_like(text: str) -> bool:
@@ -38,7 +38,7 @@ def first_formula(texts: list) -> str | None:
     if not texts:
         return None
     distinct = list(dict.fromkeys(texts)) if len(texts) > 1 else texts
-    if not _ANY_LINE_START.search("\n".join(distinct)):
+    if not _ANY_START.search("\n" + "\n".join(distinct)):
         return None
     return next((text for text in texts if is_formula_like(text)), None)
 

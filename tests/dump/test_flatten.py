@@ -147,6 +147,25 @@ def test_backward_renumbering_keys():
     assert items.keys(renumber_backward=False) == items.name
 
 
+def test_backward_renumbering_keys_of_entries_of_many_rows():
+    """Every row of a renumbered entry is renamed (but one whose name its data_name gave), entries without rows
+    and unparsable ones in between, an entry already numbered in order left as it is."""
+    data = {"Functional.linear.0.backward": {"input": [tensor(), tensor()], "output": [tensor()]},
+            "Functional.relu.0.backward": {"input": [], "output": []},
+            "weird_entry": {"input_args": [tensor()]},
+            "Functional.linear.7.backward": {"input": [tensor(), tensor(data_name="other.0.pt")],
+                                             "output": [None]},
+            "Functional.linear.2.forward": {"input_args": [tensor()]},
+            "Functional.linear.9.backward": {"output": [tensor()]}}
+    items = flatten(data)
+    assert items.entry_first == [0, -1, 3, 6, 7]
+    assert items.keys(renumber_backward=True) == [
+        "Functional.linear.0.backward.input.0", "Functional.linear.0.backward.input.1",
+        "Functional.linear.0.backward.output.0",
+        "Functional.linear.1.backward.input.0", "other.0", "Functional.linear.1.backward.output.0",
+        "Functional.linear.2.forward.input.0", "Functional.linear.2.backward.output.0"]
+
+
 @pytest.mark.parametrize("body, words", [
     ({"input_args": [tensor(shape="2x3")]}, "shape"),
     ({"input_args": [tensor(requires_grad="yes")]}, "requires_grad"),
@@ -170,3 +189,47 @@ def test_formula_entry_name_and_depth_limit():
         deep = [deep]
     with pytest.raises(DumpFormatError, match="nested deeper"):
         flatten({"Functional.relu.0.forward": {"input_args": deep}})
+
+
+def _zoo() -> dict:
+    """Entries holding every kind of leaf the inline reading of flatten takes or leaves to the one-by-one reading,
+    each kind twice (the second read with its texts known)."""
+    body = {
+        "input_args": [
+            tensor(), tensor(), tensor(requires_grad=False), tensor(requires_grad=None), tensor(md5="0a1b2c3d"),
+            tensor(Max=3, Min=-2, Mean=None, Norm=None, dtype="torch.int64"), tensor(Max=True, Min=False),
+            tensor(Max="\x00msprobe:inf", Min="\x00msprobe:ninf", Mean="\x00msprobe:nan"), tensor(shape=[]),
+            tensor(shape=[2.0, 3.0]), tensor(shape=[2, 3]), tensor(shape=[[2], 3]), tensor(dtype=7),
+            {"type": "torch.Tensor", "dtype": "Float32", "shape": [4], "Max": 1.0, "Min": 0.0, "Mean": 0.5,
+             "Norm": 1.0},
+            {"type": "float", "value": 0.5}, {"type": "float", "value": -0.0}, {"type": "float", "value": 0.0},
+            {"type": "int", "value": 3}, {"type": "bool", "value": True}, {"type": "int", "value": 1},
+            {"type": "NoneType", "value": None}, {"type": "float", "value": "\x00msprobe:nan"},
+            {"type": "str", "value": "mean"}, {"type": "torch.Size", "value": [2, 3]}, {"type": "slice",
+                                                                                      "value": [0, 2, None]},
+            {"type": "ellipsis", "value": "..."}, {"type": "torch.dtype", "value": "torch.float32"},
+            {"type": "int"}, tensor(data_name="Functional.relu.0.forward.input.29.pt"), tensor(dump_error="lost"),
+            None, [tensor(), {"type": "int", "value": 2}],
+        ],
+        "input_kwargs": {"src": {"type": "int", "value": 1}, "dim": {"type": "int", "value": -1},
+                         "group": {"type": "torch.ProcessGroup", "group_ranks": [0, 1]}},
+        "output": [tensor(), tensor(md5="0a1b2c3d"), tensor(shape=[2.0, 3.0])],
+    }
+    return {"Functional.relu.0.forward": body, "Functional.relu.1.forward": body,
+            "Module.fc.Linear.parameters_grad": {"weight": tensor(), "bias": None}}
+
+
+def test_inline_reading_reads_every_leaf_as_the_one_by_one_reading(monkeypatch):
+    import msprobe.dump.flatten as module
+
+    fast = flatten(_zoo())
+    monkeypatch.setattr(module, "TENSOR_KEYS", frozenset())      # every leaf through _Flattener.row
+    monkeypatch.setattr(module, "SCALAR_KEYS", frozenset())
+    slow = flatten(_zoo())
+    for column in ("name", "entry", "state", "dtype", "shape", "requires_grad", "stat_max", "stat_min", "stat_mean",
+                   "stat_norm", "md5", "data_name", "is_tensor", "entry_names", "entry_first", "notes"):
+        assert repr(getattr(fast, column)) == repr(getattr(slow, column)), column
+    assert fast.record == slow.record
+    assert len(fast) == 2 * 39 + 2
+    i = fast.name.index("Functional.relu.0.forward.input.15")       # -0.0 and 0.0 keep their own texts
+    assert (fast.stat_max[i], fast.md5[i], fast.md5[i + 1]) == (-0.0, crc32_text("-0.0"), crc32_text("0.0"))

@@ -46,3 +46,19 @@ def test_column_texts_spell_every_kind_as_cell_text_does():
     assert column_texts([True, False, True]) == ["True", "False", "True"]
     assert column_texts(["a", "b"]) == ["a", "b"]
     assert column_texts([]) == []
+
+
+def test_number_texts_of_numbers_read_already_spell_as_column_texts():
+    from msprobe.compare.error_origin import cell_floats
+    from msprobe.table.floats import number_texts
+
+    values = [1.5, "N/A", None, True, False, 3, 2 ** 70, math.nan, math.inf, -math.inf, -0.0, 1e-7, 2.5e-5,
+              "text", "1e999", "7", 0.1] * 30
+    odd: list = []
+    numbers = cell_floats(values, odd)
+    assert odd == [row for row, value in enumerate(values) if type(value) is not float]
+    texts, plain = number_texts(values, numbers, np.asarray(odd), csv_text)
+    assert (texts, plain) == (column_texts(values, csv_text), False)
+    floats = [v for v in _edges() if math.isfinite(v)]
+    assert number_texts(floats, np.asarray(floats), np.zeros(0, dtype=np.int64), csv_text) == (
+        [repr(v) for v in floats], True)
