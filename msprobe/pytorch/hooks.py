@@ -25,7 +25,7 @@ from msprobe.collect.guard import one_line
 from msprobe.collect.recording import Recording
 from msprobe.collect.stacks import stack_lines
 from msprobe.pytorch.module_hooks import ModuleHooks, compiled_paths, guard_compiled
-from msprobe.pytorch.stats import tensor_record, value_record
+from msprobe.pytorch.stats import SeenTensors, tensor_record, value_record
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _MAX_DEPTH = 64
@@ -152,6 +152,11 @@ def _first_grad_fn(value):
     return tensor.grad_fn if tensor is not None else None
 
 
+# calls that hand out a tensor's memory to code that may write it without torch (numpy, DLPack, a pointer)
+_EXPOSING = frozenset({"numpy", "__array__", "__dlpack__", "data_ptr", "untyped_storage", "storage",
+                       "_typed_storage"})
+
+
 def _returns_an_input(out, args, kwargs) -> bool:
     """The call's first output tensor is one of its argument tensors itself (`F.dropout(x, p=0)` in training,
     `x.contiguous()` of a contiguous x): it made no autograd node, and a hook on that tensor's grad_fn would
@@ -180,6 +185,8 @@ class _ApiMode(TorchFunctionMode):
         try:
             prefix, name = api_table()[func]
         except (KeyError, TypeError):
+            # not recorded (indexing, torch._foreach_mul_ ...): what it is given may change (SeenTensors)
+            col.seen.touched((*args, *kwargs.values()), getattr(func, "__name__", None) in _EXPOSING)
             return func(*args, **kwargs)
         return col.run_api(prefix, name, func, args, kwargs)
 
@@ -219,6 +226,7 @@ class Collector(Recording):
         self._handles: list = []
         self._wrappers: dict = {}     # one wrapper per patched function for the collector's life (see _patch)
         self.modules = ModuleHooks(self)
+        self.seen = SeenTensors()     # statistics of the tensors recorded and not changed since
         self.reset_counters()
 
     # ------------------------------------------------------------------ state
@@ -247,6 +255,7 @@ class Collector(Recording):
         self.param_grad_counts: dict = {}
         self.stack_cache: dict = {}       # formatted stacks per chain of (code, line) positions
         self._phases_seen: set = set()    # phases already in this step's construct.json
+        self.seen.clear()
         self.modules.reset()
         self.generation += 1
 
@@ -298,7 +307,7 @@ class Collector(Recording):
             return self._tensor_leaf(tensor, name)
 
     def _tensor_leaf(self, tensor: torch.Tensor, name: str) -> dict:
-        record = tensor_record(tensor, self.config.summary_mode)
+        record = tensor_record(tensor, self.config.summary_mode, self.seen, getattr(self._tls, "remember", False))
         if "dump_error" in record:
             self.errors.once(("statistics", record["dtype"], str(tensor.layout)), "a %s tensor (%s) at %s: %s; "
                              "its record says so (dump_error) and training continues", record["dtype"],
@@ -322,6 +331,24 @@ class Collector(Recording):
                 return {"type": "torch.Tensor", "dtype": str(value.dtype), "shape": list(value.shape),
                         "Max": None, "Min": None, "Mean": None, "Norm": None, "dump_error": reason}
             return {"type": type(value).__name__, "value": None, "dump_error": reason}
+
+    def record_outputs(self, name: str, body: dict, out) -> None:
+        """A call's outputs (an API's, a module's): their records are remembered for the calls that take them
+        (SeenTensors), while the API hooks see every torch call that could change them."""
+        tls = self._tls
+        tls.remember = self.api_active
+        try:
+            super().record_outputs(name, body, out)
+        finally:
+            tls.remember = False
+
+    def record_backward(self, name: str, body: dict, grad_outputs, grad_inputs) -> None:
+        tls = self._tls
+        tls.remember = self.api_active
+        try:
+            super().record_backward(name, body, grad_outputs, grad_inputs)
+        finally:
+            tls.remember = False
 
     def log_once(self, key, message: str, *args) -> None:
         self.errors.once(key, message, *args)
@@ -362,13 +389,21 @@ class Collector(Recording):
             if forward_ok:
                 self.record_inputs(forward, body, args, kwargs)
                 stack = self.guard(forward, body, "stack", self.stack_lines)
+            watched = self.seen.watch((*args, *kwargs.values()) if kwargs else args)
             try:
                 out = func(*args, **kwargs)
             except BaseException as exc:
+                self.seen.touched((*args, *kwargs.values()))
                 if forward_ok:          # the call that failed is often what the user is looking for
                     body["dump_error"] = f"the call raised {one_line(exc)}"
                     self.add_entry(forward, body, stack)
                 raise
+            if collective:
+                self.seen.forget()
+            elif name in _EXPOSING:
+                self.seen.touched((*args, *kwargs.values()), exposed=True)
+            else:
+                self.seen.after(watched)
             if forward_ok:
                 self.record_outputs(forward, body, (*args, *kwargs.values()) if collective else out)
             if dump_backward and not collective and self.direction_ok("backward") and torch.is_grad_enabled() \
@@ -432,6 +467,7 @@ class Collector(Recording):
         self._handles.append(register_optimizer_step_post_hook(lambda *_: self.exit_phase("optimizer")))
 
     def enter_phase(self, phase: str) -> None:
+        self.seen.clear()         # an optimizer may write through code torch does not see (a C++ extension)
         if self.api_active:
             self._enter_mode(scoped=True)
             if phase not in self._phases_seen:
@@ -440,6 +476,7 @@ class Collector(Recording):
             self.thread_stack().append(phase)
 
     def exit_phase(self, phase: str) -> None:
+        self.seen.clear()
         stack = self.thread_stack()
         if phase in stack:
             del stack[len(stack) - 1 - stack[::-1].index(phase):]
@@ -559,8 +596,10 @@ class Collector(Recording):
         self.tidy_thread()
 
     def begin(self) -> None:
-        """A new recording (start()): a new session for the per-thread mode bookkeeping."""
+        """A new recording (start()): a new session for the per-thread mode bookkeeping; nothing seen before (the
+        code between stop() and start() runs unseen)."""
         self.session += 1
+        self.seen.clear()
 
     # ------------------------------------------------------------------ modules
     def guard_compiled(self, models) -> None:
