@@ -166,6 +166,11 @@ def _returns_an_input(out, args, kwargs) -> bool:
     return first is not None and any(first is value for value in (*args, *kwargs.values()))
 
 
+_RTRUEDIV = torch.Tensor.__rtruediv__
+_RDIV = torch.Tensor.__rdiv__
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
+
+
 class _ApiMode(TorchFunctionMode):
     def __init__(self, collector):
         super().__init__()
@@ -173,12 +178,11 @@ class _ApiMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if torch.compiler.is_compiling():      # the compiler traces what the user's code does, nothing else
-            return func(*args, **kwargs)
         col = self.collector
-        if col.busy or not col.api_active:
+        # the compiler traces what the user's code does, nothing else
+        if col._tls.busy or not col.api_active or torch.compiler.is_compiling():
             return func(*args, **kwargs)
-        if func is torch.Tensor.__rtruediv__ or func is torch.Tensor.__rdiv__:
+        if func is _RTRUEDIV or func is _RDIV:
             # torch implements `other / tensor` as `tensor.reciprocal() * other`; record those two calls
             inverse = col.run_api("Tensor", "reciprocal", torch.Tensor.reciprocal, (args[0],), {})
             return col.run_api("Tensor", "__mul__", torch.Tensor.__mul__, (inverse, args[1]), {})
@@ -207,6 +211,13 @@ def _remove_mode(mode) -> bool:
     return True
 
 
+class _ThreadState(threading.local):
+    """The collector's per-thread state; the class attributes are each thread's starting values."""
+
+    busy = False            # our own work, or inside a recorded call: nothing is recorded
+    remember = False        # the records made now are kept for the calls that take the same tensors (SeenTensors)
+
+
 class Collector(Recording):
     """Records the entries of one process into the debugger's StepWriter according to a DumpConfig."""
 
@@ -214,8 +225,9 @@ class Collector(Recording):
         self.config = config
         self.writer = writer
         self.errors = errors
-        self._tls = threading.local()
+        self._tls = _ThreadState()
         self._count_lock = threading.Lock()
+        self._risks: dict = {}        # "prefix.name" -> whether risk_level lets it be dumped (the config is fixed)
         self.api_active = False
         self.module_active = False
         self.generation = 0
@@ -232,7 +244,7 @@ class Collector(Recording):
     # ------------------------------------------------------------------ state
     @property
     def busy(self) -> bool:
-        return getattr(self._tls, "busy", False)
+        return self._tls.busy
 
     @busy.setter
     def busy(self, value: bool) -> None:
@@ -307,7 +319,7 @@ class Collector(Recording):
             return self._tensor_leaf(tensor, name)
 
     def _tensor_leaf(self, tensor: torch.Tensor, name: str) -> dict:
-        record = tensor_record(tensor, self.config.summary_mode, self.seen, getattr(self._tls, "remember", False))
+        record = tensor_record(tensor, self.config.summary_mode, self.seen, self._tls.remember)
         if "dump_error" in record:
             self.errors.once(("statistics", record["dtype"], str(tensor.layout)), "a %s tensor (%s) at %s: %s; "
                              "its record says so (dump_error) and training continues", record["dtype"],
@@ -380,39 +392,49 @@ class Collector(Recording):
         parent = self.parent()
         if self.config.level == "mix":
             self.writer.add_construct(forward, parent)
-        risk_ok = risk_allows(self.config, prefix, name)
+        risk_ok = self._risks.get(key)
+        if risk_ok is None:
+            risk_ok = self._risks[key] = risk_allows(self.config, prefix, name)
         forward_ok = risk_ok and self.selected(forward) and self.direction_ok("forward")
         dump_backward = risk_ok and self.selected(f"{key}.{index}.backward")
-        with self.working():
+        tls = self._tls
+        previous = tls.busy            # Collector.working(), inline: the APIs called inside are not recorded
+        tls.busy = True
+        try:
             body: dict = {}
             stack = None
-            if forward_ok:
-                self.record_inputs(forward, body, args, kwargs)
-                stack = self.guard(forward, body, "stack", self.stack_lines)
-            watched = self.seen.watch((*args, *kwargs.values()) if kwargs else args)
+            with _NO_TORCH_FUNCTION():          # our own work: no mode or tensor subclass runs for it
+                if forward_ok:
+                    self.record_inputs(forward, body, args, kwargs)
+                    stack = self.guard(forward, body, "stack", self.stack_lines)
+                watched = self.seen.watch((*args, *kwargs.values()) if kwargs else args)
             try:
                 out = func(*args, **kwargs)
             except BaseException as exc:
-                self.seen.touched((*args, *kwargs.values()))
-                if forward_ok:          # the call that failed is often what the user is looking for
-                    body["dump_error"] = f"the call raised {one_line(exc)}"
-                    self.add_entry(forward, body, stack)
+                with _NO_TORCH_FUNCTION():
+                    self.seen.touched((*args, *kwargs.values()))
+                    if forward_ok:          # the call that failed is often what the user is looking for
+                        body["dump_error"] = f"the call raised {one_line(exc)}"
+                        self.add_entry(forward, body, stack)
                 raise
-            if collective:
-                self.seen.forget()
-            elif name in _EXPOSING:
-                self.seen.touched((*args, *kwargs.values()), exposed=True)
-            else:
-                self.seen.after(watched)
-            if forward_ok:
-                self.record_outputs(forward, body, (*args, *kwargs.values()) if collective else out)
-            if dump_backward and not collective and self.direction_ok("backward") and torch.is_grad_enabled() \
-                    and not _returns_an_input(out, args, kwargs):
-                self.guard(forward, body, "backward hook",
-                           lambda: self._hook_api_backward(f"{key}.{index}.backward", parent, out))
-            if forward_ok:
-                self.add_entry(forward, body, stack)
+            with _NO_TORCH_FUNCTION():
+                if collective:
+                    self.seen.forget()
+                elif name in _EXPOSING:
+                    self.seen.touched((*args, *kwargs.values()), exposed=True)
+                else:
+                    self.seen.after(watched)
+                if forward_ok:
+                    self.record_outputs(forward, body, (*args, *kwargs.values()) if collective else out)
+                if dump_backward and not collective and self.direction_ok("backward") and torch.is_grad_enabled() \
+                        and not _returns_an_input(out, args, kwargs):
+                    self.guard(forward, body, "backward hook",
+                               lambda: self._hook_api_backward(f"{key}.{index}.backward", parent, out))
+                if forward_ok:
+                    self.add_entry(forward, body, stack)
             return out
+        finally:
+            tls.busy = previous
 
     def _hook_api_backward(self, name: str, parent, out) -> None:
         grad_fn = _first_grad_fn(out)
@@ -576,7 +598,7 @@ class Collector(Recording):
 
         @functools.wraps(original)
         def wrapper(*args, **kwargs):
-            if torch.compiler.is_compiling() or collector.busy or not collector.api_active:
+            if collector._tls.busy or not collector.api_active or torch.compiler.is_compiling():
                 return original(*args, **kwargs)
             if threading.get_ident() != collector._owner:
                 collector.note_thread()

@@ -3,6 +3,8 @@ has, torch's own non-tensor values (spec compare.md §2.5). Plain Python values:
 
 from __future__ import annotations
 
+import math
+import struct
 import threading
 import weakref
 import zlib
@@ -66,9 +68,22 @@ def numeric_form(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+_BINARY32 = struct.Struct("f")
+
+
+def _single(value: float) -> float:
+    """A float64 number rounded to float32 (to nearest even: the cast torch makes); beyond its range, infinite."""
+    try:
+        return _BINARY32.unpack(_BINARY32.pack(value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
 def _number(value: torch.Tensor, dtype=None):
     """0-d tensor -> Python number, rounded (to nearest even) to dtype when given."""
     if dtype is not None and value.dtype != dtype:
+        if dtype == torch.float32 and value.dtype == torch.float64:     # the cast done in Python: no kernel
+            return json_number(_single(value.item()))
         value = value.to(dtype)
     number = value.item()
     return json_number(number) if isinstance(number, float) else number
