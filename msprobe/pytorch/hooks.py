@@ -344,23 +344,30 @@ class Collector(Recording):
                         "Max": None, "Min": None, "Mean": None, "Norm": None, "dump_error": reason}
             return {"type": type(value).__name__, "value": None, "dump_error": reason}
 
-    def record_outputs(self, name: str, body: dict, out) -> None:
-        """A call's outputs (an API's, a module's): their records are remembered for the calls that take them
-        (SeenTensors), while the API hooks see every torch call that could change them."""
+    @contextlib.contextmanager
+    def _remembering(self):
+        """The records made inside are remembered for the calls that take the same tensors unchanged (SeenTensors),
+        while the API hooks see every torch call that could change them."""
         tls = self._tls
         tls.remember = self.api_active
         try:
-            super().record_outputs(name, body, out)
+            yield
         finally:
             tls.remember = False
 
+    def record_inputs(self, name: str, body: dict, args, kwargs) -> None:
+        """A call's arguments (a parameter taken by the forward and again by the optimizer is reduced once)."""
+        with self._remembering():
+            super().record_inputs(name, body, args, kwargs)
+
+    def record_outputs(self, name: str, body: dict, out) -> None:
+        """A call's outputs (an API's, a module's)."""
+        with self._remembering():
+            super().record_outputs(name, body, out)
+
     def record_backward(self, name: str, body: dict, grad_outputs, grad_inputs) -> None:
-        tls = self._tls
-        tls.remember = self.api_active
-        try:
+        with self._remembering():
             super().record_backward(name, body, grad_outputs, grad_inputs)
-        finally:
-            tls.remember = False
 
     def log_once(self, key, message: str, *args) -> None:
         self.errors.once(key, message, *args)
