@@ -157,6 +157,20 @@ _EXPOSING = frozenset({"numpy", "__array__", "__dlpack__", "data_ptr", "untyped_
                        "_typed_storage"})
 
 
+_READERS = frozenset({"is_complex", "is_floating_point", "is_contiguous", "item", "size", "dim", "numel", "stride",
+                      "element_size", "__len__"})
+
+
+def _reads_only(func) -> bool:
+    """An unrecorded call that writes nothing and hands out no alias to write through behind torch: a tensor's
+    attribute getter (`.grad`, `.shape`, `.dtype`; not `.data`, whose alias has a version counter of its own) or
+    one of _READERS."""
+    name = getattr(func, "__name__", None)
+    if name == "__get__":
+        return getattr(getattr(func, "__self__", None), "__name__", "data") != "data"
+    return name in _READERS
+
+
 def _returns_an_input(out, args, kwargs) -> bool:
     """The call's first output tensor is one of its argument tensors itself (`F.dropout(x, p=0)` in training,
     `x.contiguous()` of a contiguous x): it made no autograd node, and a hook on that tensor's grad_fn would
@@ -190,7 +204,8 @@ class _ApiMode(TorchFunctionMode):
             prefix, name = api_table()[func]
         except (KeyError, TypeError):
             # not recorded (indexing, torch._foreach_mul_ ...): what it is given may change (SeenTensors)
-            col.seen.touched((*args, *kwargs.values()), getattr(func, "__name__", None) in _EXPOSING)
+            if not _reads_only(func):
+                col.seen.touched((*args, *kwargs.values()), getattr(func, "__name__", None) in _EXPOSING)
             return func(*args, **kwargs)
         return col.run_api(prefix, name, func, args, kwargs)
 
@@ -430,7 +445,7 @@ class Collector(Recording):
                 elif name in _EXPOSING:
                     self.seen.touched((*args, *kwargs.values()), exposed=True)
                 else:
-                    self.seen.after(watched)
+                    self.seen.after(watched, "batch_norm" in name or "instance_norm" in name)
                 if forward_ok:
                     self.record_outputs(forward, body, (*args, *kwargs.values()) if collective else out)
                 if dump_backward and not collective and self.direction_ok("backward") and torch.is_grad_enabled() \

@@ -331,11 +331,12 @@ class SeenTensors:
     A remembered record is used again only for the same tensor object (held by a weak reference: nothing is kept
     alive) in the same state: its autograd version counter (which every in-place op on it or on a view of it
     bumps), data address, dtype, shape and strides. Some writes do not move that counter: through a `.data` alias
-    (`t.data.mul_(2)`, `out=t.data`), the running statistics a batch norm updates, memory handed to numpy. The
-    collector sees every torch call while its API hooks are on (the only time anything is remembered): a call that
-    moved the counter of a tensor it was given, or was given a tensor that does not require grad, makes the records
-    of that tensor's storage stale (`watch`, `after`); a call that is not recorded, those of every tensor it was
-    given; a call that hands the memory out (`.numpy()`) keeps that storage out for the rest of the step. Only
+    (`t.data.mul_(2)`, `out=t.data`: the alias's own counter moves), the running statistics a batch norm updates,
+    memory handed to numpy. The collector sees every torch call while its API hooks are on (the only time anything
+    is remembered): a call that moved the counter of a tensor it was given, or a batch norm given a tensor that
+    does not require grad, makes the records of that tensor's storage stale (`watch`, `after`); a call that is not
+    recorded, those of every tensor it was given; a call that hands the memory out (`.numpy()`) keeps that storage
+    out for the rest of the step. Only
     tensors whose memory torch owns alone are remembered: plain tensors and parameters on a resizable storage that
     is not shared memory (not numpy's, a DLPack import or another process's)."""
 
@@ -414,13 +415,15 @@ class SeenTensors:
                         found.append((item, None))
         return found
 
-    def after(self, watched) -> None:
-        """After the call: the tensors whose version counter moved, that could not say, or that do not require grad
-        (a batch norm's running statistics are written without moving it) make their storages' records stale."""
+    def after(self, watched, unannounced: bool = False) -> None:
+        """After the call: the tensors whose version counter moved or that could not say make their storages'
+        records stale. torch's operators declare the arguments they write, and every declared write moves the
+        counter; `unannounced`: the call is one of those that write some arguments without it (a batch norm's
+        running statistics), so its arguments that do not require grad are stale too."""
         if not watched:
             return
         changed = [t for t, version in watched
-                   if version is None or not t.requires_grad or t._version != version]
+                   if version is None or (unannounced and not t.requires_grad) or t._version != version]
         if changed:
             self.touched(changed)
 

@@ -33,14 +33,18 @@ class _Net(torch.nn.Module):
         array = h.detach().numpy()          # memory handed out, written behind torch's back
         array += 1.0
         h = h + mean_again                  # h as numpy left it
-        return self.out(h), torch.tanh(self.fc.weight)   # a parameter taken again after the forward used it
+        scaled = self.out.weight * 1.0      # out.weight recorded ...
+        torch._foreach_mul_([self.out.weight.data], 1.5)     # ... then written by an unrecorded call through .data
+        extra = torch.tanh(self.fc.weight) + scaled[:, :1].sum()     # fc.weight taken again after fc used it
+        return self.out(h), extra
 
 
 def _train(dump_path: Path, steps: int = 2) -> list:
     torch.set_num_threads(1)
     seed_all(7)
     model = _Net()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opts = [torch.optim.SGD(model.fc.parameters(), lr=0.1, momentum=0.9),       # reads .grad, momentum buffers
+            torch.optim.AdamW([*model.bn.parameters(), *model.out.parameters()], lr=0.01)]
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(dump_path))
     x = torch.randn(5, 6, generator=torch.Generator().manual_seed(3))
     losses = []
@@ -49,8 +53,9 @@ def _train(dump_path: Path, steps: int = 2) -> list:
         out, extra = model(x)
         loss = out.square().mean() + extra.sum() * 1e-3
         loss.backward()
-        opt.step()
-        opt.zero_grad()
+        for opt in opts:
+            opt.step()
+            opt.zero_grad()
         debugger.stop()
         debugger.step()
         losses.append(loss.item())
