@@ -3,6 +3,7 @@ rule for every collector (msprobe.pytorch, msprobe.mindspore)."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 # a full entry name: an API call's `<type>.<api>.<n>.forward|backward`, a module's `...forward|backward.<n>` or
@@ -39,13 +40,17 @@ def selected(config, name: str, enclosing=()) -> bool:
 
 def direction_ok(config, direction: str) -> bool:
     """`data_mode` lets `direction` ("forward" or "backward") through."""
-    modes = set(config.data_mode)
-    wanted = modes & {"forward", "backward"}
-    return "all" in modes or not wanted or direction in wanted
+    return _lets_through(tuple(config.data_mode), ("forward", "backward"), direction)
 
 
 def section_ok(config, section: str) -> bool:
     """`data_mode` lets `section` ("input" or "output") through."""
-    modes = set(config.data_mode)
-    wanted = modes & {"input", "output"}
-    return "all" in modes or not wanted or section in wanted
+    return _lets_through(tuple(config.data_mode), ("input", "output"), section)
+
+
+@functools.lru_cache(maxsize=256)
+def _lets_through(data_mode: tuple, kinds: tuple, value: str) -> bool:
+    """Whether `data_mode` lets `value`, one of `kinds`, through (asked per recorded call: remembered)."""
+    modes = set(data_mode)
+    wanted = modes & set(kinds)
+    return "all" in modes or not wanted or value in wanted

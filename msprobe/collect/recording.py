@@ -15,7 +15,10 @@ class Recording:
         return ()
 
     def selected(self, name: str) -> bool:
-        return filters.selected(self.config, name, self.enclosing())
+        config = self.config
+        if not config.scope and not config.api_list:      # no filter: everything (and no enclosing calls needed)
+            return True
+        return filters.selected(config, name, self.enclosing())
 
     def direction_ok(self, direction: str) -> bool:
         return filters.direction_ok(self.config, direction)

@@ -16,12 +16,12 @@ _PACKAGE = os.path.dirname(_COLLECT) + os.sep
 def stack_lines(cache: dict, own_directory: str, skip: int = 1) -> tuple:
     """The stack of the caller's caller (`skip` frames up from here), innermost first, without the frames of files
     in `own_directory` (the collector's package) or anywhere in the msprobe package (this one, the triage
-    injection's wrappers around the model's calls). Formatting (source lines included) is cached in `cache` per chain of (code, line)
+    injection's wrappers around the model's calls). Formatting (source lines included) is cached in `cache` per chain of (code, instruction)
     positions, since a training step calls the same sites again and again (at most 100,000 chains)."""
     key = []
     frame = sys._getframe(skip)
-    while frame is not None:
-        key.append((frame.f_code, frame.f_lineno))
+    while frame is not None:        # the instruction, not the line: f_lineno costs a line-table search per frame
+        key.append((frame.f_code, frame.f_lasti))
         frame = frame.f_back
     key = tuple(key)
     lines = cache.get(key)

@@ -25,7 +25,7 @@ from msprobe.collect.guard import one_line
 from msprobe.collect.recording import Recording
 from msprobe.collect.stacks import stack_lines
 from msprobe.pytorch.module_hooks import ModuleHooks, compiled_paths, guard_compiled
-from msprobe.pytorch.stats import tensor_record, value_record
+from msprobe.pytorch.stats import SeenTensors, tensor_record, value_record
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _MAX_DEPTH = 64
@@ -152,6 +152,25 @@ def _first_grad_fn(value):
     return tensor.grad_fn if tensor is not None else None
 
 
+# calls that hand out a tensor's memory to code that may write it without torch (numpy, DLPack, a pointer)
+_EXPOSING = frozenset({"numpy", "__array__", "__dlpack__", "data_ptr", "untyped_storage", "storage",
+                       "_typed_storage"})
+
+
+_READERS = frozenset({"is_complex", "is_floating_point", "is_contiguous", "item", "size", "dim", "numel", "stride",
+                      "element_size", "__len__"})
+
+
+def _reads_only(func) -> bool:
+    """An unrecorded call that writes nothing and hands out no alias to write through behind torch: a tensor's
+    attribute getter (`.grad`, `.shape`, `.dtype`; not `.data`, whose alias has a version counter of its own) or
+    one of _READERS."""
+    name = getattr(func, "__name__", None)
+    if name == "__get__":
+        return getattr(getattr(func, "__self__", None), "__name__", "data") != "data"
+    return name in _READERS
+
+
 def _returns_an_input(out, args, kwargs) -> bool:
     """The call's first output tensor is one of its argument tensors itself (`F.dropout(x, p=0)` in training,
     `x.contiguous()` of a contiguous x): it made no autograd node, and a hook on that tensor's grad_fn would
@@ -161,6 +180,11 @@ def _returns_an_input(out, args, kwargs) -> bool:
     return first is not None and any(first is value for value in (*args, *kwargs.values()))
 
 
+_RTRUEDIV = torch.Tensor.__rtruediv__
+_RDIV = torch.Tensor.__rdiv__
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
+
+
 class _ApiMode(TorchFunctionMode):
     def __init__(self, collector):
         super().__init__()
@@ -168,18 +192,20 @@ class _ApiMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if torch.compiler.is_compiling():      # the compiler traces what the user's code does, nothing else
-            return func(*args, **kwargs)
         col = self.collector
-        if col.busy or not col.api_active:
+        # the compiler traces what the user's code does, nothing else
+        if col._tls.busy or not col.api_active or torch.compiler.is_compiling():
             return func(*args, **kwargs)
-        if func is torch.Tensor.__rtruediv__ or func is torch.Tensor.__rdiv__:
+        if func is _RTRUEDIV or func is _RDIV:
             # torch implements `other / tensor` as `tensor.reciprocal() * other`; record those two calls
             inverse = col.run_api("Tensor", "reciprocal", torch.Tensor.reciprocal, (args[0],), {})
             return col.run_api("Tensor", "__mul__", torch.Tensor.__mul__, (inverse, args[1]), {})
         try:
             prefix, name = api_table()[func]
         except (KeyError, TypeError):
+            # not recorded (indexing, torch._foreach_mul_ ...): what it is given may change (SeenTensors)
+            if not _reads_only(func):
+                col.seen.touched((*args, *kwargs.values()), getattr(func, "__name__", None) in _EXPOSING)
             return func(*args, **kwargs)
         return col.run_api(prefix, name, func, args, kwargs)
 
@@ -200,6 +226,13 @@ def _remove_mode(mode) -> bool:
     return True
 
 
+class _ThreadState(threading.local):
+    """The collector's per-thread state; the class attributes are each thread's starting values."""
+
+    busy = False            # our own work, or inside a recorded call: nothing is recorded
+    remember = False        # the records made now are kept for the calls that take the same tensors (SeenTensors)
+
+
 class Collector(Recording):
     """Records the entries of one process into the debugger's StepWriter according to a DumpConfig."""
 
@@ -207,8 +240,9 @@ class Collector(Recording):
         self.config = config
         self.writer = writer
         self.errors = errors
-        self._tls = threading.local()
+        self._tls = _ThreadState()
         self._count_lock = threading.Lock()
+        self._risks: dict = {}        # "prefix.name" -> whether risk_level lets it be dumped (the config is fixed)
         self.api_active = False
         self.module_active = False
         self.generation = 0
@@ -219,12 +253,13 @@ class Collector(Recording):
         self._handles: list = []
         self._wrappers: dict = {}     # one wrapper per patched function for the collector's life (see _patch)
         self.modules = ModuleHooks(self)
+        self.seen = SeenTensors()     # statistics of the tensors recorded and not changed since
         self.reset_counters()
 
     # ------------------------------------------------------------------ state
     @property
     def busy(self) -> bool:
-        return getattr(self._tls, "busy", False)
+        return self._tls.busy
 
     @busy.setter
     def busy(self, value: bool) -> None:
@@ -247,6 +282,7 @@ class Collector(Recording):
         self.param_grad_counts: dict = {}
         self.stack_cache: dict = {}       # formatted stacks per chain of (code, line) positions
         self._phases_seen: set = set()    # phases already in this step's construct.json
+        self.seen.clear()
         self.modules.reset()
         self.generation += 1
 
@@ -298,7 +334,7 @@ class Collector(Recording):
             return self._tensor_leaf(tensor, name)
 
     def _tensor_leaf(self, tensor: torch.Tensor, name: str) -> dict:
-        record = tensor_record(tensor, self.config.summary_mode)
+        record = tensor_record(tensor, self.config.summary_mode, self.seen, self._tls.remember)
         if "dump_error" in record:
             self.errors.once(("statistics", record["dtype"], str(tensor.layout)), "a %s tensor (%s) at %s: %s; "
                              "its record says so (dump_error) and training continues", record["dtype"],
@@ -322,6 +358,31 @@ class Collector(Recording):
                 return {"type": "torch.Tensor", "dtype": str(value.dtype), "shape": list(value.shape),
                         "Max": None, "Min": None, "Mean": None, "Norm": None, "dump_error": reason}
             return {"type": type(value).__name__, "value": None, "dump_error": reason}
+
+    @contextlib.contextmanager
+    def _remembering(self):
+        """The records made inside are remembered for the calls that take the same tensors unchanged (SeenTensors),
+        while the API hooks see every torch call that could change them."""
+        tls = self._tls
+        tls.remember = self.api_active
+        try:
+            yield
+        finally:
+            tls.remember = False
+
+    def record_inputs(self, name: str, body: dict, args, kwargs) -> None:
+        """A call's arguments (a parameter taken by the forward and again by the optimizer is reduced once)."""
+        with self._remembering():
+            super().record_inputs(name, body, args, kwargs)
+
+    def record_outputs(self, name: str, body: dict, out) -> None:
+        """A call's outputs (an API's, a module's)."""
+        with self._remembering():
+            super().record_outputs(name, body, out)
+
+    def record_backward(self, name: str, body: dict, grad_outputs, grad_inputs) -> None:
+        with self._remembering():
+            super().record_backward(name, body, grad_outputs, grad_inputs)
 
     def log_once(self, key, message: str, *args) -> None:
         self.errors.once(key, message, *args)
@@ -353,31 +414,49 @@ class Collector(Recording):
         parent = self.parent()
         if self.config.level == "mix":
             self.writer.add_construct(forward, parent)
-        risk_ok = risk_allows(self.config, prefix, name)
+        risk_ok = self._risks.get(key)
+        if risk_ok is None:
+            risk_ok = self._risks[key] = risk_allows(self.config, prefix, name)
         forward_ok = risk_ok and self.selected(forward) and self.direction_ok("forward")
         dump_backward = risk_ok and self.selected(f"{key}.{index}.backward")
-        with self.working():
+        tls = self._tls
+        previous = tls.busy            # Collector.working(), inline: the APIs called inside are not recorded
+        tls.busy = True
+        try:
             body: dict = {}
             stack = None
-            if forward_ok:
-                self.record_inputs(forward, body, args, kwargs)
-                stack = self.guard(forward, body, "stack", self.stack_lines)
+            with _NO_TORCH_FUNCTION():          # our own work: no mode or tensor subclass runs for it
+                if forward_ok:
+                    self.record_inputs(forward, body, args, kwargs)
+                    stack = self.guard(forward, body, "stack", self.stack_lines)
+                watched = self.seen.watch((*args, *kwargs.values()) if kwargs else args)
             try:
                 out = func(*args, **kwargs)
             except BaseException as exc:
-                if forward_ok:          # the call that failed is often what the user is looking for
-                    body["dump_error"] = f"the call raised {one_line(exc)}"
-                    self.add_entry(forward, body, stack)
+                with _NO_TORCH_FUNCTION():
+                    self.seen.touched((*args, *kwargs.values()))
+                    if forward_ok:          # the call that failed is often what the user is looking for
+                        body["dump_error"] = f"the call raised {one_line(exc)}"
+                        self.add_entry(forward, body, stack)
                 raise
-            if forward_ok:
-                self.record_outputs(forward, body, (*args, *kwargs.values()) if collective else out)
-            if dump_backward and not collective and self.direction_ok("backward") and torch.is_grad_enabled() \
-                    and not _returns_an_input(out, args, kwargs):
-                self.guard(forward, body, "backward hook",
-                           lambda: self._hook_api_backward(f"{key}.{index}.backward", parent, out))
-            if forward_ok:
-                self.add_entry(forward, body, stack)
+            with _NO_TORCH_FUNCTION():
+                if collective:
+                    self.seen.forget()
+                elif name in _EXPOSING:
+                    self.seen.touched((*args, *kwargs.values()), exposed=True)
+                else:
+                    self.seen.after(watched, "batch_norm" in name or "instance_norm" in name)
+                if forward_ok:
+                    self.record_outputs(forward, body, (*args, *kwargs.values()) if collective else out)
+                if dump_backward and not collective and self.direction_ok("backward") and torch.is_grad_enabled() \
+                        and not _returns_an_input(out, args, kwargs):
+                    self.guard(forward, body, "backward hook",
+                               lambda: self._hook_api_backward(f"{key}.{index}.backward", parent, out))
+                if forward_ok:
+                    self.add_entry(forward, body, stack)
             return out
+        finally:
+            tls.busy = previous
 
     def _hook_api_backward(self, name: str, parent, out) -> None:
         grad_fn = _first_grad_fn(out)
@@ -432,6 +511,7 @@ class Collector(Recording):
         self._handles.append(register_optimizer_step_post_hook(lambda *_: self.exit_phase("optimizer")))
 
     def enter_phase(self, phase: str) -> None:
+        self.seen.clear()         # an optimizer may write through code torch does not see (a C++ extension)
         if self.api_active:
             self._enter_mode(scoped=True)
             if phase not in self._phases_seen:
@@ -440,6 +520,7 @@ class Collector(Recording):
             self.thread_stack().append(phase)
 
     def exit_phase(self, phase: str) -> None:
+        self.seen.clear()
         stack = self.thread_stack()
         if phase in stack:
             del stack[len(stack) - 1 - stack[::-1].index(phase):]
@@ -539,7 +620,7 @@ class Collector(Recording):
 
         @functools.wraps(original)
         def wrapper(*args, **kwargs):
-            if torch.compiler.is_compiling() or collector.busy or not collector.api_active:
+            if collector._tls.busy or not collector.api_active or torch.compiler.is_compiling():
                 return original(*args, **kwargs)
             if threading.get_ident() != collector._owner:
                 collector.note_thread()
@@ -559,8 +640,10 @@ class Collector(Recording):
         self.tidy_thread()
 
     def begin(self) -> None:
-        """A new recording (start()): a new session for the per-thread mode bookkeeping."""
+        """A new recording (start()): a new session for the per-thread mode bookkeeping; nothing seen before (the
+        code between stop() and start() runs unseen)."""
         self.session += 1
+        self.seen.clear()
 
     # ------------------------------------------------------------------ modules
     def guard_compiled(self, models) -> None:

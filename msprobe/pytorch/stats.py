@@ -4,6 +4,9 @@ has, torch's own non-tensor values (spec compare.md §2.5). Plain Python values:
 from __future__ import annotations
 
 import math
+import struct
+import threading
+import weakref
 import zlib
 
 import numpy as np
@@ -66,8 +69,23 @@ def numeric_form(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _number(value: torch.Tensor):
-    """0-d tensor -> Python number."""
+_BINARY32 = struct.Struct("f")
+
+
+def _single(value: float) -> float:
+    """A float64 number rounded to float32 (to nearest even: the cast torch makes); beyond its range, infinite."""
+    try:
+        return _BINARY32.unpack(_BINARY32.pack(value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+def _number(value: torch.Tensor, dtype=None):
+    """0-d tensor -> Python number, rounded (to nearest even) to dtype when given."""
+    if dtype is not None and value.dtype != dtype:
+        if dtype == torch.float32 and value.dtype == torch.float64:     # the cast done in Python: no kernel
+            return json_number(_single(value.item()))
+        value = value.to(dtype)
     number = value.item()
     return json_number(number) if isinstance(number, float) else number
 
@@ -93,24 +111,28 @@ def tensor_stats(t: torch.Tensor) -> dict:
             return {"Max": stats["Max"], "Min": stats["Min"], "Mean": None, "Norm": None}
         low, high = torch.aminmax(t)
         return {"Max": high.item(), "Min": low.item(), "Mean": None, "Norm": None}
-    high, low, mean, norm = float_statistics(t)
-    return {"Max": _number(high), "Min": _number(low), "Mean": _number(mean), "Norm": _number(norm)}
+    back = t.dtype if t.dtype != torch.float64 else None      # rounded here: in Python for float32, no kernel
+    high, low, mean, norm = float_statistics(t, rounded=False)
+    return {"Max": _number(high, back), "Min": _number(low, back), "Mean": _number(mean, back),
+            "Norm": _number(norm, back)}
 
 
-def float_statistics(t: torch.Tensor, wide_limit: int = WIDE_LIMIT) -> tuple:
+def float_statistics(t: torch.Tensor, wide_limit: int = WIDE_LIMIT, rounded: bool = True) -> tuple:
     """Max, Min, Mean, Norm of a floating tensor of at least one element, as 0-d tensors on its device, by the one
     convention every collector and the monitor follow (msprobe.collect.stats.written_statistics', the MindSpore
     collector's): Max/Min exact, Mean and Norm reduced in float64 and rounded once to the tensor's dtype, so that an
     identical tensor gets identical statistics in both collectors and on any vector width or thread count. Beyond
     `wide_limit` (WIDE_LIMIT) elements the float64 copy would slow a step notably (TinyGPT d=256: 2x the
     statistics' time): reduced in float32 there, a few units of rounding off, which the verdict's statistics
-    rounding allows. The monitor, which takes many tensors every step, passes MONITOR_WIDE_LIMIT."""
+    rounding allows. The monitor, which takes many tensors every step, passes MONITOR_WIDE_LIMIT. `rounded=False`:
+    Mean and Norm (and a low-precision tensor's Max and Min) are left unrounded, in float64 or float32, for the
+    caller to round to the tensor's dtype."""
     back = t.dtype if t.dtype != torch.float64 else None
     data = t.float() if t.dtype in _LOW_PRECISION else t
     low, high = torch.aminmax(data)   # one pass for both, exact
     wide = t.double() if t.numel() <= wide_limit else data
     mean, norm = wide.mean(), torch.linalg.vector_norm(wide)
-    if back is not None:
+    if back is not None and rounded:
         high, low, mean, norm = (v if v.dtype == back else v.to(back) for v in (high, low, mean, norm))
     return high, low, mean, norm
 
@@ -258,28 +280,176 @@ def tensor_crc32(t: torch.Tensor) -> str:
     return format(crc, "08x") if crc else crc32_text("")
 
 
-def tensor_record(t: torch.Tensor, summary_mode: str = "statistics") -> dict:
+def tensor_record(t: torch.Tensor, summary_mode: str = "statistics", seen: "SeenTensors | None" = None,
+                  remember: bool = False) -> dict:
     """The record of a tensor. A statistic that cannot be computed leaves the four null and a one-line
-    dump_error in the record; its dtype and shape are always there."""
-    requires_grad = bool(t.requires_grad)
-    t = t.detach()
+    dump_error in the record; its dtype and shape are always there. `seen`: the content parts computed for this
+    very tensor earlier in the step, when it did not change since (see SeenTensors); `remember`: keep this one's
+    there."""
     record = {"type": "torch.Tensor", "dtype": str(t.dtype), "shape": list(t.shape)}
+    key, content = seen.get(t, remember) if seen is not None else (None, None)
+    if content is None:
+        content = _content(t.detach(), summary_mode)
+        if remember and key is not None:
+            seen.put(t, key, content)
+    record.update(content[0])
+    record["requires_grad"] = bool(t.requires_grad)
+    if content[1]:
+        record.update(content[1])
+    return record
+
+
+def _content(t: torch.Tensor, summary_mode: str) -> tuple:
+    """(the statistics, the md5 and dump_error members) of a tensor's record: what depends on its values."""
     error = None
     try:
-        record.update(tensor_stats(t))
+        stats = tensor_stats(t)
     except Exception as exc:  # noqa: BLE001 - a dtype or layout torch cannot reduce
-        record.update(NO_STATISTICS)
+        stats = NO_STATISTICS
         error = f"statistics: {one_line(exc)}"
-    record["requires_grad"] = requires_grad
+    tail = {}
     if summary_mode == "md5":
         try:
-            record["md5"] = tensor_crc32(t)
+            tail["md5"] = tensor_crc32(t)
         except Exception as exc:  # noqa: BLE001
             error = f"{error}; " if error else ""
             error += f"md5: {one_line(exc)}"
     if error:
-        record["dump_error"] = error
-    return record
+        tail["dump_error"] = error
+    return stats, tail
+
+
+def _plain(t) -> bool:
+    return type(t) is torch.Tensor or type(t) is torch.nn.Parameter
+
+
+class SeenTensors:
+    """The content parts (statistics, md5) of the records of a call's outputs and of gradients, for as long as that
+    tensor stays alive and unchanged in the step: a tensor recorded as one call's output and then as the input of
+    the calls that take it is reduced once.
+
+    A remembered record is used again only for the same tensor object (held by a weak reference: nothing is kept
+    alive) in the same state: its autograd version counter (which every in-place op on it or on a view of it
+    bumps), data address, dtype, shape and strides. Some writes do not move that counter: through a `.data` alias
+    (`t.data.mul_(2)`, `out=t.data`: the alias's own counter moves), the running statistics a batch norm updates,
+    memory handed to numpy. The collector sees every torch call while its API hooks are on (the only time anything
+    is remembered): a call that moved the counter of a tensor it was given, or a batch norm given a tensor that
+    does not require grad, makes the records of that tensor's storage stale (`watch`, `after`); a call that is not
+    recorded, those of every tensor it was given; a call that hands the memory out (`.numpy()`) keeps that storage
+    out for the rest of the step. Only
+    tensors whose memory torch owns alone are remembered: plain tensors and parameters on a resizable storage that
+    is not shared memory (not numpy's, a DLPack import or another process's)."""
+
+    __slots__ = ("_done", "_storages", "_exposed", "_lock")
+    LIMIT = 1 << 16
+
+    def __init__(self):
+        self._done: dict = {}        # id(tensor) -> (weak reference, state, content)
+        self._storages: dict = {}    # storage address -> ids of the tensors remembered on it
+        self._exposed: set = set()   # storage addresses handed out this step: never remembered
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        """A new step or recording: nothing is remembered."""
+        with self._lock:
+            self._done.clear()
+            self._storages.clear()
+            self._exposed.clear()
+
+    def forget(self) -> None:
+        """Every remembered record is stale (a call whose arguments cannot say what they share)."""
+        with self._lock:
+            self._done.clear()
+            self._storages.clear()
+
+    @staticmethod
+    def _state(t: torch.Tensor):
+        if not _plain(t):
+            return None
+        try:
+            return t._version, t.data_ptr(), t.dtype, t.shape, t.stride()
+        except Exception:  # noqa: BLE001 - no version counter (inference) or no strides (sparse): not remembered
+            return None
+
+    def get(self, t: torch.Tensor, remember: bool = False) -> tuple:
+        """(the tensor's state now when it is to be remembered or was; its content parts if they are known)."""
+        found = self._done.get(id(t))
+        if found is None and not remember:
+            return None, None
+        state = self._state(t)
+        if state is None or found is None or found[0]() is not t or state != found[1]:
+            return state, None
+        return state, found[2]
+
+    def put(self, t: torch.Tensor, state: tuple, content: tuple) -> None:
+        """Remember the content parts computed for `t` in `state` (taken before they were computed)."""
+        try:
+            storage = t.untyped_storage()
+            if not storage.resizable() or (storage.device.type == "cpu" and storage.is_shared()):
+                return
+            address = storage.data_ptr()
+        except Exception:  # noqa: BLE001 - no storage of its own: not remembered
+            return
+        with self._lock:
+            if address in self._exposed:
+                return
+            if len(self._done) >= self.LIMIT:
+                self._done.clear()
+                self._storages.clear()
+            self._done[id(t)] = (weakref.ref(t), state, content)
+            self._storages.setdefault(address, []).append(id(t))
+
+    def watch(self, values):
+        """Before a recorded call given `values` (and the items of the lists and tuples among them): what after()
+        needs to tell what the call may have written; None when nothing is remembered."""
+        if not self._done:
+            return None
+        found = []
+        for value in values:
+            items = value if isinstance(value, (list, tuple)) else (value,)
+            for item in items:
+                if isinstance(item, torch.Tensor):
+                    try:
+                        found.append((item, item._version if _plain(item) else None))
+                    except RuntimeError:          # an inference tensor: no version counter
+                        found.append((item, None))
+        return found
+
+    def after(self, watched, unannounced: bool = False) -> None:
+        """After the call: the tensors whose version counter moved or that could not say make their storages'
+        records stale. torch's operators declare the arguments they write, and every declared write moves the
+        counter; `unannounced`: the call is one of those that write some arguments without it (a batch norm's
+        running statistics), so its arguments that do not require grad are stale too."""
+        if not watched:
+            return
+        changed = [t for t, version in watched
+                   if version is None or (unannounced and not t.requires_grad) or t._version != version]
+        if changed:
+            self.touched(changed)
+
+    def touched(self, values, exposed: bool = False) -> None:
+        """`values` (and the items of the lists and tuples among them) were given to a torch call that may have
+        written them: the records of their storages are stale; `exposed`: the call handed their memory out."""
+        if not self._done and not exposed:
+            return
+        with torch._C.DisableTorchFunction():      # a subclass's own __torch_function__ is not ours to run
+            self._touched(values, exposed)
+
+    def _touched(self, values, exposed: bool) -> None:
+        for value in values:
+            if isinstance(value, (list, tuple)):
+                self._touched([v for v in value if isinstance(v, torch.Tensor)], exposed)
+            elif isinstance(value, torch.Tensor):
+                try:
+                    address = value.untyped_storage().data_ptr()
+                except Exception:  # noqa: BLE001 - a tensor without a storage (a wrapper subclass): anything goes
+                    self.forget()
+                    continue
+                with self._lock:
+                    if exposed:
+                        self._exposed.add(address)
+                    for tid in self._storages.pop(address, ()):
+                        self._done.pop(tid, None)
 
 
 def saved_copy(t: torch.Tensor) -> torch.Tensor:

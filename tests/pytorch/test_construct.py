@@ -37,7 +37,10 @@ def test_stack_lines_are_cached_per_call_site_and_never_conflated():
     def site_b():
         return stack_lines(cache, _HERE)
 
-    first, again, other = site_a(), site_a(), site_b()
+    first, again = [site_a() for _ in range(2)]     # one call site, twice
+    other = site_b()
     assert first is again                       # same chain of positions: the cached tuple
+    one, two = site_a(), site_a()               # two positions on one line of the caller: the same lines
+    assert one == two and one[0] == first[0]
     assert first != other and "in site_a" in first[0] and "in site_b" in other[0]
     assert first[0].startswith("File ") and "test_construct.py" in first[0] and ", \n " in first[0]

@@ -364,10 +364,10 @@ def test_hook_error_is_logged_once_and_marked(tmp_path, monkeypatch, capsys):
 
     real = hooks.tensor_record
 
-    def flaky(tensor, mode):
+    def flaky(tensor, *rest):
         if tensor.dtype == torch.bool:
             raise RuntimeError("boom")
-        return real(tensor, mode)
+        return real(tensor, *rest)
 
     monkeypatch.setattr(hooks, "tensor_record", flaky)
     plain_losses, _ = train(steps=1)

@@ -572,10 +572,10 @@ def test_a_failed_parameter_gradient_stays_in_its_own_record(tmp_path, monkeypat
 
     real = hooks.tensor_record
 
-    def failing_for_sparse(tensor, mode):
+    def failing_for_sparse(tensor, *rest):
         if tensor.layout != torch.strided:
             raise RuntimeError("sparse tensors are not supported")
-        return real(tensor, mode)
+        return real(tensor, *rest)
 
     monkeypatch.setattr(hooks, "tensor_record", failing_for_sparse)
     model = SparseNet()
