@@ -69,6 +69,18 @@ def remove_temporaries(made: list) -> None:
     made.clear()
 
 
+def unwritable_directory(path: str):
+    """Why `path` cannot serve as an output directory (created with its parents if missing), or None when it can:
+    "cannot be created: <reason>" or "is not a writable directory"."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except (OSError, ValueError) as exc:
+        return f"cannot be created: {getattr(exc, 'strerror', None) or exc}"
+    if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
+        return "is not a writable directory"
+    return None
+
+
 def write_text(path: str, text: str) -> None:
     """UTF-8; a lone surrogate (from a `\\ud800` escape in a dump) is written as the text `\\ud800`."""
     with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8", errors="backslashreplace") as handle:

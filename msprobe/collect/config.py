@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 from msprobe.errors import MsprobeError
+from msprobe.io import unwritable_directory
 
 TASKS = ("statistics", "tensor")
 LEVELS = ("L0", "L1", "mix")
@@ -182,13 +183,9 @@ def _path_text(name: str, value) -> str:
 def check_dump_path(path) -> str:
     """The absolute dump_path, created if missing; a clear DumpConfigError when it cannot be written."""
     path = os.path.abspath(os.path.expanduser(_path_text("config 'dump_path'", path)))
-    try:
-        os.makedirs(path, exist_ok=True)
-    except (OSError, ValueError) as exc:
-        raise DumpConfigError(f"dump_path {path!r} cannot be created: {getattr(exc, 'strerror', None) or exc}") \
-            from None
-    if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
-        raise DumpConfigError(f"dump_path {path!r} is not a writable directory")
+    problem = unwritable_directory(path)
+    if problem:
+        raise DumpConfigError(f"dump_path {path!r} {problem}")
     return path
 
 

@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from msprobe.collect.guard import one_line
-from msprobe.io import atomic_path
+from msprobe.io import atomic_path, unwritable_directory
 from msprobe.log import get_logger
 from msprobe.monitor.config import MonitorConfig, MonitorConfigError, load_config
 from msprobe.monitor.layout import RunWriter, has_micro_step, output_root, stage_of
@@ -46,13 +46,9 @@ def check_output(config: MonitorConfig, root: str | None = None) -> str:
     root = root or output_root()
     if config.format == "api":
         return root
-    try:
-        os.makedirs(root, exist_ok=True)
-    except (OSError, ValueError) as exc:
-        raise MonitorConfigError(f"MONITOR_OUTPUT_DIR {root} cannot be made: {getattr(exc, 'strerror', None) or exc}") \
-            from None
-    if not os.path.isdir(root) or not os.access(root, os.W_OK | os.X_OK):
-        raise MonitorConfigError(f"MONITOR_OUTPUT_DIR {root} is not a writable directory")
+    problem = unwritable_directory(root)
+    if problem:
+        raise MonitorConfigError(f"MONITOR_OUTPUT_DIR {root} {problem}")
     return root
 
 
