@@ -97,7 +97,9 @@ class CellHooks:
         self.col = collector
         self.hooked: list = []          # (cell, pre-hook, post-hook)
         self.handles: list = []
-        self.jit_cells: list = []
+        self.jit_cells: list = []       # paths of the @ms.jit cells with sub-cells (run inside their graph)
+        self.jit_ids: set = set()       # ids of the @ms.jit cells hooked here (their own calls)
+        self.graph = None               # the GraphRoute that taps the cells inside them (CPU)
         self.indexed = False            # models given as a list: cell names start with the model's index
         self.param_handles: dict = {}   # (cell prefix, short name) -> handle, for this step
         self.reset()
@@ -153,10 +155,11 @@ class CellHooks:
                 if cell is model:
                     continue
                 if jit:
-                    self.jit_cells.append(f"{lead}{path}")
-                    continue
+                    self.jit_ids.add(id(cell))
+                    if any(cell._cells.values()):
+                        self.jit_cells.append(f"{lead}{path}")
                 prefix = f"Cell.{lead}{path}.{type(cell).__name__}."
-                self.hooked.append((cell, self._pre_hook(prefix), self._post_hook(prefix)))
+                self.hooked.append((cell, self._pre_hook(prefix, jit), self._post_hook(prefix, jit)))
         self.resume()
 
     def resume(self) -> None:
@@ -174,6 +177,7 @@ class CellHooks:
         self.suspend()
         self.hooked = []
         self.jit_cells = []
+        self.jit_ids = set()
         self.remove_param_hooks()
 
     def remove_param_hooks(self) -> None:
@@ -212,7 +216,7 @@ class CellHooks:
                 col.leave()
         return hook
 
-    def _pre_hook(self, prefix: str):
+    def _pre_hook(self, prefix: str, jit: bool = False):
         col = self.col
 
         def work(cell, args, kwargs):
@@ -230,14 +234,17 @@ class CellHooks:
                 else:
                     self._add_parameters(forward, body, cell)
                     col.writer.add(forward, body, stack)
+            hooked = None
             if col.grads_wanted() and differentiable(args):
-                binding = self._binding(f"{prefix}backward.{index}", cell, seq)
+                binding = self._binding(prefix, index, cell, seq, jit)
                 self.bindings[forward] = binding
-                return binding.inputs(tuple(args)), kwargs
-            return None
+                hooked = binding.inputs(tuple(args)), kwargs
+            if jit:                     # the taps inside its graph report to this call from here on
+                self.graph.window("forward", prefix, index, self.stack)
+            return hooked
         return self._shielded("pre-hook", work)
 
-    def _post_hook(self, prefix: str):
+    def _post_hook(self, prefix: str, jit: bool = False):
         col = self.col
 
         def work(cell, args, kwargs, output):
@@ -246,6 +253,8 @@ class CellHooks:
                 return None             # its pre-hook did not run (the cell was called before recording started)
             index, seq = calls.pop()   # this call's own (the innermost open call of a recursive cell)
             forward = f"{prefix}forward.{index}"
+            if jit:                     # the entries of the cells inside it come before its own
+                self.graph.window_closed()
             self._leave(forward)
             raised = _raised_in(cell) if output is None else None
             waiting = self.pending.pop(forward, None)
@@ -262,7 +271,7 @@ class CellHooks:
                 return None
             self._hook_params(prefix, cell)
             if binding is None:
-                binding = self._pre_binding(f"{prefix}backward.{index}", cell, seq)
+                binding = self._pre_binding(prefix, index, cell, seq, jit)
             return binding.outputs(output)
         return self._shielded("hook", work)
 
@@ -276,32 +285,41 @@ class CellHooks:
                 "parameters", {k: col.recorder.record(p, f"{name}.parameters.{k}") for k, p in params.items()}))
 
     # ------------------------------------------------------------------ backward
-    def _binding(self, name: str, cell, seq: int) -> BackwardBinding:
+    def _binding(self, prefix: str, index: int, cell, seq: int, jit: bool) -> BackwardBinding:
         """The backward hook at the call's arguments and outputs: the cell's backward starts when the outputs'
         gradients arrive (the parent of the entries inside it); its entry is written, and its backward ends, when
-        the arguments' gradients are computed."""
+        the arguments' gradients are computed. A jit cell's backward window (graph_mode.py) is open in between."""
         col = self.col
+        name = f"{prefix}backward.{index}"
 
         def start(_grad_outputs, _):
             col.settle_waiting(seq)
             self._enter(name)
+            if jit:
+                self.graph.window("backward", prefix, index, self.stack)
 
         def write(grad_outputs, grad_inputs):
             col.settle_waiting(seq)
+            if jit:
+                self.graph.window_closed()
             self._write_backward(name, grad_outputs, grad_inputs)
             self._leave(name)
         return BackwardBinding(col, name, col.backward_callback(name, write), True, cell,
                                col.backward_callback(name, start))
 
-    def _pre_binding(self, name: str, cell, seq: int) -> BackwardBinding:
+    def _pre_binding(self, prefix: str, index: int, cell, seq: int, jit: bool) -> BackwardBinding:
         """For a call without a floating-point argument, the pre-hook at its outputs: the cell's entry, with the
-        outputs' gradients alone."""
+        outputs' gradients alone (written before its backward runs: a jit cell's backward window stays open until
+        the next window or stop())."""
         col = self.col
+        name = f"{prefix}backward.{index}"
 
         def write(grad_outputs, _):
             col.settle_waiting(seq)
             self._enter(name)
             self._write_backward(name, grad_outputs, ())
+            if jit:
+                self.graph.window("backward", prefix, index, self.stack)
             self._leave(name)
         return BackwardBinding(col, name, col.backward_callback(name, write), False, cell)
 

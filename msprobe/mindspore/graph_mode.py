@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from collections import OrderedDict
 
 import numpy as np
-from mindspore import Tensor, ops
+from mindspore import Tensor, nn, ops
 from mindspore.common import dtype as mstype
 
 from msprobe.collect import filters
@@ -40,19 +41,19 @@ from msprobe.collect.guard import one_line
 from msprobe.mindspore.records import dtype_name
 
 SLOT_CODES = 1 << 12      # a tap's code: call token (or callee) * SLOT_CODES + slot
-CELL_SLOTS = (8, 4)       # gradient taps of a cell's first 8 tensor arguments (at most its parameters) and 4 outputs
-API_SLOTS = (0, 0)        # and none of an API call: an InsertGradientOf costs 1.6 ms to make, 900 APIs 6 s
 FLOAT_TYPES = (mstype.float16, mstype.float32, mstype.float64, mstype.bfloat16)
 _TAPPED = "_msprobe_graph_tapped"
-TAP_ATTRS = ("_msprobe_id", "_msprobe_fin", "_msprobe_fout", "_msprobe_gin", "_msprobe_gout")
+OUTPUT_SLOTS = SLOT_CODES // 2   # a gradient tap's slot: an argument's, or OUTPUT_SLOTS + an output's
+TAP_ATTRS = ("_msprobe_id", "_msprobe_fin", "_msprobe_fout", "_msprobe_grad")
 # (direction, section of the entry) of each kind of tap
 KINDS = {"fin": ("forward", "input_args"), "fout": ("forward", "output"),
          "bin": ("backward", "input"), "bout": ("backward", "output")}
-_CLASSES: dict = {}       # (original class, jit) -> its tapped subclass
+_CLASSES: dict = {}       # original class -> its tapped subclass
 # the taps' own ops, bound here: at mix/L1 the names in mindspore.ops are the API wrappers while a graph compiles
 _depend = ops.depend
 _stop_gradient = ops.stop_gradient
 _scalar_to_tensor = ops.scalar_to_tensor
+_zeros_like = ops.zeros_like
 API_PREFIXES = ("Mint", "MintFunctional", "Functional")   # the functions a graph's parser resolves by name
 
 
@@ -60,11 +61,42 @@ def _float(x) -> bool:
     return x.dtype in FLOAT_TYPES
 
 
-def _tap_sequence(tap, grads, base, values):
+class GradientTap(nn.Cell):
+    """The identity on a tensor whose backward hands the tensor's gradient and the code of the call and slot (a
+    forward value, so each call's gradients name their call) to a host op, and passes the gradient on unchanged
+    (GRAPH_MODE; in an @ms.jit graph run from PyNative, MindSpore mixes up the calls of one such cell made at two
+    places of the graph, so there the gradient tap is `_copy_gradient_tap`)."""
+
+    def __init__(self, host):
+        super().__init__(auto_prefix=False)
+        self.host = host
+
+    def construct(self, x, code):
+        return x
+
+    def bprop(self, x, code, out, dout):
+        return _depend(dout, self.host(_stop_gradient(dout), code)), _zeros_like(code)
+
+
+def _copy(values, code):
+    return values
+
+
+def _copy_gradient_tap(host):
+    """The gradient tap of the @ms.jit graphs of PyNative: an operator (a copy through the host) whose backward
+    hands the gradient and the code to `host` (an operator's backward is its own at each place it is used)."""
+    def bprop(x, code, out, dout):
+        return _depend(dout, host(_stop_gradient(dout), code)), _zeros_like(code)
+
+    return ops.Custom(_copy, out_shape=lambda values, _code: values, out_dtype=lambda values, _code: values,
+                      func_type="pyfunc", bprop=bprop)
+
+
+def _tap_sequence(tap, grad, base, values, side):
     """(the code base of the call's later taps, the values tapped). Every tensor goes through the forward tap: the
     call's first tap carries the callee in a negative base and gets the new call's token back, which the later taps
-    carry; each floating-point one of the first len(grads) also goes through its gradient tap. Parsed by the graph
-    compiler."""
+    carry; with a gradient tap (cells), each floating-point one also goes through it with the call's token and its
+    slot (`side`: 0 for the arguments, OUTPUT_SLOTS for the outputs). Parsed by the graph compiler."""
     tapped = ()
     for i in range(len(values)):
         x = values[i]
@@ -72,82 +104,64 @@ def _tap_sequence(tap, grads, base, values):
             token = tap(_stop_gradient(x), base + i)
             base = token * SLOT_CODES
             x = _depend(x, token)
-            if i < len(grads) and _float(x):
-                x = grads[i](x)
+            if grad is not None and _float(x):
+                x = grad(x, base + side + i)
         tapped = tapped + (x,)
     return base, tapped
 
 
-def _tap_inputs(callee, fin, gin, args):
+def _tap_inputs(callee, fin, grad, args):
     """(the code base of the call's output taps, the arguments tapped)."""
-    return _tap_sequence(fin, gin, _scalar_to_tensor(-(callee + 1) * SLOT_CODES, mstype.int64), args)
+    return _tap_sequence(fin, grad, _scalar_to_tensor(-(callee + 1) * SLOT_CODES, mstype.int64), args, 0)
 
 
-def _tap_outputs(fout, gout, base, out):
+def _tap_outputs(fout, grad, base, out):
     """The outputs tapped: a tensor, or the tensors of a tuple."""
     if isinstance(out, Tensor):
-        return _tap_sequence(fout, gout, base, (out,))[1][0]
+        return _tap_sequence(fout, grad, base, (out,), OUTPUT_SLOTS)[1][0]
     if isinstance(out, tuple):
-        return _tap_sequence(fout, gout, base, out)[1]
+        return _tap_sequence(fout, grad, base, out, OUTPUT_SLOTS)[1]
     return out
 
 
-def _tapped_class(cls, jit: bool):
-    """The subclass of `cls` whose construct taps the arguments and outputs (one per class, shared by its cells)."""
-    key = (cls, jit)
-    found = _CLASSES.get(key)
+def _tapped_class(cls):
+    """The subclass of `cls` whose construct taps the arguments and outputs (one per class, shared by its cells).
+    It calls the class's own construct as a method of the cell (`self._msprobe_construct`), not as a function: the
+    compiler gives a cell's methods the cell's flags, among them the float type of `to_float` (mixed precision),
+    which casts the parameters the construct reads."""
+    found = _CLASSES.get(cls)
     if found is not None:
         return found
-    original = cls.construct
 
     def construct(self, *args, **kwargs):
-        base, tapped = _tap_inputs(self._msprobe_id, self._msprobe_fin, self._msprobe_gin, args)
-        return _tap_outputs(self._msprobe_fout, self._msprobe_gout, base, original(self, *tapped, **kwargs))
+        base, tapped = _tap_inputs(self._msprobe_id, self._msprobe_fin, self._msprobe_grad, args)
+        return _tap_outputs(self._msprobe_fout, self._msprobe_grad, base,
+                            self._msprobe_construct(*tapped, **kwargs))
 
-    if jit:
-        import mindspore as ms
-
-        construct = ms.jit(construct)
-    found = _CLASSES[key] = type(cls.__name__, (cls,), {"construct": construct, "__module__": cls.__module__,
-                                                         "__qualname__": cls.__qualname__, _TAPPED: cls})
+    found = _CLASSES[cls] = type(cls.__name__, (cls,), {"construct": construct, "__module__": cls.__module__,
+                                                        "__qualname__": cls.__qualname__, _TAPPED: cls,
+                                                        "_msprobe_construct": cls.construct})
     return found
 
 
-def _api_wrapper(original, callee: int, fin, fout, gin, gout):
-    """An API function whose calls inside a graph are tapped (parsed by the graph compiler in place of the API)."""
+def _api_wrapper(original, callee: int, fin, fout):
+    """An API function whose calls inside a graph are tapped (parsed by the graph compiler in place of the API);
+    API calls get no gradient taps."""
     def wrapper(*args, **kwargs):
-        base, tapped = _tap_inputs(callee, fin, gin, args)
-        return _tap_outputs(fout, gout, base, original(*tapped, **kwargs))
+        base, tapped = _tap_inputs(callee, fin, None, args)
+        return _tap_outputs(fout, None, base, original(*tapped, **kwargs))
     wrapper.__name__ = getattr(original, "__name__", "api")
     wrapper.__msprobe_original__ = original
     return wrapper
 
 
-def _grad_tap(tap, code: int):
-    """The function of an InsertGradientOf: taps the gradient, returns it unchanged."""
-    code = Tensor(code, mstype.int64)
-
-    def tap_gradient(grad):
-        return _depend(grad, tap(_stop_gradient(grad), code))
-    return tap_gradient
-
-
-def _positional_count(cell) -> int:
-    """How many positional arguments the cell's construct takes (its gradient taps), at most CELL_SLOTS[0]."""
-    import inspect
-
-    try:
-        parameters = list(inspect.signature(type(cell).construct).parameters.values())[1:]
-    except (TypeError, ValueError):
-        return CELL_SLOTS[0]
-    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
-        return CELL_SLOTS[0]
-    return min(CELL_SLOTS[0], sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters))
+def _crc(values) -> int:
+    return zlib.crc32(np.ascontiguousarray(values).reshape(-1).view(np.uint8))
 
 
 def _idle(kind: str, code: int) -> int:
     """What a tap returns when nothing records: a gradient tap its code, a forward tap a call token."""
-    return code if KINDS[kind][0] == "backward" else max(code // SLOT_CODES, 0)
+    return code if kind == "grad" else max(code // SLOT_CODES, 0)
 
 
 class _Registry:
@@ -161,12 +175,17 @@ class _Registry:
         self.callees: list = []
         self.made: dict = {}            # (prefix, attribute) -> API wrapper
         self.sink = None
+        self.next_token = 1             # call tokens, unique in the process (0: no call)
 
     def host_ops(self) -> dict:
+        """The three host ops (forward arguments, forward outputs, gradients) and the gradient taps: "gradient"
+        (GRAPH_MODE) and "copy gradient" (@ms.jit graphs in PyNative)."""
         if not self.ops:
-            for kind in KINDS:
+            for kind in ("fin", "fout", "grad"):
                 self.ops[kind] = ops.Custom(self._host(kind), out_shape=lambda _values, code: code,
                                             out_dtype=lambda _values, code: code, func_type="pyfunc")
+            self.ops["gradient"] = GradientTap(self.ops["grad"])
+            self.ops["copy gradient"] = _copy_gradient_tap(self.ops["grad"])
         return self.ops
 
     def _host(self, kind: str):
@@ -187,12 +206,20 @@ class GraphCells:
 
     Four host ops serve every tap: forward input, forward output, gradient of an output (backward input), gradient
     of an argument (backward output). A tap's code says whose value it is: the first forward tap of a call carries
-    its callee (a cell or an API, by number) and gets the call's token back, which the call's later forward taps
-    carry; a gradient tap carries its callee and slot."""
+    its callee (a cell or an API, by number) and gets the call's token back (unique in the process), which the
+    call's later forward taps and its gradient taps carry with their slot. So a backward entry is numbered as the
+    forward call whose gradients it holds, as PyNative numbers it, whatever the order the gradients arrive in.
 
-    def __init__(self, config, errors):
+    In PyNative (`windowed`), the cells inside an @ms.jit cell run only while that cell's call runs (its forward
+    window, opened and closed by the PyNative hooks of the jit cell). A new call outside a forward window is the
+    forward run again by the backward pass of a graph with control flow (MindSpore recomputes it there): such a
+    repeated call is not recorded again, and its gradients go to the call it repeats (the n-th repeated call of a
+    callee in the backward window of jit call J is J's n-th call of it)."""
+
+    def __init__(self, config, errors, windowed: bool = False):
         self.config = config
         self.errors = errors
+        self.windowed = windowed
         self.writer = None
         self.recorder = None
         self.skipped: list = []         # paths of cells left untapped, and why
@@ -204,12 +231,17 @@ class GraphCells:
 
     def reset(self) -> None:
         with self._lock:
-            self.tokens: list = []      # call token -> (callee, index), for this step
+            self.tokens: dict = {}      # call token -> (callee, index, parent call (prefix, index) or None)
+            self.repeats: dict = {}     # token of a repeated call -> token of the call it repeats (0: none)
+            self.crcs: dict = {}        # PyNative: token of a call in a jit call -> CRC-32 of its first value
             self.calls: dict = {}       # callee -> forward calls opened in this step
-            self.counts: dict = {}      # (callee, kind, slot) -> backward values seen
-            self.latest: dict = {}      # (prefix, direction) -> index of its latest call
+            self.parents: dict = {}     # (prefix, index) of a forward call -> (prefix, index) of its parent or None
+            self.latest: dict = {}      # prefix -> index of its latest forward call
             self.open: list = []        # forward calls of cells whose outputs have not arrived (mix: API parents)
-            # (prefix, direction, index) -> [sections, parent key, selected by scope/list]
+            self.window = None          # PyNative: (direction, prefix, index, enclosing names) of the jit call
+            self.window_calls: dict = {}    # (jit prefix, index) -> {callee: [tokens of the calls inside it]}
+            self.segment: dict = {}     # callee -> tokens of the jit call whose backward runs, not yet repeated
+            # (prefix, direction, index) -> [sections, parent key, selected by scope/list, call token]
             self.entries: OrderedDict = OrderedDict()
 
     @property
@@ -225,19 +257,16 @@ class GraphCells:
             _REGISTRY.sink = None
 
     # ------------------------------------------------------------------ install
-    def _callee(self, prefix: str, parent_prefix, slots: tuple) -> tuple:
-        """(number, gradient taps of the arguments, gradient taps of the outputs) of a new callee."""
-        taps = _REGISTRY.host_ops()
-        callee = len(self.callees)
+    def _callee(self, prefix: str, parent_prefix) -> int:
+        """The number of a new callee."""
+        _REGISTRY.host_ops()
         self.callees.append((prefix, parent_prefix))
-        base = callee * SLOT_CODES
-        return (callee, tuple(ops.InsertGradientOf(_grad_tap(taps["bout"], base + i)) for i in range(slots[0])),
-                tuple(ops.InsertGradientOf(_grad_tap(taps["bin"], base + i)) for i in range(slots[1])))
+        return len(self.callees) - 1
 
     def install(self, models, indexed: bool = False, jit_only: bool = False) -> int:
-        """Tap the sub-cells of the models (all of them, or with `jit_only` the @ms.jit cells and the cells inside
-        them); the number of cells tapped. A cell tapped before (an earlier start(), an earlier debugger) keeps its
-        taps, named as this model names it."""
+        """Tap the sub-cells of the models (all of them, or with `jit_only` the cells inside the @ms.jit cells,
+        whose own calls the PyNative hooks record); the number of cells tapped. A cell tapped before (an earlier
+        start(), an earlier debugger) keeps its taps, named as this model names it."""
         from msprobe.mindspore.cells import is_jit_cell
 
         count = 0
@@ -252,19 +281,19 @@ class GraphCells:
                 parent_class = getattr(type(parent[1]), _TAPPED, None) or type(parent[1]) if parent else None
                 parent_prefix = f"Cell.{lead}{parent[0]}.{parent_class.__name__}." if parent else None
                 if own is type(cell):
-                    self._tap(cell, prefix, parent_prefix, jit_only and is_jit_cell(cell))
+                    self._tap(cell, prefix, parent_prefix)
                 else:
                     _REGISTRY.callees[cell.__dict__["_msprobe_id"]] = (prefix, parent_prefix)
                 count += 1
         return count
 
-    def _tap(self, cell, prefix: str, parent_prefix, jit: bool) -> None:
-        original = type(cell)
-        callee, gin, gout = self._callee(prefix, parent_prefix, (_positional_count(cell), CELL_SLOTS[1]))
+    def _tap(self, cell, prefix: str, parent_prefix) -> None:
+        callee = self._callee(prefix, parent_prefix)
         taps = _REGISTRY.ops
-        for attr, value in zip(TAP_ATTRS, (callee, taps["fin"], taps["fout"], gin, gout)):
+        grad = taps["copy gradient" if self.windowed else "gradient"]
+        for attr, value in zip(TAP_ATTRS, (callee, taps["fin"], taps["fout"], grad)):
             object.__setattr__(cell, attr, value)
-        cell.__class__ = _tapped_class(original, jit)
+        cell.__class__ = _tapped_class(type(cell))
 
     def install_apis(self) -> None:
         """Put the tapped wrappers in place of the functions of mindspore.ops, mint and mint.nn.functional, until
@@ -280,9 +309,9 @@ class GraphCells:
             key = (prefix, attr)
             wrapper = _REGISTRY.made.get(key)
             if wrapper is None or wrapper.__msprobe_original__ is not original:
-                callee, gin, gout = self._callee(f"{prefix}.{attr}.", None, API_SLOTS)
+                callee = self._callee(f"{prefix}.{attr}.", None)
                 wrapper = _REGISTRY.made[key] = _api_wrapper(original, callee, _REGISTRY.ops["fin"],
-                                                             _REGISTRY.ops["fout"], gin, gout)
+                                                             _REGISTRY.ops["fout"])
             setattr(owner, attr, wrapper)
             self.patched.append((owner, attr, original, wrapper))
 
@@ -292,49 +321,60 @@ class GraphCells:
                 setattr(owner, attr, original)
         self.patched = []
 
+    # ------------------------------------------------------------------ PyNative windows (jit cells)
+    def enter(self, direction: str, prefix: str, index: int, enclosing: list) -> None:
+        """The PyNative hooks of a jit cell: its call `index` (forward) or that call's backward starts. `enclosing`:
+        the cell calls open around it, itself included (what `list` at mix reads)."""
+        _synchronize()                  # what ran before is not this call's
+        with self._lock:
+            self.window = (direction, prefix, index, list(enclosing))
+            if direction == "backward":
+                calls = self.window_calls.get((prefix, index), {})
+                self.segment = {callee: list(tokens) for callee, tokens in calls.items()}
+
+    def leave(self) -> None:
+        """The jit cell's call (or its backward) returned: its entries go to the writer, before the jit cell's."""
+        _synchronize()
+        with self._lock:
+            self.window = None
+            self.segment = {}
+        self.flush()
+
     # ------------------------------------------------------------------ run time (host callbacks)
     def arrive(self, kind: str, code: int, values) -> int:
         """One value from a tap; returns the forward call's token (a gradient tap's code, unchanged). Never raises:
         the graph's run must go on."""
-        direction, section = KINDS[kind]
         high, slot = divmod(code, SLOT_CODES)
         if not self.active:
             return _idle(kind, code)
+        if kind == "grad":
+            kind = "bin" if slot >= OUTPUT_SLOTS else "bout"
+            slot %= OUTPUT_SLOTS
+        direction, section = KINDS[kind]
         try:
             with self._lock:
-                if direction == "backward":
-                    callee, token = high, code
-                    count = (callee, kind, slot)
-                    index = self.counts.get(count, 0)
-                    self.counts[count] = index + 1
-                elif high < 0:                  # the first tensor of a new call
-                    callee = -high - 1
-                    index = self.calls.get(callee, 0)
-                    self.calls[callee] = index + 1
-                    token = len(self.tokens)
-                    self.tokens.append((callee, index))
-                    if self.callees[callee][0].startswith("Cell."):
-                        self.open.append(token)
-                elif high < len(self.tokens):
-                    token = high
-                    callee, index = self.tokens[token]
-                else:                           # a call opened before this step's reset
-                    return high
+                if high < 0:                    # the first tensor of a new call
+                    token = self._open(-high - 1, values)
+                    if token in self.repeats:
+                        return token
+                else:
+                    token = self.repeats.get(high, high)
+                    if direction == "forward" and token != high:
+                        return high             # a repeated call's own values are its original's
+                call = self.tokens.get(token)
+                if call is None:                # no call of this step (idle, or opened before its reset)
+                    return high if direction == "forward" else code
+                callee, index, parent = call
                 if kind == "fout" and token in self.open:
                     self.open.remove(token)
-                prefix, parent_prefix = self.callees[callee]
-                latest = (prefix, direction)
-                if self.latest.get(latest, -1) < index:
-                    self.latest[latest] = index
+                prefix = self.callees[callee][0]
                 key = (prefix, direction, index)
                 name = entry_name(prefix, direction, index)
                 entry = self.entries.get(key)
                 if entry is None:
-                    entry = self.entries[key] = [{}, self._parent(prefix, parent_prefix, direction),
-                                                 filters.selected(self.config, name, self._enclosing()),
-                                                 token if direction == "forward" else None]
-                else:
-                    self.entries.move_to_end(key)
+                    entry = self.entries[key] = [{}, None if parent is None else (parent[0], direction, parent[1]),
+                                                 filters.selected(self.config, name, self._enclosing(call, direction)),
+                                                 token]
                 self.arrived += 1
             config = self.config
             io = "input" if section in ("input_args", "input") else "output"
@@ -349,55 +389,70 @@ class GraphCells:
             return max(high, 0) if direction == "forward" else code
         return token
 
-    def _enclosing(self) -> list:
-        """The names of the cell calls open now (`list` at mix selects the APIs called inside a listed cell)."""
-        names = []
-        for token in self.open:
-            callee, index = self.tokens[token]
-            names.append(entry_name(self.callees[callee][0], "forward", index))
-        return names
-
-    def _parent(self, prefix: str, parent_prefix, direction: str):
-        """The key of the call holding a new call: a cell's, the latest call of the cell holding it; an API's (mix),
-        the innermost cell call still open (forward only)."""
+    def _open(self, callee: int, values) -> int:
+        """The token of a new call of `callee` (under the lock): a call of this step, or (PyNative, outside a forward
+        window) a repeated one, mapped to the call it repeats: the first call of that callee in the jit call whose
+        backward runs, not yet repeated, whose first value has the same CRC-32 (the forward recomputed is
+        deterministic; a branch may be recomputed without the calls around it), else the first one."""
+        token = _REGISTRY.next_token
+        _REGISTRY.next_token += 1
+        window = self.window
+        if self.windowed and (window is None or window[0] != "forward"):
+            waiting = self.segment.get(callee) or [0]
+            crc = _crc(values)
+            found = next((t for t in waiting if self.crcs.get(t) == crc), waiting[0])
+            if found:
+                waiting.remove(found)
+            self.repeats[token] = found
+            return token
+        if window is not None:
+            self.crcs[token] = _crc(values)
+        index = self.calls.get(callee, 0)
+        self.calls[callee] = index + 1
+        prefix, parent_prefix = self.callees[callee]
         if prefix.startswith("Cell."):
-            index = self.latest.get((parent_prefix, direction)) if parent_prefix else None
-            return None if index is None else (parent_prefix, direction, index)
-        if direction == "forward" and self.open:
-            callee, index = self.tokens[self.open[-1]]
-            return (self.callees[callee][0], "forward", index)
-        return None
+            parent = (parent_prefix, self.latest[parent_prefix]) if parent_prefix in self.latest else None
+            self.latest[prefix] = index
+            self.open.append(token)
+        else:                           # an API (mix): the innermost cell call still open
+            parent = self.tokens[self.open[-1]][:2] if self.open else None
+            parent = (self.callees[parent[0]][0], parent[1]) if parent else None
+        if parent is None and window is not None:
+            parent = window[1:3]
+        self.tokens[token] = (callee, index, parent)
+        self.parents[(prefix, index)] = parent
+        if window is not None:
+            self.window_calls.setdefault(window[1:3], {}).setdefault(callee, []).append(token)
+        return token
+
+    def _enclosing(self, call: tuple, direction: str) -> list:
+        """The names of the cell calls around a call (`list` at mix selects the APIs called inside a listed cell):
+        its parent, its parent's parent, ..., then the PyNative calls around the jit cell."""
+        names = []
+        parent = call[2]
+        while parent is not None and len(names) < 64:
+            names.append(entry_name(parent[0], direction, parent[1]))
+            parent = self.parents.get(parent)
+        if self.window is not None:
+            names.extend(self.window[3])
+        return names
 
     # ------------------------------------------------------------------ end of step
     def flush(self) -> None:
-        """Wait for the graph's work of the step, then hand the entries to the writer in the order PyNative writes
-        them: the forward calls in the order they opened, each cell after the calls inside it, then the backward
-        calls in the reverse order (the taps of independent ops run in any order the graph allows). A backward value
-        is counted as it arrives, and gradients arrive in the reverse order of the calls: backward n is renamed to
-        the backward of forward call n."""
+        """Wait for the graph's work, then hand the entries to the writer in the order PyNative writes them: the
+        forward calls in the order they opened, each cell after the calls inside it, then the backward calls in the
+        reverse order (the taps of independent ops run in any order the graph allows)."""
         _synchronize()
         with self._lock:
             entries, self.entries = self.entries, OrderedDict()
-            calls = {self.callees[callee][0]: count for callee, count in self.calls.items()}
-
-        def renamed(key):
-            prefix, direction, index = key
-            if direction == "backward" and calls.get(prefix, 0) > index:
-                index = calls[prefix] - 1 - index
-            return prefix, direction, index
-
-        final = {renamed(key): (sections, renamed(parent) if parent else None, selected, token)
-                 for key, (sections, parent, selected, token) in entries.items()}
-        opened = {key: found[3] for key, found in final.items() if key[1] == "forward"}
+        if not entries:
+            return
         children: dict = {}
-        for key, found in final.items():
-            children.setdefault(found[1] if found[1] in final else None, []).append(key)
-
-        def rank(key):
-            return opened.get((key[0], "forward", key[2]), -1)
+        for key, found in entries.items():
+            children.setdefault(found[1] if found[1] in entries else None, []).append(key)
 
         def post_order(keys, reverse):
-            for key in sorted(keys, key=rank, reverse=reverse):
+            for key in sorted(keys, key=lambda k: entries[k][3], reverse=reverse):
                 yield from post_order(children.get(key, ()), reverse)
                 yield key
 
@@ -407,7 +462,7 @@ class GraphCells:
         writer = self.writer
         config = self.config
         for key in sequence:
-            sections, parent, selected, _token = final[key]
+            sections, parent, selected, _token = entries[key]
             direction = key[1]
             if not selected or not filters.direction_ok(config, direction):
                 continue
@@ -433,7 +488,7 @@ def entry_name(prefix: str, direction: str, index: int) -> str:
 
 def _walk(model, jit_only: bool, is_jit_cell):
     """(path, cell, (parent path, parent cell) or None) of the sub-cells to tap, depth first: all of them, or with
-    `jit_only` the @ms.jit cells and every cell inside one."""
+    `jit_only` every cell inside an @ms.jit cell (not the jit cell itself)."""
     seen = {id(model)}
     todo = [(name, child, None, False) for name, child in reversed(list(model._cells.items())) if child]
     while todo:
@@ -442,7 +497,7 @@ def _walk(model, jit_only: bool, is_jit_cell):
             continue
         seen.add(id(cell))
         jit = inside_jit or is_jit_cell(cell)
-        if not jit_only or jit:
+        if not jit_only or inside_jit:
             yield path, cell, parent
         children = [(f"{path}.{name}", child, (path, cell), jit) for name, child in cell._cells.items() if child]
         todo.extend(reversed(children))
@@ -451,7 +506,7 @@ def _walk(model, jit_only: bool, is_jit_cell):
 def _synchronize() -> None:
     """Wait until the graphs launched so far ran (their taps reported)."""
     try:
-        from mindspore.common.api import _pynative_executor
+        from msprobe.mindspore.collector import _pynative_executor
 
         _pynative_executor.sync()
     except Exception:  # noqa: BLE001 - an older MindSpore: the step's outputs were read already
@@ -465,16 +520,16 @@ def graph_directory(dump_path: str, step: int, rank) -> str:
 
 class GraphRoute:
     """The graph part of one PrecisionDebugger: in GRAPH_MODE every sub-cell of the model is tapped and the step
-    is written to <dump_path>/step<N>/rank; in PyNative the @ms.jit cells of the model (and the cells inside them)
-    are tapped at L0/mix and written to <dump_path>/graph/step<N>/rank, while the PyNative collector writes the
-    rest to <dump_path>/pynative/step<N>/rank<R> (the layout `msprobe compare` pairs half by half)."""
+    is written to <dump_path>/step<N>/rank; in PyNative at L0/mix the cells inside the model's @ms.jit cells are
+    tapped (on CPU) and their entries go into the PyNative step's own dump, in PyNative's order: the jit cell's
+    PyNative hooks (cells.py) open and close its windows, and each window's entries are written before the jit
+    cell's own entry."""
 
     def __init__(self, debugger):
         self.debugger = debugger
         self.cells = GraphCells(debugger.config, debugger.errors)
         self.graph_mode = False         # the debugger records a GRAPH_MODE network
-        self.split = False              # PyNative with jit cells: graph/ and pynative/ halves
-        self.writer = None              # the graph half's StepWriter (split only)
+        self.inside_jit = False         # PyNative: cells inside @ms.jit cells are tapped
         self.started = False
         self._arrived_at_start = 0
 
@@ -513,24 +568,20 @@ class GraphRoute:
             self.cells.install_apis()
 
     def install(self, models: list, indexed: bool) -> bool:
-        """Tap the cells (once); True when the step is the graph's alone (GRAPH_MODE)."""
+        """Tap the cells (once) and let the taps record; True when the step is the graph's alone (GRAPH_MODE)."""
         debugger = self.debugger
         level = debugger.config.level
         cells = self.cells
         self.graph_mode = self.check(models)
         if not self.started:
             self._first(models, indexed)
-        if not (self.graph_mode or self.split):
+        if not (self.graph_mode or self.inside_jit):
             return False
         from msprobe.mindspore.records import Recorder
 
-        writer = debugger.writer if self.graph_mode else self.writer
-        if self.split:
-            config = debugger.config
-            writer.open(graph_directory(os.path.join(config.dump_path, "graph"), debugger.current_step, None))
         if self.graph_mode and level in ("mix", "L1"):
             cells.install_apis()
-        cells.writer = writer
+        writer = cells.writer = debugger.writer
         save = writer.save_tensor if debugger.config.task == "tensor" else None
         cells.recorder = Recorder(debugger.config.summary_mode, save, debugger.errors.failed)
         self._arrived_at_start = cells.arrived
@@ -538,7 +589,8 @@ class GraphRoute:
         return self.graph_mode
 
     def _first(self, models: list, indexed: bool) -> None:
-        """The taps, once: every sub-cell in GRAPH_MODE (not at L1), the jit cells in PyNative at L0/mix."""
+        """The taps, once: every sub-cell in GRAPH_MODE (not at L1), the cells inside the jit cells in PyNative at
+        L0/mix."""
         import mindspore as ms
 
         debugger = self.debugger
@@ -546,6 +598,7 @@ class GraphRoute:
         cells = self.cells
         self.started = True
         self.graph_mode = ms.get_context("mode") != ms.PYNATIVE_MODE
+        cells.windowed = not self.graph_mode
         if self.graph_mode:
             compiled = [type(m).__name__ for m in models if getattr(m, "_compile_cache", None)]
             if compiled:
@@ -555,34 +608,27 @@ class GraphRoute:
                                      ", ".join(compiled))
             if level != "L1":
                 cells.install(models, indexed)
-        elif level in ("L0", "mix") and device_problem(ms.get_context("device_target")) is None and \
-                cells.install(models, indexed, jit_only=True):      # elsewhere a jit cell stays one Jit entry
-            self.split = True
-            from msprobe.collect.writer import StepWriter
-
-            self.writer = StepWriter(debugger.framework, debugger.config.task, debugger.config.level,
-                                     save=debugger._save, suffix=debugger.suffix, errors=debugger.errors)
+        elif level in ("L0", "mix") and device_problem(ms.get_context("device_target")) is None:
+            self.inside_jit = cells.install(models, indexed, jit_only=True) > 0
         if cells.skipped:
             debugger.errors.once("skipped", "cells not recorded in the graph (their backward is a custom "
                                  "bprop): %s", ", ".join(cells.skipped[:5]))
 
-    def directory(self, default: str) -> str:
-        debugger = self.debugger
-        if self.graph_mode:
-            return graph_directory(debugger.config.dump_path, debugger.current_step, debugger._rank())
-        if self.split:
-            return os.path.join(debugger.config.dump_path, "pynative", os.path.relpath(default,
-                                                                                     debugger.config.dump_path))
-        return default
+    # ------------------------------------------------------------------ the jit cells' windows (PyNative)
+    def window(self, direction: str, prefix: str, index: int, enclosing: list) -> None:
+        if self.inside_jit and self.cells.active:
+            self.cells.enter(direction, prefix, index, enclosing)
+
+    def window_closed(self) -> None:
+        if self.inside_jit and self.cells.active:
+            self.cells.leave()
 
     # ------------------------------------------------------------------ stop
     def flush(self) -> None:
-        if not (self.graph_mode or self.split) or not self.cells.active:
+        if not (self.graph_mode or self.inside_jit) or not self.cells.active:
             return
         self.cells.flush()
         self.cells.active = False
-        if self.split and self.writer is not None:
-            self.writer.close(None)
 
     def empty_reason(self) -> str | None:
         """Why a GRAPH_MODE step recorded nothing (never a silent empty dump), or None."""
@@ -596,6 +642,12 @@ class GraphRoute:
                   "stop()")
         self.debugger.errors.once(("empty graph step",), "GRAPH_MODE: %s", reason)
         return reason
+
+    def directory(self, default: str) -> str:
+        debugger = self.debugger
+        if self.graph_mode:
+            return graph_directory(debugger.config.dump_path, debugger.current_step, debugger._rank())
+        return default
 
     def pause(self) -> None:
         self.cells.active = False
