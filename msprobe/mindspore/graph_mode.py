@@ -44,7 +44,9 @@ SLOT_CODES = 1 << 12      # a tap's code: call token (or callee) * SLOT_CODES + 
 FLOAT_TYPES = (mstype.float16, mstype.float32, mstype.float64, mstype.bfloat16)
 _TAPPED = "_msprobe_graph_tapped"
 OUTPUT_SLOTS = SLOT_CODES // 2   # a gradient tap's slot: an argument's, or OUTPUT_SLOTS + an output's
-TAP_ATTRS = ("_msprobe_id", "_msprobe_fin", "_msprobe_fout", "_msprobe_grad")
+TAP_ATTRS = ("_msprobe_id", "_msprobe_fin", "_msprobe_fout", "_msprobe_gin", "_msprobe_gout", "_msprobe_by_token")
+CELL_SLOTS = (8, 4)       # @ms.jit graphs of PyNative: InsertGradientOf taps of a cell's first 8 tensor arguments
+                          # (at most its parameters) and 4 outputs (each costs 1.6 ms to make)
 # (direction, section of the entry) of each kind of tap
 KINDS = {"fin": ("forward", "input_args"), "fout": ("forward", "output"),
          "bin": ("backward", "input"), "bout": ("backward", "output")}
@@ -63,9 +65,10 @@ def _float(x) -> bool:
 
 class GradientTap(nn.Cell):
     """The identity on a tensor whose backward hands the tensor's gradient and the code of the call and slot (a
-    forward value, so each call's gradients name their call) to a host op, and passes the gradient on unchanged
-    (GRAPH_MODE; in an @ms.jit graph run from PyNative, MindSpore mixes up the calls of one such cell made at two
-    places of the graph, so there the gradient tap is `_copy_gradient_tap`)."""
+    forward value, so each call's gradients name their call) to a host op, and passes the gradient on unchanged.
+    GRAPH_MODE only: in an @ms.jit graph run from PyNative, MindSpore mixes up the forward values of the calls of
+    one such cell made at two places of the graph (wrong gradients), so there each slot of a callee gets its own
+    InsertGradientOf (`_grad_tap`), and the call is found from the jit cell's backward window."""
 
     def __init__(self, host):
         super().__init__(auto_prefix=False)
@@ -78,25 +81,27 @@ class GradientTap(nn.Cell):
         return _depend(dout, self.host(_stop_gradient(dout), code)), _zeros_like(code)
 
 
-def _copy(values, code):
-    return values
+def _grad_tap(host, code: int):
+    """An InsertGradientOf whose function hands the gradient to `host` with a fixed code (callee and slot) and
+    returns it unchanged. Its side-effect attributes are dropped: with them, MindSpore fails to compile it in a
+    branch of `if <tensor>` ("The parameters number of the function is 2, but ... 1"); the host op stays in the
+    graph all the same, the gradient depends on it."""
+    code = Tensor(code, mstype.int64)
+
+    def tap_gradient(grad):
+        return _depend(grad, host(_stop_gradient(grad), code))
+    hook = ops.InsertGradientOf(tap_gradient)
+    hook.add_prim_attr("side_effect_backprop", False)
+    hook.add_prim_attr("side_effect_backprop_mem", False)
+    return hook
 
 
-def _copy_gradient_tap(host):
-    """The gradient tap of the @ms.jit graphs of PyNative: an operator (a copy through the host) whose backward
-    hands the gradient and the code to `host` (an operator's backward is its own at each place it is used)."""
-    def bprop(x, code, out, dout):
-        return _depend(dout, host(_stop_gradient(dout), code)), _zeros_like(code)
-
-    return ops.Custom(_copy, out_shape=lambda values, _code: values, out_dtype=lambda values, _code: values,
-                      func_type="pyfunc", bprop=bprop)
-
-
-def _tap_sequence(tap, grad, base, values, side):
+def _tap_sequence(tap, grads, by_token, base, values, side):
     """(the code base of the call's later taps, the values tapped). Every tensor goes through the forward tap: the
     call's first tap carries the callee in a negative base and gets the new call's token back, which the later taps
-    carry; with a gradient tap (cells), each floating-point one also goes through it with the call's token and its
-    slot (`side`: 0 for the arguments, OUTPUT_SLOTS for the outputs). Parsed by the graph compiler."""
+    carry. Each floating-point one also goes through a gradient tap: with `by_token` grads[0](x, code of the call's
+    token and slot) (`side`: 0 for the arguments, OUTPUT_SLOTS for the outputs), else grads[i](x) while there is one
+    (none for an API). Parsed by the graph compiler."""
     tapped = ()
     for i in range(len(values)):
         x = values[i]
@@ -104,23 +109,27 @@ def _tap_sequence(tap, grad, base, values, side):
             token = tap(_stop_gradient(x), base + i)
             base = token * SLOT_CODES
             x = _depend(x, token)
-            if grad is not None and _float(x):
-                x = grad(x, base + side + i)
+            if _float(x):
+                if by_token:
+                    x = grads[0](x, base + side + i)
+                elif i < len(grads):
+                    x = grads[i](x)
         tapped = tapped + (x,)
     return base, tapped
 
 
-def _tap_inputs(callee, fin, grad, args):
+def _tap_inputs(callee, fin, grads, by_token, args):
     """(the code base of the call's output taps, the arguments tapped)."""
-    return _tap_sequence(fin, grad, _scalar_to_tensor(-(callee + 1) * SLOT_CODES, mstype.int64), args, 0)
+    return _tap_sequence(fin, grads, by_token, _scalar_to_tensor(-(callee + 1) * SLOT_CODES, mstype.int64), args,
+                         0)
 
 
-def _tap_outputs(fout, grad, base, out):
+def _tap_outputs(fout, grads, by_token, base, out):
     """The outputs tapped: a tensor, or the tensors of a tuple."""
     if isinstance(out, Tensor):
-        return _tap_sequence(fout, grad, base, (out,), OUTPUT_SLOTS)[1][0]
+        return _tap_sequence(fout, grads, by_token, base, (out,), OUTPUT_SLOTS)[1][0]
     if isinstance(out, tuple):
-        return _tap_sequence(fout, grad, base, out, OUTPUT_SLOTS)[1]
+        return _tap_sequence(fout, grads, by_token, base, out, OUTPUT_SLOTS)[1]
     return out
 
 
@@ -134,8 +143,9 @@ def _tapped_class(cls):
         return found
 
     def construct(self, *args, **kwargs):
-        base, tapped = _tap_inputs(self._msprobe_id, self._msprobe_fin, self._msprobe_grad, args)
-        return _tap_outputs(self._msprobe_fout, self._msprobe_grad, base,
+        by_token = self._msprobe_by_token
+        base, tapped = _tap_inputs(self._msprobe_id, self._msprobe_fin, self._msprobe_gin, by_token, args)
+        return _tap_outputs(self._msprobe_fout, self._msprobe_gout, by_token, base,
                             self._msprobe_construct(*tapped, **kwargs))
 
     found = _CLASSES[cls] = type(cls.__name__, (cls,), {"construct": construct, "__module__": cls.__module__,
@@ -148,11 +158,24 @@ def _api_wrapper(original, callee: int, fin, fout):
     """An API function whose calls inside a graph are tapped (parsed by the graph compiler in place of the API);
     API calls get no gradient taps."""
     def wrapper(*args, **kwargs):
-        base, tapped = _tap_inputs(callee, fin, None, args)
-        return _tap_outputs(fout, None, base, original(*tapped, **kwargs))
+        base, tapped = _tap_inputs(callee, fin, (), False, args)
+        return _tap_outputs(fout, (), False, base, original(*tapped, **kwargs))
     wrapper.__name__ = getattr(original, "__name__", "api")
     wrapper.__msprobe_original__ = original
     return wrapper
+
+
+def _positional_count(cell) -> int:
+    """How many positional arguments the cell's construct takes (its gradient taps), at most CELL_SLOTS[0]."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(type(cell).construct).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return CELL_SLOTS[0]
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return CELL_SLOTS[0]
+    return min(CELL_SLOTS[0], sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters))
 
 
 def _crc(values) -> int:
@@ -161,7 +184,7 @@ def _crc(values) -> int:
 
 def _idle(kind: str, code: int) -> int:
     """What a tap returns when nothing records: a gradient tap its code, a forward tap a call token."""
-    return code if kind == "grad" else max(code // SLOT_CODES, 0)
+    return max(code // SLOT_CODES, 0) if kind in ("fin", "fout") else code
 
 
 class _Registry:
@@ -178,14 +201,15 @@ class _Registry:
         self.next_token = 1             # call tokens, unique in the process (0: no call)
 
     def host_ops(self) -> dict:
-        """The three host ops (forward arguments, forward outputs, gradients) and the gradient taps: "gradient"
-        (GRAPH_MODE) and "copy gradient" (@ms.jit graphs in PyNative)."""
+        """The four host ops: forward arguments, forward outputs, gradients by call token ("grad", GRAPH_MODE) and
+        by callee ("cgrad", @ms.jit graphs in PyNative), and GRAPH_MODE's gradient tap ("gradient")."""
         if not self.ops:
-            for kind in ("fin", "fout", "grad"):
+            for kind in ("fin", "fout", "grad", "cgrad"):
+                # never recomputed (Cell.recompute()): a call is tapped where it runs, once
                 self.ops[kind] = ops.Custom(self._host(kind), out_shape=lambda _values, code: code,
-                                            out_dtype=lambda _values, code: code, func_type="pyfunc")
+                                            out_dtype=lambda _values, code: code,
+                                            func_type="pyfunc").recompute(False)
             self.ops["gradient"] = GradientTap(self.ops["grad"])
-            self.ops["copy gradient"] = _copy_gradient_tap(self.ops["grad"])
         return self.ops
 
     def _host(self, kind: str):
@@ -231,7 +255,9 @@ class GraphCells:
 
     def reset(self) -> None:
         with self._lock:
-            self.tokens: dict = {}      # call token -> (callee, index, parent call (prefix, index) or None)
+            self.tokens: dict = {}      # call token -> (callee, index, parent call (prefix, index) or None, run)
+            self.run = 0                # graph runs of the step: a new call after a gradient starts one
+            self.gradients_seen = False
             self.repeats: dict = {}     # token of a repeated call -> token of the call it repeats (0: none)
             self.crcs: dict = {}        # PyNative: token of a call in a jit call -> CRC-32 of its first value
             self.calls: dict = {}       # callee -> forward calls opened in this step
@@ -241,6 +267,7 @@ class GraphCells:
             self.window = None          # PyNative: (direction, prefix, index, enclosing names) of the jit call
             self.window_calls: dict = {}    # (jit prefix, index) -> {callee: [tokens of the calls inside it]}
             self.segment: dict = {}     # callee -> tokens of the jit call whose backward runs, not yet repeated
+            self.window_counts: dict = {}   # (callee, kind, slot) -> gradients seen in this backward window
             # (prefix, direction, index) -> [sections, parent key, selected by scope/list, call token]
             self.entries: OrderedDict = OrderedDict()
 
@@ -290,8 +317,13 @@ class GraphCells:
     def _tap(self, cell, prefix: str, parent_prefix) -> None:
         callee = self._callee(prefix, parent_prefix)
         taps = _REGISTRY.ops
-        grad = taps["copy gradient" if self.windowed else "gradient"]
-        for attr, value in zip(TAP_ATTRS, (callee, taps["fin"], taps["fout"], grad)):
+        if self.windowed:
+            base = callee * SLOT_CODES
+            grads = (tuple(_grad_tap(taps["cgrad"], base + i) for i in range(_positional_count(cell))),
+                     tuple(_grad_tap(taps["cgrad"], base + OUTPUT_SLOTS + i) for i in range(CELL_SLOTS[1])))
+        else:
+            grads = ((taps["gradient"],), (taps["gradient"],))
+        for attr, value in zip(TAP_ATTRS, (callee, taps["fin"], taps["fout"], *grads, not self.windowed)):
             object.__setattr__(cell, attr, value)
         cell.__class__ = _tapped_class(type(cell))
 
@@ -328,6 +360,7 @@ class GraphCells:
         _synchronize()                  # what ran before is not this call's
         with self._lock:
             self.window = (direction, prefix, index, list(enclosing))
+            self.window_counts = {}
             if direction == "backward":
                 calls = self.window_calls.get((prefix, index), {})
                 self.segment = {callee: list(tokens) for callee, tokens in calls.items()}
@@ -347,12 +380,15 @@ class GraphCells:
         high, slot = divmod(code, SLOT_CODES)
         if not self.active:
             return _idle(kind, code)
-        if kind == "grad":
+        by_callee = kind == "cgrad"
+        if kind in ("grad", "cgrad"):
             kind = "bin" if slot >= OUTPUT_SLOTS else "bout"
             slot %= OUTPUT_SLOTS
         direction, section = KINDS[kind]
         try:
             with self._lock:
+                if by_callee:                   # a gradient in an @ms.jit graph of PyNative: find its call
+                    high = self._window_call(high, kind, slot)
                 if high < 0:                    # the first tensor of a new call
                     token = self._open(-high - 1, values)
                     if token in self.repeats:
@@ -364,7 +400,9 @@ class GraphCells:
                 call = self.tokens.get(token)
                 if call is None:                # no call of this step (idle, or opened before its reset)
                     return high if direction == "forward" else code
-                callee, index, parent = call
+                callee, index, parent, _run = call
+                if direction == "backward":
+                    self.gradients_seen = True
                 if kind == "fout" and token in self.open:
                     self.open.remove(token)
                 prefix = self.callees[callee][0]
@@ -389,6 +427,18 @@ class GraphCells:
             return max(high, 0) if direction == "forward" else code
         return token
 
+    def _window_call(self, callee: int, kind: str, slot: int) -> int:
+        """The token of the call a gradient of `callee` belongs to (under the lock): in the backward window of jit
+        call J, gradients arrive in the reverse order of J's calls of the callee (0: none)."""
+        window = self.window
+        if window is None or window[0] != "backward":
+            return 0
+        calls = self.window_calls.get(window[1:3], {}).get(callee, ())
+        key = (callee, kind, slot)
+        seen = self.window_counts.get(key, 0)
+        self.window_counts[key] = seen + 1
+        return calls[-1 - seen] if seen < len(calls) else 0
+
     def _open(self, callee: int, values) -> int:
         """The token of a new call of `callee` (under the lock): a call of this step, or (PyNative, outside a forward
         window) a repeated one, mapped to the call it repeats: the first call of that callee in the jit call whose
@@ -409,6 +459,9 @@ class GraphCells:
             self.crcs[token] = _crc(values)
         index = self.calls.get(callee, 0)
         self.calls[callee] = index + 1
+        if self.gradients_seen:         # the step's next graph run (gradient accumulation)
+            self.run += 1
+            self.gradients_seen = False
         prefix, parent_prefix = self.callees[callee]
         if prefix.startswith("Cell."):
             parent = (parent_prefix, self.latest[parent_prefix]) if parent_prefix in self.latest else None
@@ -419,7 +472,7 @@ class GraphCells:
             parent = (self.callees[parent[0]][0], parent[1]) if parent else None
         if parent is None and window is not None:
             parent = window[1:3]
-        self.tokens[token] = (callee, index, parent)
+        self.tokens[token] = (callee, index, parent, self.run)
         self.parents[(prefix, index)] = parent
         if window is not None:
             self.window_calls.setdefault(window[1:3], {}).setdefault(callee, []).append(token)
@@ -439,9 +492,9 @@ class GraphCells:
 
     # ------------------------------------------------------------------ end of step
     def flush(self) -> None:
-        """Wait for the graph's work, then hand the entries to the writer in the order PyNative writes them: the
-        forward calls in the order they opened, each cell after the calls inside it, then the backward calls in the
-        reverse order (the taps of independent ops run in any order the graph allows)."""
+        """Wait for the graph's work, then hand the entries to the writer in the order PyNative writes them: for each
+        graph run, the forward calls in the order they opened, each cell after the calls inside it, then the
+        backward calls in the reverse order (the taps of independent ops run in any order the graph allows)."""
         _synchronize()
         with self._lock:
             entries, self.entries = self.entries, OrderedDict()
@@ -457,8 +510,11 @@ class GraphCells:
                 yield key
 
         roots = children.get(None, [])
-        sequence = [*post_order([k for k in roots if k[1] == "forward"], False),
-                    *post_order([k for k in roots if k[1] == "backward"], True)]
+        runs = {key: self.tokens[found[3]][3] if found[3] in self.tokens else 0 for key, found in entries.items()}
+        sequence = []
+        for run in sorted(set(runs.values())):
+            sequence += [*post_order([k for k in roots if k[1] == "forward" and runs[k] == run], False),
+                         *post_order([k for k in roots if k[1] == "backward" and runs[k] == run], True)]
         writer = self.writer
         config = self.config
         for key in sequence:
