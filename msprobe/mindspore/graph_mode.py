@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import threading
-import zlib
 from collections import OrderedDict
 
 import numpy as np
@@ -44,7 +43,8 @@ SLOT_CODES = 1 << 12      # a tap's code: call token (or callee) * SLOT_CODES + 
 FLOAT_TYPES = (mstype.float16, mstype.float32, mstype.float64, mstype.bfloat16)
 _TAPPED = "_msprobe_graph_tapped"
 OUTPUT_SLOTS = SLOT_CODES // 2   # a gradient tap's slot: an argument's, or OUTPUT_SLOTS + an output's
-TAP_ATTRS = ("_msprobe_id", "_msprobe_fin", "_msprobe_fout", "_msprobe_gin", "_msprobe_gout", "_msprobe_by_token")
+TAP_ATTRS = ("_msprobe_id", "_msprobe_call", "_msprobe_fin", "_msprobe_fout", "_msprobe_gin", "_msprobe_gout",
+             "_msprobe_by_token")
 CELL_SLOTS = (8, 4)       # @ms.jit graphs of PyNative: InsertGradientOf taps of a cell's first 8 tensor arguments
                           # (at most its parameters) and 4 outputs (each costs 1.6 ms to make)
 # (direction, section of the entry) of each kind of tap
@@ -56,6 +56,7 @@ _depend = ops.depend
 _stop_gradient = ops.stop_gradient
 _scalar_to_tensor = ops.scalar_to_tensor
 _zeros_like = ops.zeros_like
+_NOTHING = Tensor(0, mstype.int64)  # what the call tap is handed (it reads no value)
 API_PREFIXES = ("Mint", "MintFunctional", "Functional")   # the functions a graph's parser resolves by name
 
 
@@ -96,40 +97,55 @@ def _grad_tap(host, code: int):
     return hook
 
 
-def _tap_sequence(tap, grads, by_token, base, values, side):
-    """(the code base of the call's later taps, the values tapped). Every tensor goes through the forward tap: the
-    call's first tap carries the callee in a negative base and gets the new call's token back, which the later taps
-    carry. Each floating-point one also goes through a gradient tap: with `by_token` grads[0](x, code of the call's
-    token and slot) (`side`: 0 for the arguments, OUTPUT_SLOTS for the outputs), else grads[i](x) while there is one
-    (none for an API). Parsed by the graph compiler."""
+def _tap_call(callee, call):
+    """A new call of `callee`: the code base of its later taps (its token * SLOT_CODES). The call tap comes before
+    the call, the value taps after it: the taps are side effects that the graph runs in program order, so a call's
+    tap comes before those of the calls inside it. No tap is a node in a tensor's path, and no value is read before
+    the call: with amp, a node that reads a tensor where the network's own graph did not changes the casts the CPU
+    backend keeps, and the numbers. Parsed by the graph compiler."""
+    return call(_NOTHING, _scalar_to_tensor(-(callee + 1) * SLOT_CODES, mstype.int64)) * SLOT_CODES
+
+
+def _tap_values(tap, base, values):
+    """Hand every tensor among `values` to the host (slot i: code base + i)."""
+    for i in range(len(values)):
+        x = values[i]
+        if isinstance(x, Tensor):
+            tap(_stop_gradient(x), base + i)
+
+
+def _tap_gradients(grads, by_token, base, values, side):
+    """The values with their gradient taps: with `by_token` grads[0](x, code of the call's token and the slot)
+    (`side`: 0 for the arguments, OUTPUT_SLOTS for the outputs), else grads[i](x) while there is one; none for a
+    value that is no floating-point tensor. Without gradient taps the values are handed on as they came (a tuple
+    made again is a node too, see _tap_call)."""
+    if len(grads) == 0:
+        return values
     tapped = ()
     for i in range(len(values)):
         x = values[i]
         if isinstance(x, Tensor):
-            token = tap(_stop_gradient(x), base + i)
-            base = token * SLOT_CODES
-            x = _depend(x, token)
             if _float(x):
                 if by_token:
                     x = grads[0](x, base + side + i)
                 elif i < len(grads):
                     x = grads[i](x)
         tapped = tapped + (x,)
-    return base, tapped
+    return tapped
 
 
-def _tap_inputs(callee, fin, grads, by_token, args):
-    """(the code base of the call's output taps, the arguments tapped)."""
-    return _tap_sequence(fin, grads, by_token, _scalar_to_tensor(-(callee + 1) * SLOT_CODES, mstype.int64), args,
-                         0)
-
-
-def _tap_outputs(fout, grads, by_token, base, out):
-    """The outputs tapped: a tensor, or the tensors of a tuple."""
+def _tapped_call(callee, call, fin, fout, gin, gout, by_token, run, args, kwargs):
+    """`run(*args, **kwargs)` tapped: the call, the gradients of the arguments, the arguments and outputs (a tensor,
+    or the tensors of a tuple), the gradients of the outputs."""
+    base = _tap_call(callee, call)
+    out = run(*_tap_gradients(gin, by_token, base, args, 0), **kwargs)
+    _tap_values(fin, base, args)
     if isinstance(out, Tensor):
-        return _tap_sequence(fout, grads, by_token, base, (out,), OUTPUT_SLOTS)[1][0]
+        _tap_values(fout, base, (out,))
+        return _tap_gradients(gout, by_token, base, (out,), OUTPUT_SLOTS)[0]
     if isinstance(out, tuple):
-        return _tap_sequence(fout, grads, by_token, base, out, OUTPUT_SLOTS)[1]
+        _tap_values(fout, base, out)
+        return _tap_gradients(gout, by_token, base, out, OUTPUT_SLOTS)
     return out
 
 
@@ -143,10 +159,9 @@ def _tapped_class(cls):
         return found
 
     def construct(self, *args, **kwargs):
-        by_token = self._msprobe_by_token
-        base, tapped = _tap_inputs(self._msprobe_id, self._msprobe_fin, self._msprobe_gin, by_token, args)
-        return _tap_outputs(self._msprobe_fout, self._msprobe_gout, by_token, base,
-                            self._msprobe_construct(*tapped, **kwargs))
+        return _tapped_call(self._msprobe_id, self._msprobe_call, self._msprobe_fin, self._msprobe_fout,
+                            self._msprobe_gin, self._msprobe_gout, self._msprobe_by_token, self._msprobe_construct,
+                            args, kwargs)
 
     found = _CLASSES[cls] = type(cls.__name__, (cls,), {"construct": construct, "__module__": cls.__module__,
                                                         "__qualname__": cls.__qualname__, _TAPPED: cls,
@@ -154,12 +169,11 @@ def _tapped_class(cls):
     return found
 
 
-def _api_wrapper(original, callee: int, fin, fout):
+def _api_wrapper(original, callee: int, call, fin, fout):
     """An API function whose calls inside a graph are tapped (parsed by the graph compiler in place of the API);
     API calls get no gradient taps."""
     def wrapper(*args, **kwargs):
-        base, tapped = _tap_inputs(callee, fin, (), False, args)
-        return _tap_outputs(fout, (), False, base, original(*tapped, **kwargs))
+        return _tapped_call(callee, call, fin, fout, (), (), False, original, args, kwargs)
     wrapper.__name__ = getattr(original, "__name__", "api")
     wrapper.__msprobe_original__ = original
     return wrapper
@@ -178,13 +192,20 @@ def _positional_count(cell) -> int:
     return min(CELL_SLOTS[0], sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters))
 
 
-def _crc(values) -> int:
-    return zlib.crc32(np.ascontiguousarray(values).reshape(-1).view(np.uint8))
+def _casts_arguments(cell) -> bool:
+    """The cell's construct casts its arguments itself (`amp_cast`: a network rewritten by ms.amp, levels O1 and
+    custom_mixed_precision). In such a network no argument gets a gradient tap: a node in the gradient of a value
+    that such a cast also reads changes the casts MindSpore's CPU backend keeps in the backward pass (where the
+    value's gradients are summed), and the gradients' last bits; the backward entries hold the gradients of the
+    outputs only."""
+    construct = type(cell).construct
+    construct = getattr(construct, "__wrapped__", construct)
+    return "amp_cast" in getattr(getattr(construct, "__code__", None), "co_names", ())
 
 
 def _idle(kind: str, code: int) -> int:
     """What a tap returns when nothing records: a gradient tap its code, a forward tap a call token."""
-    return max(code // SLOT_CODES, 0) if kind in ("fin", "fout") else code
+    return max(code // SLOT_CODES, 0) if kind == "call" else code
 
 
 class _Registry:
@@ -201,14 +222,16 @@ class _Registry:
         self.next_token = 1             # call tokens, unique in the process (0: no call)
 
     def host_ops(self) -> dict:
-        """The four host ops: forward arguments, forward outputs, gradients by call token ("grad", GRAPH_MODE) and
-        by callee ("cgrad", @ms.jit graphs in PyNative), and GRAPH_MODE's gradient tap ("gradient")."""
+        """The host ops: a call, its arguments, its outputs, gradients by call token ("grad", GRAPH_MODE) and by
+        callee ("cgrad", @ms.jit graphs in PyNative), and GRAPH_MODE's gradient tap ("gradient")."""
         if not self.ops:
-            for kind in ("fin", "fout", "grad", "cgrad"):
+            for kind in ("call", "fin", "fout", "grad", "cgrad"):
                 # never recomputed (Cell.recompute()): a call is tapped where it runs, once
                 self.ops[kind] = ops.Custom(self._host(kind), out_shape=lambda _values, code: code,
                                             out_dtype=lambda _values, code: code,
                                             func_type="pyfunc").recompute(False)
+            for kind in ("call", "fin", "fout"):
+                self.ops[kind].add_prim_attr("side_effect_io", True)       # see _tap_call
             self.ops["gradient"] = GradientTap(self.ops["grad"])
         return self.ops
 
@@ -228,17 +251,17 @@ class GraphCells:
     """The taps of one debugger's cells and APIs and what they saw in the current step. `writer` is the StepWriter
     the entries go to and `recorder` turns values into records (both set by the debugger before a step records).
 
-    Four host ops serve every tap: forward input, forward output, gradient of an output (backward input), gradient
-    of an argument (backward output). A tap's code says whose value it is: the first forward tap of a call carries
-    its callee (a cell or an API, by number) and gets the call's token back (unique in the process), which the
-    call's later forward taps and its gradient taps carry with their slot. So a backward entry is numbered as the
+    A few host ops serve every tap (_Registry). A tap's code says whose value it is: a call's tap carries its callee
+    (a cell or an API, by number) and gets the call's token back (unique in the process), which the call's value
+    taps carry with their slot; in GRAPH_MODE its gradient taps carry it too, so a backward entry is numbered as the
     forward call whose gradients it holds, as PyNative numbers it, whatever the order the gradients arrive in.
 
     In PyNative (`windowed`), the cells inside an @ms.jit cell run only while that cell's call runs (its forward
-    window, opened and closed by the PyNative hooks of the jit cell). A new call outside a forward window is the
-    forward run again by the backward pass of a graph with control flow (MindSpore recomputes it there): such a
-    repeated call is not recorded again, and its gradients go to the call it repeats (the n-th repeated call of a
-    callee in the backward window of jit call J is J's n-th call of it)."""
+    window, opened and closed by the PyNative hooks of the jit cell), and its gradients while its backward runs (its
+    backward window): a gradient tap there carries its callee and slot, and the n-th gradient of a callee and slot
+    in the backward window of jit call J belongs to J's last-but-n call of it. A call outside a forward window is
+    the forward run again by the backward pass of a graph with control flow (MindSpore recomputes it there): it is
+    not recorded again."""
 
     def __init__(self, config, errors, windowed: bool = False):
         self.config = config
@@ -258,15 +281,12 @@ class GraphCells:
             self.tokens: dict = {}      # call token -> (callee, index, parent call (prefix, index) or None, run)
             self.run = 0                # graph runs of the step: a new call after a gradient starts one
             self.gradients_seen = False
-            self.repeats: dict = {}     # token of a repeated call -> token of the call it repeats (0: none)
-            self.crcs: dict = {}        # PyNative: token of a call in a jit call -> CRC-32 of its first value
             self.calls: dict = {}       # callee -> forward calls opened in this step
             self.parents: dict = {}     # (prefix, index) of a forward call -> (prefix, index) of its parent or None
             self.latest: dict = {}      # prefix -> index of its latest forward call
             self.open: list = []        # forward calls of cells whose outputs have not arrived (mix: API parents)
             self.window = None          # PyNative: (direction, prefix, index, enclosing names) of the jit call
             self.window_calls: dict = {}    # (jit prefix, index) -> {callee: [tokens of the calls inside it]}
-            self.segment: dict = {}     # callee -> tokens of the jit call whose backward runs, not yet repeated
             self.window_counts: dict = {}   # (callee, kind, slot) -> gradients seen in this backward window
             # (prefix, direction, index) -> [sections, parent key, selected by scope/list, call token]
             self.entries: OrderedDict = OrderedDict()
@@ -296,34 +316,39 @@ class GraphCells:
         start(), an earlier debugger) keeps its taps, named as this model names it."""
         from msprobe.mindspore.cells import is_jit_cell
 
+        found = [(index, *found) for index, model in enumerate(models) for found in _walk(model, jit_only, is_jit_cell)]
+        arguments = not any(_casts_arguments(cell) for _index, _path, cell, _parent in found)
         count = 0
-        for index, model in enumerate(models):
+        for index, path, cell, parent in found:
             lead = f"{index}." if indexed else ""
-            for path, cell, parent in _walk(model, jit_only, is_jit_cell):
-                if cell.has_bprop:
-                    self.skipped.append(f"{lead}{path} (custom bprop)")
-                    continue
-                own = getattr(type(cell), _TAPPED, None) or type(cell)
-                prefix = f"Cell.{lead}{path}.{own.__name__}."
-                parent_class = getattr(type(parent[1]), _TAPPED, None) or type(parent[1]) if parent else None
-                parent_prefix = f"Cell.{lead}{parent[0]}.{parent_class.__name__}." if parent else None
-                if own is type(cell):
-                    self._tap(cell, prefix, parent_prefix)
-                else:
-                    _REGISTRY.callees[cell.__dict__["_msprobe_id"]] = (prefix, parent_prefix)
-                count += 1
+            if cell.has_bprop:
+                self.skipped.append(f"{lead}{path} (custom bprop)")
+                continue
+            own = getattr(type(cell), _TAPPED, None) or type(cell)
+            prefix = f"Cell.{lead}{path}.{own.__name__}."
+            parent_class = getattr(type(parent[1]), _TAPPED, None) or type(parent[1]) if parent else None
+            parent_prefix = f"Cell.{lead}{parent[0]}.{parent_class.__name__}." if parent else None
+            if own is type(cell):
+                self._tap(cell, prefix, parent_prefix, arguments)
+            else:
+                _REGISTRY.callees[cell.__dict__["_msprobe_id"]] = (prefix, parent_prefix)
+            count += 1
         return count
 
-    def _tap(self, cell, prefix: str, parent_prefix) -> None:
+    def _tap(self, cell, prefix: str, parent_prefix, arguments: bool) -> None:
+        """Tap one cell; `arguments`: the gradients of its arguments too (see _casts_arguments)."""
         callee = self._callee(prefix, parent_prefix)
         taps = _REGISTRY.ops
+        arguments = CELL_SLOTS[0] if arguments else 0
         if self.windowed:
             base = callee * SLOT_CODES
-            grads = (tuple(_grad_tap(taps["cgrad"], base + i) for i in range(_positional_count(cell))),
+            grads = (tuple(_grad_tap(taps["cgrad"], base + i) for i in range(min(arguments,
+                                                                                _positional_count(cell)))),
                      tuple(_grad_tap(taps["cgrad"], base + OUTPUT_SLOTS + i) for i in range(CELL_SLOTS[1])))
         else:
-            grads = ((taps["gradient"],), (taps["gradient"],))
-        for attr, value in zip(TAP_ATTRS, (callee, taps["fin"], taps["fout"], *grads, not self.windowed)):
+            grads = ((taps["gradient"],) if arguments else (), (taps["gradient"],))
+        for attr, value in zip(TAP_ATTRS, (callee, taps["call"], taps["fin"], taps["fout"], *grads,
+                                           not self.windowed)):
             object.__setattr__(cell, attr, value)
         cell.__class__ = _tapped_class(type(cell))
 
@@ -342,8 +367,9 @@ class GraphCells:
             wrapper = _REGISTRY.made.get(key)
             if wrapper is None or wrapper.__msprobe_original__ is not original:
                 callee = self._callee(f"{prefix}.{attr}.", None)
-                wrapper = _REGISTRY.made[key] = _api_wrapper(original, callee, _REGISTRY.ops["fin"],
-                                                             _REGISTRY.ops["fout"])
+                ops_ = _REGISTRY.ops
+                wrapper = _REGISTRY.made[key] = _api_wrapper(original, callee, ops_["call"], ops_["fin"],
+                                                             ops_["fout"])
             setattr(owner, attr, wrapper)
             self.patched.append((owner, attr, original, wrapper))
 
@@ -361,16 +387,12 @@ class GraphCells:
         with self._lock:
             self.window = (direction, prefix, index, list(enclosing))
             self.window_counts = {}
-            if direction == "backward":
-                calls = self.window_calls.get((prefix, index), {})
-                self.segment = {callee: list(tokens) for callee, tokens in calls.items()}
 
     def leave(self) -> None:
         """The jit cell's call (or its backward) returned: its entries go to the writer, before the jit cell's."""
         _synchronize()
         with self._lock:
             self.window = None
-            self.segment = {}
         self.flush()
 
     # ------------------------------------------------------------------ run time (host callbacks)
@@ -384,26 +406,21 @@ class GraphCells:
         if kind in ("grad", "cgrad"):
             kind = "bin" if slot >= OUTPUT_SLOTS else "bout"
             slot %= OUTPUT_SLOTS
-        direction, section = KINDS[kind]
+        direction, section = KINDS.get(kind, ("forward", None))
         try:
             with self._lock:
+                if high < 0:                    # a new call: its token for its later taps
+                    return self._open(-high - 1)
                 if by_callee:                   # a gradient in an @ms.jit graph of PyNative: find its call
                     high = self._window_call(high, kind, slot)
-                if high < 0:                    # the first tensor of a new call
-                    token = self._open(-high - 1, values)
-                    if token in self.repeats:
-                        return token
-                else:
-                    token = self.repeats.get(high, high)
-                    if direction == "forward" and token != high:
-                        return high             # a repeated call's own values are its original's
+                token = high
                 call = self.tokens.get(token)
-                if call is None:                # no call of this step (idle, or opened before its reset)
-                    return high if direction == "forward" else code
+                if call is None:                # no call of this step (idle, opened before its reset, repeated)
+                    return code
                 callee, index, parent, _run = call
                 if direction == "backward":
                     self.gradients_seen = True
-                if kind == "fout" and token in self.open:
+                elif token in self.open:        # its own values come after the calls inside it
                     self.open.remove(token)
                 prefix = self.callees[callee][0]
                 key = (prefix, direction, index)
@@ -424,8 +441,8 @@ class GraphCells:
         except Exception as exc:  # noqa: BLE001 - the user's training must go on
             self.errors.once((type(exc).__name__, "graph tap"), "a graph-mode tap failed (%s); its value is "
                              "skipped and training continues", one_line(exc))
-            return max(high, 0) if direction == "forward" else code
-        return token
+            return _idle(kind, code)
+        return code
 
     def _window_call(self, callee: int, kind: str, slot: int) -> int:
         """The token of the call a gradient of `callee` belongs to (under the lock): in the backward window of jit
@@ -439,24 +456,14 @@ class GraphCells:
         self.window_counts[key] = seen + 1
         return calls[-1 - seen] if seen < len(calls) else 0
 
-    def _open(self, callee: int, values) -> int:
+    def _open(self, callee: int) -> int:
         """The token of a new call of `callee` (under the lock): a call of this step, or (PyNative, outside a forward
-        window) a repeated one, mapped to the call it repeats: the first call of that callee in the jit call whose
-        backward runs, not yet repeated, whose first value has the same CRC-32 (the forward recomputed is
-        deterministic; a branch may be recomputed without the calls around it), else the first one."""
+        window) a repeated one, which records nothing."""
         token = _REGISTRY.next_token
         _REGISTRY.next_token += 1
         window = self.window
         if self.windowed and (window is None or window[0] != "forward"):
-            waiting = self.segment.get(callee) or [0]
-            crc = _crc(values)
-            found = next((t for t in waiting if self.crcs.get(t) == crc), waiting[0])
-            if found:
-                waiting.remove(found)
-            self.repeats[token] = found
-            return token
-        if window is not None:
-            self.crcs[token] = _crc(values)
+            return token                # a token of no call of the step: its values are not recorded
         index = self.calls.get(callee, 0)
         self.calls[callee] = index + 1
         if self.gradients_seen:         # the step's next graph run (gradient accumulation)

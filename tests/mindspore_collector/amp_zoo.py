@@ -1,15 +1,18 @@
-"""Mixed precision in MindSpore's static graph, one process per group of cases (tests/mindspore_collector/test_amp.py
+"""Mixed precision in MindSpore's static graph, one process per list of cases (tests/mindspore_collector/test_amp.py
 runs it): each case trains a small model two steps with an amp configuration, in GRAPH_MODE or with the amp'd
-network under an @ms.jit cell in PyNative, once without a debugger and once with one, and prints one JSON line per
-case: the losses and parameters of both runs (equal bit for bit, or the case failed), what each recorded step's
-dump.json holds, and any exception.
+network under an @ms.jit cell in PyNative, once without a debugger and then once per recording (a level and a
+task), and prints one JSON line per case: for each recording whether its losses and parameters equal the plain
+run's bit for bit, what each step's dump.json holds, and any exception; with "oracle", also the entry names of the
+same model recorded in PyNative (L0; under the @ms.jit cell's class without @ms.jit), the numbering the static
+graph must give.
 
     python amp_zoo.py '<json list of cases>' <dump root>
 
-A case is {"model": "cnn"|"transformer"|"lstm", "mode": "graph"|"jit", "amp": <below>, "level": "L0"|"mix"|"L1",
-"task": "statistics"|"md5"|"tensor"}, amp one of: O0, O1, O2, O3 (ms.amp.auto_mixed_precision), build-O2 and
-build-O3 (ms.amp.build_train_network), custom-white and custom-black (ms.amp.custom_mixed_precision), and
-to_float-<path> (Cell.to_float(float16) on the cell at that path: a conv, a Dense, a whole block, a BatchNorm).
+A case is {"model": "cnn"|"transformer"|"lstm", "mode": "graph"|"jit", "amp": <below>, "runs": [[level, task],
+...], "oracle": bool}, level L0|mix|L1, task statistics|md5|tensor, amp one of: O0, O1, O2, O3
+(ms.amp.auto_mixed_precision), build-O2 and build-O3 (ms.amp.build_train_network), custom-white and custom-black
+(ms.amp.custom_mixed_precision), to_float-<path> (Cell.to_float(float16) on the cell at that path of the model: a
+conv, a Dense, a whole block, a BatchNorm).
 
 MindSpore compiles graphs from source files: the models live here, not in the test."""
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 
 import mindspore as ms
@@ -113,16 +117,22 @@ class Lstm(nn.Cell):
 MODELS = {"cnn": (Cnn, (4, 1, 6, 6)), "transformer": (Transformer, (2, 6, 8)), "lstm": (Lstm, (2, 5, 4))}
 
 
-class JitWrap(nn.Cell):
-    """The amp'd network under an @ms.jit cell, called from PyNative."""
+def _wrap_init(self, network):
+    nn.Cell.__init__(self)
+    self.network = network
 
-    def __init__(self, network):
-        super().__init__()
-        self.network = network
 
-    @ms.jit
+def _wrap_class(jit: bool):
+    """The amp'd network under an @ms.jit cell called from PyNative, or the same cell without @ms.jit (the oracle);
+    both named Wrap."""
     def construct(self, x):
         return self.network(x)
+
+    return type("Wrap", (nn.Cell,), {"__init__": _wrap_init, "__module__": __name__,
+                                     "construct": ms.jit(construct) if jit else construct})
+
+
+WRAPS = {jit: _wrap_class(jit) for jit in (True, False)}
 
 
 def cell_at(net, path: str):
@@ -147,8 +157,8 @@ def make(case: dict):
         net = ms.amp.custom_mixed_precision(net, **lists[amp[len("custom-"):]])
     elif amp in ("O0", "O1", "O2", "O3"):
         net = ms.amp.auto_mixed_precision(net, amp)
-    if case["mode"] == "jit":
-        net = JitWrap(net)
+    if case["mode"] in ("jit", "oracle"):
+        net = WRAPS[case["mode"] == "jit"](net)
     params = net.trainable_params()
     opt = nn.Momentum(params, 0.05, 0.9)
     if amp.startswith("build-"):
@@ -165,16 +175,14 @@ def data(case: dict):
     return Tensor(rng.randn(*shape).astype(np.float32)), Tensor(rng.randint(0, 3, shape[0]).astype(np.int32))
 
 
-def train(case: dict, root: str | None) -> dict:
+def train(case: dict, root: str | None, level: str = "L0", task: str = "statistics") -> dict:
     from msprobe.mindspore import PrecisionDebugger
 
     ms.set_context(mode=ms.GRAPH_MODE if case["mode"] == "graph" else ms.PYNATIVE_MODE)
     net, step, params = make(case)
     debugger = None
     if root is not None:
-        task = case["task"]
-        debugger = PrecisionDebugger(dump_path=root, level=case["level"],
-                                     task="tensor" if task == "tensor" else "statistics",
+        debugger = PrecisionDebugger(dump_path=root, level=level, task="tensor" if task == "tensor" else "statistics",
                                      summary_mode="md5" if task == "md5" else "statistics")
     x, labels = data(case)
     losses = []
@@ -209,13 +217,21 @@ def main() -> None:
     cases = json.loads(sys.argv[1])
     root = sys.argv[2]
     for number, case in enumerate(cases):
-        result = {"case": case}
+        result = {"case": case, "runs": []}
         try:
             plain = train(case, None)
-            folder = os.path.join(root, str(number))
-            recorded = train(case, folder)
-            result.update(same_losses=plain["losses"] == recorded["losses"],
-                          same_params=plain["params"] == recorded["params"], dumps=dumps(folder), folder=folder)
+            for level, task in case["runs"]:
+                folder = os.path.join(root, f"{number}-{level}-{task}")
+                began = time.process_time()
+                recorded = train(case, folder, level, task)
+                result["runs"].append({"level": level, "task": task, "folder": folder, "dumps": dumps(folder),
+                                       "cpu": time.process_time() - began,
+                                       "same_losses": plain["losses"] == recorded["losses"],
+                                       "same_params": plain["params"] == recorded["params"]})
+            if case.get("oracle"):
+                folder = os.path.join(root, f"{number}-oracle")
+                train(dict(case, mode="oracle" if case["mode"] == "jit" else "pynative"), folder)
+                result["oracle"] = dumps(folder)
         except Exception:  # noqa: BLE001 - reported to the test
             result["error"] = traceback.format_exc()[-3000:]
         print("AMP " + json.dumps(result), flush=True)
