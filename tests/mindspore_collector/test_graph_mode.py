@@ -1,7 +1,7 @@
 """The MindSpore collector on compiled graphs (docs/dump.md, "MindSpore static graph"): GRAPH_MODE at L0, mix and L1
-through host callbacks compiled into the graph, and @ms.jit cells inside PyNative split into graph/ and pynative/
-halves; training bit-identical with the debugger on, values equal to a hand computation, the downstream commands
-(compare, -da, graph) on these dumps, and the errors for what the mode cannot do.
+through host callbacks compiled into the graph, and the cells inside @ms.jit cells of PyNative; training
+bit-identical with the debugger on, values equal to a hand computation, the downstream commands (compare, -da, graph)
+on these dumps, and the errors for what the mode cannot do.
 
 Each dump compiles a graph (about a second on CPU): the dumps are made once per module."""
 
@@ -344,25 +344,32 @@ def train_jit(root: Path | None, level: str = "L0"):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("level", ["L0", "mix"])
-def test_jit_cells_in_pynative_are_dumped_into_the_graph_half(tmp_path, level):
+def test_jit_cells_in_pynative_are_dumped_into_the_step_folder(tmp_path, level):
+    """One folder per step, as any PyNative dump: the jit cell recorded by its PyNative hooks, the cells inside it by
+    the taps, in PyNative's order (the cells inside before the jit cell, forward and backward)."""
     plain = train_jit(None)
     losses, weight = train_jit(tmp_path, level)
     assert losses == plain[0] and np.array_equal(weight, plain[1])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["graph", "pynative"]
-    graph = json.loads((tmp_path / "graph" / "step1" / "rank" / "dump.json").read_text())["data"]
-    assert list(graph) == ["Cell.block.fc1.Dense.forward.0", "Cell.block.fc2.Dense.forward.0",
-                           "Cell.block.Block.forward.0", "Cell.block.fc2.Dense.backward.0",
-                           "Cell.block.fc1.Dense.backward.0", "Cell.block.Block.backward.0"]
-    (rank,) = (tmp_path / "pynative" / "step1").iterdir()
-    pynative = json.loads((rank / "dump.json").read_text())["data"]
-    assert "Cell.inp.Dense.forward.0" in pynative and "Cell.head.Dense.backward.0" in pynative
-    assert not any(name.startswith(("Cell.block", "Jit.Block")) for name in pynative)
-    # the parent form of compare pairs the halves
-    result = msprobe.compare(tmp_path, tmp_path)
-    labels = list(result.ranks)
-    assert labels[:2] == ["graph/step0/rank", "graph/step1/rank"] and labels[2].startswith("pynative/step0/")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step0", "step1"]
+    (rank,) = (tmp_path / "step1").iterdir()
+    assert rank.name.startswith("proc")
+    data = json.loads((rank / "dump.json").read_text())["data"]
+    cells = [name for name in data if name.startswith("Cell.") and ".parameters_grad." not in name]
+    assert cells == ["Cell.inp.Dense.forward.0", "Cell.block.fc1.Dense.forward.0", "Cell.block.fc2.Dense.forward.0",
+                     "Cell.block.Block.forward.0", "Cell.head.Dense.forward.0", "Cell.head.Dense.backward.0",
+                     "Cell.block.fc2.Dense.backward.0", "Cell.block.fc1.Dense.backward.0",
+                     "Cell.block.Block.backward.0", "Cell.inp.Dense.backward.0"]
+    assert not any(name.startswith("Jit.Block") for name in data)      # the jit cell is a cell, not a Jit entry
+    construct = json.loads((rank / "construct.json").read_text())
+    assert construct["Cell.block.fc1.Dense.forward.0"] == "Cell.block.Block.forward.0"
+    assert construct["Cell.block.fc2.Dense.backward.0"] == "Cell.block.Block.backward.0"
+    # the block's own output is fc2's; the gradient at fc1's input is the one the block hands back
+    assert data["Cell.block.fc2.Dense.forward.0"]["output"] == data["Cell.block.Block.forward.0"]["output"]
+    assert data["Cell.block.fc1.Dense.backward.0"]["output"] == data["Cell.block.Block.backward.0"]["output"]
+    result = msprobe.compare(tmp_path / "step1", tmp_path / "step1")
     names = result.column("NPU Name")
     assert "Cell.block.fc1.Dense.forward.0.input.0" in names and "Cell.inp.Dense.forward.0.input.0" in names
+    assert set(result.column("Result")) == {"pass"}
 
 
 # ---------------------------------------------------------------------------------------------- the walk-through
