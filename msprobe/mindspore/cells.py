@@ -85,11 +85,13 @@ def own_parameters(cell) -> dict:
 
 
 class _GradEntry:
-    """One parameters_grad entry: the gradients of a cell's parameters from one backward pass."""
+    """One parameters_grad entry: the gradients of a cell's parameters from one backward pass (a pass ends when all
+    of them arrived, or when one of them arrives again: passes may deliver them in another order)."""
 
     def __init__(self, name: str):
         self.name = name
         self.body: dict = {}
+        self.selected = True
 
 
 class CellHooks:
@@ -111,7 +113,7 @@ class CellHooks:
         self.queue: OrderedDict = OrderedDict()
         self.bindings: dict = {}
         self.pending: dict = {}         # forward name -> (body, stack) of a call that has not returned
-        self.grad_index: dict = {}      # cell prefix -> (index, first parameter)
+        self.grad_index: dict = {}      # cell prefix -> index of its latest parameters_grad entry
         self.grads: dict = {}           # cell prefix -> _GradEntry waiting for more gradients
         self.remove_param_hooks()
 
@@ -193,7 +195,8 @@ class CellHooks:
             writer.add(name, body, stack)
         self.pending = {}
         for entry in self.grads.values():
-            writer.add(entry.name, entry.body)
+            if entry.selected:
+                writer.add(entry.name, entry.body)
         self.grads = {}
 
     # ------------------------------------------------------------------ forward
@@ -345,26 +348,24 @@ class CellHooks:
         col = self.col
 
         def write(grad):
-            index, first = self.grad_index.get(owner, (-1, short))
-            if index < 0 or first == short:
-                index += 1
-            self.grad_index[owner] = (index, first)
-            name = f"{owner}.parameters_grad.{index}"
-            if not col.selected(name):
-                return
             entry = self.grads.get(owner)
-            if entry is not None and entry.name != name:     # a new backward pass: the last one is complete
-                col.writer.add(entry.name, entry.body)
+            if entry is not None and short in entry.body:       # this parameter again: a new backward pass
+                if entry.selected:
+                    col.writer.add(entry.name, entry.body)
                 entry = None
             if entry is None:
-                entry = self.grads[owner] = _GradEntry(name)
+                index = self.grad_index[owner] = self.grad_index.get(owner, -1) + 1
+                entry = self.grads[owner] = _GradEntry(f"{owner}.parameters_grad.{index}")
+                entry.selected = col.selected(entry.name)
+            name = entry.name
             try:
-                entry.body[short] = [col.recorder.record(grad, f"{name}.{short}")]
+                entry.body[short] = [col.recorder.record(grad, f"{name}.{short}")] if entry.selected else []
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
                 entry.body[short] = [{"dump_error": col.errors.failed("gradient", name, exc)}]
             hooked = sum(1 for (cell_prefix, _) in self.param_handles if cell_prefix == owner)
             if len(entry.body) >= hooked:          # where its last gradient arrived, as the reference
-                col.writer.add(entry.name, entry.body)
+                if entry.selected:
+                    col.writer.add(entry.name, entry.body)
                 del self.grads[owner]
         callback = col.backward_callback(f"{owner}.parameters_grad", write)
 
