@@ -106,14 +106,6 @@ def _tap_call(callee, call):
     return call(_NOTHING, _scalar_to_tensor(-(callee + 1) * SLOT_CODES, mstype.int64)) * SLOT_CODES
 
 
-def _tap_values(tap, base, values):
-    """Hand every tensor among `values` to the host (slot i: code base + i)."""
-    for i in range(len(values)):
-        x = values[i]
-        if isinstance(x, Tensor):
-            tap(_stop_gradient(x), base + i)
-
-
 def _tap_gradients(grads, by_token, base, values, side):
     """The values with their gradient taps: with `by_token` grads[0](x, code of the call's token and the slot)
     (`side`: 0 for the arguments, OUTPUT_SLOTS for the outputs), else grads[i](x) while there is one; none for a
@@ -139,12 +131,18 @@ def _tapped_call(callee, call, fin, fout, gin, gout, by_token, run, args, kwargs
     or the tensors of a tuple), the gradients of the outputs."""
     base = _tap_call(callee, call)
     out = run(*_tap_gradients(gin, by_token, base, args, 0), **kwargs)
-    _tap_values(fin, base, args)
+    # the value taps inline (a function holding no tap once compiled for non-tensor values would be a side
+    # effect MindSpore warns it eliminated)
+    for i in range(len(args)):
+        if isinstance(args[i], Tensor):
+            fin(_stop_gradient(args[i]), base + i)
     if isinstance(out, Tensor):
-        _tap_values(fout, base, (out,))
+        fout(_stop_gradient(out), base)
         return _tap_gradients(gout, by_token, base, (out,), OUTPUT_SLOTS)[0]
     if isinstance(out, tuple):
-        _tap_values(fout, base, out)
+        for i in range(len(out)):
+            if isinstance(out[i], Tensor):
+                fout(_stop_gradient(out[i]), base + i)
         return _tap_gradients(gout, by_token, base, out, OUTPUT_SLOTS)
     return out
 
@@ -283,6 +281,8 @@ class GraphCells:
             self.gradients_seen = False
             self.calls: dict = {}       # callee -> forward calls opened in this step
             self.parents: dict = {}     # (prefix, index) of a forward call -> (prefix, index) of its parent or None
+            # call token -> [tensor arguments, tensor outputs, a floating-point argument] as its taps showed them
+            self.arity: dict = {}
             self.latest: dict = {}      # prefix -> index of its latest forward call
             self.open: list = []        # forward calls of cells whose outputs have not arrived (mix: API parents)
             self.window = None          # PyNative: (direction, prefix, index, enclosing names) of the jit call
@@ -431,6 +431,11 @@ class GraphCells:
                                                  filters.selected(self.config, name, self._enclosing(call, direction)),
                                                  token]
                 self.arrived += 1
+                if direction == "forward":      # the call's arity, for its backward entry's null slots
+                    arity = self.arity.setdefault(token, [0, 0, False])
+                    arity[section == "output"] = max(arity[section == "output"], slot + 1)
+                    if section == "input_args" and dtype_name(values.dtype).startswith(("Float", "BFloat")):
+                        arity[2] = True
             config = self.config
             io = "input" if section in ("input_args", "input") else "output"
             if entry[2] and filters.direction_ok(config, direction) and filters.section_ok(config, io):
@@ -525,7 +530,7 @@ class GraphCells:
         writer = self.writer
         config = self.config
         for key in sequence:
-            sections, parent, selected, _token = entries[key]
+            sections, parent, selected, token = entries[key]
             direction = key[1]
             if not selected or not filters.direction_ok(config, direction):
                 continue
@@ -533,10 +538,15 @@ class GraphCells:
             if config.level != "L1":
                 writer.add_construct(entry, entry_name(*parent) if parent else None)
             body: dict = {}
+            arity = self.arity.get(token, (0, 0, False))
+            # a backward entry has a slot per output and (when one is floating point) per argument, null where no
+            # gradient came back, as PyNative's
+            least = {"input": arity[1], "output": arity[0] if arity[2] else 0} if direction == "backward" else {}
             for section in (("input_args", "output") if direction == "forward" else ("input", "output")):
-                slots = sections.get(section)
+                slots = sections.get(section) or {}
                 if filters.section_ok(config, "input" if section.startswith("input") else "output"):
-                    body[section] = [] if not slots else [slots.get(i) for i in range(max(slots) + 1)]
+                    size = max(max(slots, default=-1) + 1, least.get(section, 0))
+                    body[section] = [slots.get(i) for i in range(size)]
                     if section == "input_args":
                         body["input_kwargs"] = {}
             writer.add(entry, body)

@@ -10,7 +10,7 @@ graph must give.
 
 A case is {"model": "cnn"|"transformer"|"lstm", "mode": "graph"|"jit", "amp": <below>, "runs": [[level, task],
 ...], "oracle": bool}, level L0|mix|L1, task statistics|md5|tensor, amp one of: O0, O1, O2, O3
-(ms.amp.auto_mixed_precision), build-O2 and build-O3 (ms.amp.build_train_network), custom-white and custom-black
+(ms.amp.auto_mixed_precision), build-O2 and build-O3 (ms.amp.build_train_network; O2 with a fixed loss scale), custom-white and custom-black
 (ms.amp.custom_mixed_precision), to_float-<path> (Cell.to_float(float16) on the cell at that path of the model: a
 conv, a Dense, a whole block, a BatchNorm).
 
@@ -162,7 +162,11 @@ def make(case: dict):
     params = net.trainable_params()
     opt = nn.Momentum(params, 0.05, 0.9)
     if amp.startswith("build-"):
-        train = ms.amp.build_train_network(net, opt, loss_fn, level=amp[len("build-"):])
+        level = amp[len("build-"):]
+        # O2 scales the loss: on CPU with a fixed scale (MindSpore's dynamic loss scaling needs GPU or Ascend)
+        scaling = {"loss_scale_manager": ms.amp.FixedLossScaleManager(1024.0, drop_overflow_update=False)} \
+            if level == "O2" else {}
+        train = ms.amp.build_train_network(net, opt, loss_fn, level=level, **scaling)
     else:
         train = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), opt)
     train.set_train()

@@ -191,3 +191,66 @@ def test_a_cell_under_if_tensor_is_numbered_as_pynative(tmp_path, graph):
         "Cell.gate.out.Dense.backward.0", "Cell.gate.a.Dense.backward.0", "Cell.gate.Gate.backward.0",
         "Cell.gate.b.Dense.forward.0", "Cell.gate.out.Dense.forward.1", "Cell.gate.Gate.forward.1",
         "Cell.gate.out.Dense.backward.1", "Cell.gate.b.Dense.backward.0", "Cell.gate.Gate.backward.1"]
+
+
+class Small(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 3, pad_mode="valid")
+        self.bn = nn.BatchNorm2d(2)
+        self.fc = nn.Dense(2 * 4 * 4, 3)
+
+    def construct(self, x):
+        x = ops.relu(self.bn(self.conv(x)))
+        return self.fc(x.reshape(x.shape[0], -1))
+
+
+def train_one_step_cell(root: Path | None, graph: bool, steps: int = 3):
+    """`nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.SGD(...))` given to start() at every step: the losses
+    and the final weight."""
+    with mode(graph):
+        ms.set_seed(0)
+        net = Small()
+        train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1))
+        debugger = PrecisionDebugger(dump_path=str(root), level="L0") if root is not None else None
+        rng = np.random.RandomState(0)
+        x, t = Tensor(rng.randn(4, 1, 6, 6).astype(np.float32)), Tensor(rng.randn(4, 3).astype(np.float32))
+        losses = []
+        for _ in range(steps):
+            if debugger is not None:
+                debugger.start(train)
+            losses.append(train(x, t).asnumpy().tobytes())
+            if debugger is not None:
+                debugger.stop()
+                debugger.step()
+        return losses, net.fc.weight.asnumpy().tobytes()
+
+
+@pytest.mark.slow
+def test_train_one_step_cell_is_one_step_folder_per_step_in_both_modes(tmp_path):
+    """PyNative: nn.SGD is an @ms.jit cell; it is recorded as a cell in the step's folder (no graph/ and pynative/
+    halves). GRAPH_MODE: the whole step is one graph, and each step is its own step (not every one step 0)."""
+    folders = {}
+    for graph in (True, False):
+        root = tmp_path / ("graph" if graph else "pynative")
+        assert train_one_step_cell(root, graph) == train_one_step_cell(None, graph)    # bit-identical
+        assert sorted(p.name for p in root.iterdir()) == ["step0", "step1", "step2"]
+        for step in range(3):
+            (folder,) = (root / f"step{step}").iterdir()
+            assert folder.name == "rank" if graph else folder.name.startswith("proc")
+            dump = json.loads((folder / "dump.json").read_text())
+            assert "incomplete" not in dump
+            assert "Cell.network._backbone.fc.Dense.backward.0" in dump["data"]
+        folders[graph] = root / "step0"
+    pynative = entries(tmp_path / "pynative")
+    assert "Cell.optimizer.SGD.forward.0" in pynative and not any(n.startswith("Jit.") for n in pynative)
+    # the two modes record the network alike: the graph's entries are PyNative's but for parameters_grad and the
+    # optimizer (its argument is a tuple of gradients)
+    graph_entries = entries(tmp_path / "graph")
+    assert sorted(graph_entries) == sorted(n for n in graph_names(pynative) if not n.startswith("Cell.optimizer."))
+    (graph_rank,) = folders[True].iterdir()
+    (pynative_rank,) = folders[False].iterdir()
+    result = msprobe.compare(graph_rank, pynative_rank)
+    rows = {row["NPU Name"]: row for row in result.pairs[0].rows}
+    assert rows["Cell.network._backbone.fc.Dense.backward.0.input.0"]["Bench Name"] == \
+        "Cell.network._backbone.fc.Dense.backward.0.input.0"
