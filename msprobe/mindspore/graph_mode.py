@@ -106,6 +106,22 @@ def _tap_call(callee, call):
     return call(_NOTHING, _scalar_to_tensor(-(callee + 1) * SLOT_CODES, mstype.int64)) * SLOT_CODES
 
 
+def _any_tensor(values) -> bool:
+    """A tensor among `values` (known when the graph compiles)."""
+    for x in values:
+        if isinstance(x, Tensor):
+            return True
+    return False
+
+
+def _tap_values(tap, base, values):
+    """Hand every tensor among `values` to the host (slot i: code base + i)."""
+    for i in range(len(values)):
+        x = values[i]
+        if isinstance(x, Tensor):
+            tap(_stop_gradient(x), base + i)
+
+
 def _tap_gradients(grads, by_token, base, values, side):
     """The values with their gradient taps: with `by_token` grads[0](x, code of the call's token and the slot)
     (`side`: 0 for the arguments, OUTPUT_SLOTS for the outputs), else grads[i](x) while there is one; none for a
@@ -131,18 +147,14 @@ def _tapped_call(callee, call, fin, fout, gin, gout, by_token, run, args, kwargs
     or the tensors of a tuple), the gradients of the outputs."""
     base = _tap_call(callee, call)
     out = run(*_tap_gradients(gin, by_token, base, args, 0), **kwargs)
-    # the value taps inline (a function holding no tap once compiled for non-tensor values would be a side
-    # effect MindSpore warns it eliminated)
-    for i in range(len(args)):
-        if isinstance(args[i], Tensor):
-            fin(_stop_gradient(args[i]), base + i)
+    if _any_tensor(args):       # (a tap function left with no tap is a side effect MindSpore warns it eliminated)
+        _tap_values(fin, base, args)
     if isinstance(out, Tensor):
-        fout(_stop_gradient(out), base)
+        _tap_values(fout, base, (out,))
         return _tap_gradients(gout, by_token, base, (out,), OUTPUT_SLOTS)[0]
     if isinstance(out, tuple):
-        for i in range(len(out)):
-            if isinstance(out[i], Tensor):
-                fout(_stop_gradient(out[i]), base + i)
+        if _any_tensor(out):
+            _tap_values(fout, base, out)
         return _tap_gradients(gout, by_token, base, out, OUTPUT_SLOTS)
     return out
 
@@ -604,6 +616,7 @@ class GraphRoute:
         self.graph_mode = False         # the debugger records a GRAPH_MODE network
         self.inside_jit = False         # PyNative: cells inside @ms.jit cells are tapped
         self.started = False
+        self.rewritten = False          # the model was rewritten by ms.amp (O1, custom_mixed_precision)
         self._arrived_at_start = 0
 
     # ------------------------------------------------------------------ start
@@ -671,6 +684,7 @@ class GraphRoute:
         cells = self.cells
         self.started = True
         self.graph_mode = ms.get_context("mode") != ms.PYNATIVE_MODE
+        self.rewritten = any(_casts_arguments(cell) for model in models for _name, cell in model.cells_and_names())
         cells.windowed = not self.graph_mode
         if self.graph_mode:
             compiled = [type(m).__name__ for m in models if getattr(m, "_compile_cache", None)]
@@ -710,9 +724,14 @@ class GraphRoute:
         _synchronize()
         if self.cells.arrived > self._arrived_at_start:
             return None
-        reason = ("no tapped cell ran in this step: the network was compiled before start(model) (create the "
-                  "debugger and call start(model) before its first call), or was not called between start() and "
-                  "stop()")
+        if self.rewritten and self.debugger.config.level == "L1":
+            reason = ("no API call ran in the graph: the network was rewritten by ms.amp (level O1 or "
+                      "custom_mixed_precision), which calls its own copies of the ops and mint functions, not "
+                      "recorded; record its cells at level L0 or mix, or its kernels at L2")
+        else:
+            reason = ("no tapped cell ran in this step: the network was compiled before start(model) (create the "
+                      "debugger and call start(model) before its first call), or was not called between start() "
+                      "and stop()")
         self.debugger.errors.once(("empty graph step",), "GRAPH_MODE: %s", reason)
         return reason
 

@@ -92,9 +92,13 @@ def check(result: dict) -> None:
         assert [d["folder"].split(os.sep)[0] for d in dumps] == ["step0", "step1"], where
         assert all(d["folder"].split(os.sep)[1] == "rank" if graph else d["folder"].split(os.sep)[1].startswith(
             "proc") for d in dumps), where
-        assert all(d["incomplete"] is None for d in dumps), where
         names = dumps[0]["names"]
         assert dumps[1]["names"] == names, where
+        if run["level"] == "L1" and graph and amp in REWRITTEN:
+            # the rewrite inlined every API call of the model into its own copies: an empty step that says why
+            assert not names and all("rewritten by ms.amp" in (d["incomplete"] or "") for d in dumps), where
+            continue
+        assert all(d["incomplete"] is None for d in dumps), where
         if run["level"] == "L1":
             assert not any(n.startswith("Cell.") for n in names), where
             assert ("Functional.relu.0.forward" in names) if graph else ("Jit.Wrap.0.forward" in names), where
@@ -109,11 +113,13 @@ def check(result: dict) -> None:
         elif amp not in REWRITTEN:
             assert half, f"{where}: no float16 value recorded"
         if amp.startswith("to_float-"):
-            (entry,) = calls_of(names, amp[len("to_float-"):], "forward")
+            # the cell at that path of the model (not a deeper one of the same name: block.bn, rnn.rnn)
+            entry = min(calls_of(names, amp[len("to_float-"):], "forward"), key=len)
             assert "Float16" in dtypes[entry], f"{where}: {entry} {dtypes[entry]}"
         if run["level"] == "L0":
             assert all(n.startswith("Cell.") for n in names), where
-        if graph and run["level"] == "mix" and spec["model"] == "cnn":
+        if graph and run["level"] == "mix" and spec["model"] == "cnn" and amp not in REWRITTEN:
+            # (a rewrite by ms.amp inlines ops.relu into its own copy, relu_opt: no API call left, as in PyNative)
             assert "Functional.relu.0.forward" in names, where
         if run["level"] == "L0" and "oracle" in result:
             # numbered as PyNative numbers the same model; the graph records no parameters_grad, nor a cell whose
