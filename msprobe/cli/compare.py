@@ -79,8 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a yaml of {TypeName: {target child: golden child}} renames layers")
     parser.add_argument("-da", "--diff_analyze", action="store_true",
                         help="first-divergence analysis: find the first op whose outputs differ, on which rank, "
-                             "and how it spreads through communication ops; writes compare_result*.json and "
-                             "diff_analyze_<timestamp>.json instead of tables")
+                             "and how it spreads through communication ops; writes compare_result*.json (and "
+                             "compare_result*.csv with --csv, .xlsx with --xlsx) and diff_analyze_<timestamp>.json")
     parser.add_argument("--rank", nargs="?", const="", default=None, metavar="LIST",
                         help="kernel compare of MindSpore static-graph dumps (directories): ranks to compare, "
                              "e.g. 0,1; given without a value, all ranks")
@@ -112,7 +112,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from msprobe.cli.scale_options import backend_of
     from msprobe.compare.batch import run_batch, succeeded
-    from msprobe.compare.kernel import is_kernel_dump
     from msprobe.compare.mapping import MappingOptions
     from msprobe.compare.pipeline import CompareOptions
     from msprobe.compare.summary import print_summary
@@ -129,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rank is not None or args.step is not None:
         return run_kernel_compare(args, backend)
     located = locate(args.target_path, args.golden_path)
-    if not located.jobs and is_kernel_dump(args.target_path) and is_kernel_dump(args.golden_path):
+    if not located.jobs and _kernel_dumps(args.target_path, args.golden_path):
         logger.info("MindSpore kernel dumps: every rank and step is compared (as with --rank).")
         return run_kernel_compare(args, backend)
     output_dir = prepare_output_dir(args.output_path or "./output")
@@ -144,7 +143,10 @@ def run(args: argparse.Namespace) -> int:
         logger.warning("%s", problem)
     if not located.jobs:
         raise MsprobeError("nothing to compare: " + "; ".join(located.problems))
-    if args.diff_analyze:
+    if args.diff_analyze:     # the json tables always; a .csv (.xlsx) of each as well when asked for
+        from dataclasses import replace
+
+        options = replace(options, output_format="csv" if args.csv else "xlsx" if args.xlsx else "json")
         return run_diff_analyze(located, options, backend)
     if len(located.jobs) == 1 and not located.problems and not located.jobs[0].out_subdir \
             and not located.jobs[0].suffix:
@@ -178,6 +180,12 @@ def run(args: argparse.Namespace) -> int:
         raise MsprobeError(f"no dump pair could be compared ({len(failures)} failed).")
     banner(logger, "msprobe compare ends successfully.")
     return 0
+
+
+def _kernel_dumps(*paths: str) -> bool:
+    from msprobe.compare.kernel import is_kernel_dump  # only when no dump.json pair is found
+
+    return all(is_kernel_dump(path) for path in paths)
 
 
 def _where(backend, jobs: int) -> str:
@@ -248,7 +256,7 @@ def run_diff_analyze(located, options, backend) -> int:
             logger.info("%s:", out_subdir)
         for line in describe(finding):
             logger.info("%s", line)
-        write_analysis(finding, os.path.join(options.output_dir, out_subdir))
+        write_analysis(finding, os.path.join(options.output_dir, out_subdir), options.output_format)
     return 0
 
 

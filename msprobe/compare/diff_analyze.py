@@ -20,6 +20,7 @@ from msprobe.compare.pipeline import (
     judge_table,
     match_items,
     read_side,
+    write_table,
 )
 from msprobe.compare.verdict import MSG_EXTRA_CHANGE, MSG_PARTED, describe_magnitude, scale_errors
 from msprobe.dump.locate import PROC_DIR, Job
@@ -31,6 +32,7 @@ from msprobe.scale.stamp import timestamp
 from msprobe.scale.task import JobFailure
 from msprobe.table import columns as col
 from msprobe.table.cells import NA
+from msprobe.table.model import ResultTable
 
 COMM_PREFIXES = ("Distributed.", "MintDistributed.", "communication.comm_func")
 COLLECTIVES = frozenset({"send", "recv", "broadcast", "all_reduce", "reduce", "all_gather", "gather", "isend",
@@ -41,6 +43,7 @@ SKIPPED = ("Torch.empty", "Torch.fill", "Tensor.__setitem__", "Tensor.empty", "T
 LARGE_RELATIVE_ERROR = 0.5       # the spec's threshold for a large difference (scale-aware relative, compare/verdict)
 EXTRA_COLUMNS = ("state", "api_origin_name", "NPU P2POp op", "Bench P2POp op", "NPU P2POp peer", "Bench P2POp peer")
 IGNORED_OUTPUTS = {"npu_fusion_attention": (4, 5)}
+TABLE_FORMATS = ("csv", "xlsx")  # CompareOptions.output_format with which -da writes its tables as well as the json
 
 
 @dataclass
@@ -78,6 +81,7 @@ class RankDigest:
     origin_judged: bool = True             # False for md5 dumps: no magnitudes, no Error_Origin
     culprit: EntryDigest | None = None     # the entry of the culprit row, the compare's verdict (issue 27)
     next_dump: dict | None = None          # what the next dump needs to know of the culprit (compare/next_dump.py)
+    table_file: str = ""                   # the diff-mode table as .csv or .xlsx (--csv, --xlsx), "" when not asked
 
 
 def rank_number(job: Job) -> int:
@@ -97,7 +101,7 @@ def analyze_job(job: Job, options: CompareOptions):
 
 
 def digest_files(digest: RankDigest) -> list:
-    return [digest.json_file]
+    return [path for path in (digest.json_file, digest.table_file) if path]
 
 
 def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
@@ -126,9 +130,13 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
         flagged = np.asarray([r != "pass" for r in verdict.results], dtype=bool)
         relative = (relative, flagged)
     stacks = target.stack or {}
-    json_file = ""
+    json_file = table_file = ""
+    table_columns = None
     if options.write_output:
         json_file = os.path.join(options.output_dir, f"compare_result{job.suffix}_{stamp}.json")
+        if options.output_format in TABLE_FORMATS:
+            table_file = f"{json_file[:-len('.json')]}.{options.output_format}"
+            table_columns = {column: [] for column in (col.RESULT, col.ERR_MESSAGE, *EXTRA_COLUMNS)}
     # One entry is measured, written and forgotten at a time: only the nodes the answer names (first, first large,
     # first introduced, culprit) keep their
     # data_info and stack, so the memory stays that of the table (a -da run of a million rows fits as a plain
@@ -147,7 +155,7 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
             name = t_items.entry_names[entry]
             node, items = _entry_node(name, start, stop, count, layer, table_mode, cells, states, matched,
                                       row_differs, relative, stacks, t_items, g_items, pairs, table.columns,
-                                      with_items=writer is not None)
+                                      with_items=writer is not None, table_columns=table_columns)
             node.parted = any(MSG_PARTED in verdict.messages[r] for r in range(start, stop))
             node.extra = any(MSG_EXTRA_CHANGE in verdict.messages[r] for r in range(start, stop))
             node.introduced = node.parted or node.extra or (origin is not None and INTRODUCED in origin[start:stop])
@@ -166,6 +174,9 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
             start = stop
     if json_file:
         get_logger().info("%sSaving json file to disk: %s", job.label, json_file)
+    if table_file:
+        _write_da_table(table, table_columns, table_file)
+        get_logger().info("%sThe result file path is: %s.", job.label, table_file)
     next_dump = None
     if culprit_node is not None:
         from msprobe.compare.next_dump import culprit_names
@@ -174,7 +185,16 @@ def _analyze(job: Job, options: CompareOptions, stamp: str) -> RankDigest:
         golden_entry = g_items.entry_names[g_items.entry[golden_row]] if golden_row >= 0 else None
         next_dump = culprit_names(culprit_node.name, target, golden_entry, golden, job)
     return RankDigest(job.label, rank_number(job), first, first_large, json_file, count, first_introduced,
-                      origin is not None, culprit_node, next_dump)
+                      origin is not None, culprit_node, next_dump, table_file)
+
+
+def _write_da_table(table: ResultTable, added: dict, path: str) -> None:
+    """The diff-mode table as the json's rows spell it: the table's columns, its Result and Err_message as -da
+    fills them, then the columns the records add (state, api_origin_name, P2P ops); stacks as in a compare table."""
+    columns = [*table.columns, *(column for column in added if column not in table.columns)]
+    blank = [""] * len(table)
+    cells = {column: added[column] if column in added else table.cells.get(column, blank) for column in columns}
+    write_table(ResultTable(columns=columns, cells=cells, numeric_columns=table.numeric_columns), path)
 
 
 class _JsonMembers:
@@ -236,8 +256,9 @@ def is_communication(name: str) -> bool:
 
 
 def _entry_node(name, start, stop, position, layer, mode, cells, states, matched, row_differs, relative, stacks,
-                t_items, g_items, pairs, columns, with_items: bool = True):
-    """The digest of one entry (rows start..stop) and, with_items, its rows as records of the json file."""
+                t_items, g_items, pairs, columns, with_items: bool = True, table_columns: dict | None = None):
+    """The digest of one entry (rows start..stop) and, with_items, its rows as records of the json file;
+    table_columns (column -> list) gets the rows' values of the columns the records add to the table's."""
     api = name.split(".")[-3] if name.count(".") >= 3 else ""
     ignored = IGNORED_OUTPUTS.get(api, ())
     has_outputs = any(states[r] == "output" for r in range(start, stop))
@@ -294,6 +315,9 @@ def _entry_node(name, start, stop, position, layer, mode, cells, states, matched
             info[peer_key] = record[peer_key]
         if with_items:
             items.append(record)
+        if table_columns is not None:
+            for column, values in table_columns.items():
+                values.append(record[column])
     node = EntryDigest(name, position, layer, is_communication(name), differs, inputs_differ, large, max_relative, group,
                 data_info, stacks.get(name))
     return node, items
@@ -373,7 +397,9 @@ def node_record(node: EntryDigest, role: str) -> dict:
             "communication_layer": node.layer, "max_output_relative_error": node.max_relative}
 
 
-def write_analysis(finding: Finding, output_dir: str) -> str | None:
+def write_analysis(finding: Finding, output_dir: str, table_format: str | None = None) -> str | None:
+    """Write diff_analyze_<ts>.json and the next dump's configurations; log where, and the next step (whose
+    compare writes its table as `table_format` "csv" or the default .xlsx)."""
     logger = get_logger()
     if not finding.origin:
         logger.info("Cannot find any diff node, no need to generate analyze file.")
@@ -397,7 +423,8 @@ def write_analysis(finding: Finding, output_dir: str) -> str | None:
                     "  then:       %s\n"
                     "  (`msprobe triage --target CMD --golden CMD` runs the dumps and the compare for you)",
                     what(info), _next_dump_root(output_dir), configs["target"], configs["golden"],
-                    compare_command(info, _next_dump_root(output_dir), os.path.join(output_dir, "next_compare")))
+                    compare_command(info, _next_dump_root(output_dir), os.path.join(output_dir, "next_compare"),
+                                    table_format))
     return path
 
 
@@ -440,6 +467,14 @@ def analysis_record(finding: Finding) -> dict:
     return result
 
 
+def rank_name(digest: RankDigest) -> str:
+    """How the console names a rank: its folder when that is `rank<N>` or `proc<pid>`, else `rank <N>` (a pair of
+    files, a single process's `rank` folder without an id, a step folder holding the dump itself), as
+    diff_analyze_*.json keys it."""
+    folder = digest.label.strip("[] ").rsplit("/", 1)[-1]
+    return folder if re.fullmatch(r"rank\d+", folder) or PROC_DIR.match(folder) else f"rank {digest.rank}"
+
+
 def describe(finding: Finding) -> list:
     """Console lines that answer: where do the runs first part, by how much, and how did it spread. Names from
     the dumps are shown with their control characters escaped (names.printable)."""
@@ -448,7 +483,7 @@ def describe(finding: Finding) -> list:
         return ["No divergence found: every compared output is identical (statistics or md5)."]
     for digest in finding.origin:
         node = digest.first
-        rank = digest.label.strip("[] ") or f"rank {digest.rank}"
+        rank = rank_name(digest)
         how = (f"max relative error of its outputs {describe_magnitude(node.max_relative)}" if node.max_relative
                else "outputs differ (md5 or statistics not identical)")
         cause = "its inputs already differ" if node.inputs_differ else "its inputs are identical"
@@ -460,14 +495,14 @@ def describe(finding: Finding) -> list:
                          f"{large.name} (entry {large.position + 1}, {describe_magnitude(large.max_relative)}).")
     for digest in finding.received:
         node = digest.first
-        rank = digest.label.strip("[] ") or f"rank {digest.rank}"
+        rank = rank_name(digest)
         if node.is_comm and not node.inputs_differ:
             lines.append(f"{rank} receives the divergence through {node.name}"
                          f"{' (group ' + node.group + ')' if node.group else ''}.")
         else:
             lines.append(f"{rank} diverges later at {node.name} (after {node.layer} communication ops).")
     for digest in finding.clean:
-        lines.append(f"{digest.label.strip('[] ') or 'rank ' + str(digest.rank)}: no divergence.")
+        lines.append(f"{rank_name(digest)}: no divergence.")
     lines.append(dtype_aware_line(finding))
     lines.append(culprit_line(finding))
     return [printable(line) for line in lines]
@@ -475,7 +510,7 @@ def describe(finding: Finding) -> list:
 
 def _where(digest: RankDigest, node: EntryDigest) -> str:
     """`<entry> on <rank> (entry <position>)`."""
-    return f"{node.name} on {digest.label.strip('[] ') or f'rank {digest.rank}'} (entry {node.position + 1})"
+    return f"{node.name} on {rank_name(digest)} (entry {node.position + 1})"
 
 
 def culprit_line(finding: Finding) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from io import StringIO
 
@@ -40,6 +41,10 @@ MSG_DTYPE = "Dtype of NPU and bench Tensor do not match. Skipped.\n"
 MSG_NAN = "The position of inf or nan in NPU and bench Tensor do not match.\n"
 MSG_MISSING = "Dump file not found.\n"
 MSG_STAT_SHAPE = "Tensor shapes do not match.\n"
+MSG_NAN_NPU = "The NPU tensor holds NaN.\n"
+MSG_NAN_BENCH = "The bench tensor holds NaN.\n"
+MSG_HALF_AS_FLOAT32 = ("{side} file holds float32 data under its float16 header (MindSpore's CPU dump of a float16 "
+                       "op run in float32): its values are read as float32.\n")
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,46 @@ def parse_kernel_name(name: str):
     if counter(task_id) is None or counter(stream_id) is None or counter(timestamp) is None:
         return None
     return op_type, op_name, task_id, stream_id, counter(timestamp), parts[io], counter(parts[io + 1])
+
+
+# the header MindSpore's (and numpy's) .npy writer gives a C-ordered array: read without numpy's literal_eval,
+# which costs more than the statistics of a small tensor; anything else goes through np.load
+_NPY_HEADER = re.compile(r"\{'descr': '([<>|=][a-z]\d+)', 'fortran_order': False, 'shape': \(([\d, ]*)\), \}\s*")
+_HALF = np.dtype("<f2")
+
+
+def _read_npy(path: str) -> tuple[np.ndarray, bytes | None, int]:
+    """The array np.load(path) gives, and for a plain C-ordered file its bytes and where its data part starts."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if data[:6] == b"\x93NUMPY" and data[6] in (1, 2) and len(data) >= 12:
+        start = 10 if data[6] == 1 else 12
+        end = start + int.from_bytes(data[8:start], "little")
+        found = _NPY_HEADER.fullmatch(data[start:end].decode("latin-1"))
+        if found:
+            shape = tuple(int(part) for part in found.group(2).split(",") if part.strip())
+            dtype = np.dtype(found.group(1))
+            count = math.prod(shape)
+            if len(data) - end >= count * dtype.itemsize:
+                return np.frombuffer(data, dtype, count=count, offset=end).reshape(shape), data, end
+    return np.load(path, allow_pickle=False), None, 0
+
+
+def read_npy(path: str) -> np.ndarray:
+    """np.load(path) of a version 1 or 2 .npy file, faster for the plain C-ordered arrays MindSpore writes. Like
+    np.load it reads the first elements of a longer data part (MindSpore saves a view with its whole storage)."""
+    return _read_npy(path)[0]
+
+
+def kernel_values(path: str) -> tuple[np.ndarray, bool]:
+    """The values of one kernel file, and whether they are float32 data found under a float16 header. MindSpore's
+    CPU dump writes a float16 op that its CPU kernel runs in float32 (MatMul, BiasAdd, ... of a float16 cell) as
+    the float32 result under the graph's float16 type: the data part holds exactly twice the bytes the header
+    declares, and read as float16 they are garbage (NaN, 27360 where the op's values are below 1)."""
+    array, data, end = _read_npy(path)
+    if data is not None and array.dtype == _HALF and array.size and len(data) - end == 2 * array.nbytes:
+        return np.frombuffer(data, "<f4", count=array.size, offset=end).reshape(array.shape), True
+    return array, False
 
 
 def _counter_or(text: str, default: int) -> int:
@@ -203,6 +248,29 @@ def numbered(items: list) -> dict:
     return out
 
 
+def _when(item: KernelItem) -> tuple:
+    """When a tensor was dumped: its timestamp (MindSpore stamps each file as it writes it, a kernel's inputs and
+    then its outputs), on a tie inputs before outputs, then the slot."""
+    return item.timestamp, item.sort_key[2], item.sort_key[3], item.key
+
+
+def execution_order(target: dict, golden: dict) -> list:
+    """The (key, n) of both sides in the target's execution order; a tensor only the golden has comes right after
+    the golden's previous tensor that both have (first, when none precedes it)."""
+    after: dict = {}
+    previous = None
+    for key in sorted(golden, key=lambda k: _when(golden[k])):
+        if key in target:
+            previous = key
+        else:
+            after.setdefault(previous, []).append(key)
+    keys = list(after.get(None, ()))
+    for key in sorted(target, key=lambda k: _when(target[k])):
+        keys.append(key)
+        keys.extend(after.get(key, ()))
+    return keys
+
+
 def accuracy(cosine, max_abs) -> str:
     """Accuracy Reached or Not from Cosine and MaxAbsErr (spec §4.9.2)."""
     if cosine == "shape unmatched":
@@ -226,19 +294,28 @@ def shape_text(shape: tuple) -> str:
     return str(shape).replace("(", "[").replace(")", "]")
 
 
-def npy_stats(array: np.ndarray) -> tuple:
+def npy_stats(array: np.ndarray, dtype: str | None = None) -> tuple:
+    """Dtype (`dtype`, else the array's), shape, max, min, mean and L2 norm of one kernel tensor."""
+    dtype = dtype or str(array.dtype)
     if array.size == 0:
-        return str(array.dtype), shape_text(array.shape), None, None, None, None
-    return (str(array.dtype), shape_text(array.shape), str(array.max()), str(array.min()),
+        return dtype, shape_text(array.shape), None, None, None, None
+    return (dtype, shape_text(array.shape), str(array.max()), str(array.min()),
             float(np.mean(array)), float(np.linalg.norm(array)))
 
 
-def _load(path: str):
+def _load(path: str) -> tuple[np.ndarray | None, bool]:
+    """The values of a kernel file (None when it holds no bool/int/float array) and whether they are float32 data
+    found under a float16 header (kernel_values)."""
     try:
-        array = np.load(path, allow_pickle=False)
+        array, half = kernel_values(path)
     except (ValueError, OSError, EOFError):
-        return None
-    return array if isinstance(array, np.ndarray) and array.dtype.kind in "biuf" else None
+        return None, False
+    return (array, half) if isinstance(array, np.ndarray) and array.dtype.kind in "biuf" else (None, False)
+
+
+def _holds_nan(array: np.ndarray, stats: tuple) -> bool:
+    """Whether a float tensor holds NaN (its max is NaN then)."""
+    return array.dtype.kind == "f" and stats[2] == "nan"
 
 
 NO_STATS = ("", "", None, None, None, None)
@@ -251,37 +328,42 @@ def _row_start(target: KernelItem | None, golden: KernelItem | None, t_stats: tu
 
 
 def compare_npy_pair(target: KernelItem | None, golden: KernelItem | None) -> list:
-    """One npy-mode row in NPY_COLUMNS order."""
-    t_array = _load(target.name) if target else None
-    g_array = _load(golden.name) if golden else None
-    t_stats = npy_stats(t_array) if t_array is not None else NO_STATS
-    g_stats = npy_stats(g_array) if g_array is not None else NO_STATS
+    """One npy-mode row in NPY_COLUMNS order. A float16 file holding float32 data (kernel_values) keeps its float16
+    dtype in the row and is measured by its float32 values, said in Err_message; a tensor holding NaN is never
+    "Yes" (its other elements may agree: the NaN is said and the row is "No")."""
+    t_array, t_half = _load(target.name) if target else (None, False)
+    g_array, g_half = _load(golden.name) if golden else (None, False)
+    t_stats = npy_stats(t_array, "float16" if t_half else None) if t_array is not None else NO_STATS
+    g_stats = npy_stats(g_array, "float16" if g_half else None) if g_array is not None else NO_STATS
     row = _row_start(target, golden, t_stats, g_stats)
     metrics = [""] * 6
     verdict = ""
+    read_as = MSG_HALF_AS_FLOAT32.format(side="NPU") * t_half + MSG_HALF_AS_FLOAT32.format(side="Bench") * g_half
     if target is None or golden is None:
         message = MSG_MISSING
     elif t_array is None or g_array is None:
         message = MSG_NOT_ARRAY
     elif t_array.size == 0 or g_array.size == 0:
         message = MSG_EMPTY
-    elif t_array.ndim == 0 or g_array.ndim == 0 or t_array.shape != g_array.shape or t_array.dtype != g_array.dtype:
+    elif t_array.ndim == 0 or g_array.ndim == 0 or t_array.shape != g_array.shape or t_stats[0] != g_stats[0]:
         # every problem of the pair is named, in the reference's order
         message = (MSG_SCALAR * (t_array.ndim == 0 or g_array.ndim == 0) + MSG_SHAPE * (t_array.shape != g_array.shape)
-                   + MSG_DTYPE * (t_array.dtype != g_array.dtype))
+                   + MSG_DTYPE * (t_stats[0] != g_stats[0]))
     else:
         result = compare_arrays(t_array, g_array, squeeze=False)
         if result.problem == "nan_position":
             message = MSG_NAN
         else:
             metrics = list(result.cells)
-            message = "".join(result.notes)
-            verdict = accuracy(metrics[0], metrics[2])
-    return row + [verdict, message] + metrics
+            nan = MSG_NAN_NPU * _holds_nan(t_array, t_stats) + MSG_NAN_BENCH * _holds_nan(g_array, g_stats)
+            message = nan + "".join(result.notes)
+            verdict = "No" if nan else accuracy(metrics[0], metrics[2])
+    return row + [verdict, message + read_as] + metrics
 
 
 def compare_stat_pair(target: KernelItem | None, golden: KernelItem | None) -> list:
-    """One statistic-mode row in STAT_COLUMNS order."""
+    """One statistic-mode row in STAT_COLUMNS order. A row whose target or golden statistics hold NaN is "No", with
+    the reason (the reference reads two NaN maxima as "Yes")."""
     t_stats = target.stats if target else NO_STATS
     g_stats = golden.stats if golden else NO_STATS
     row = _row_start(target, golden, t_stats, g_stats)
@@ -303,9 +385,10 @@ def compare_stat_pair(target: KernelItem | None, golden: KernelItem | None) -> l
                 diffs[4 + index] = "Nan"
             else:
                 diffs[4 + index] = f"{abs(diff / b * 100)!r}%"
-        both_nan = math.isnan(t_stats[2]) and math.isnan(g_stats[2])
+        message = (MSG_NAN_NPU * any(math.isnan(v) for v in t_stats[2:])
+                   + MSG_NAN_BENCH * any(math.isnan(v) for v in g_stats[2:]))
         ratio = diffs[0] / (max(t_stats[2], g_stats[2]) + 1e-10)
-        verdict = "Yes" if both_nan or ratio <= 0.5 else "No"
+        verdict = "Yes" if not message and ratio <= 0.5 else "No"
     return row + [verdict, message] + diffs + [target.csv_file if target else "", golden.csv_file if golden else ""]
 
 
@@ -359,7 +442,7 @@ def build_kernel_table(pair: KernelPair) -> ResultTable:
                            f"MATCH mode {'/'.join(sorted(g_modes))}.")
     mode = t_modes.pop()
     target, golden = numbered(t_items), numbered(g_items)
-    keys = sorted(set(target) | set(golden), key=lambda k: ((target.get(k) or golden.get(k)).sort_key, k[1]))
+    keys = execution_order(target, golden)
     compare = compare_npy_pair if mode == "npy" else compare_stat_pair
     columns = NPY_COLUMNS if mode == "npy" else STAT_COLUMNS
     rows = [compare(target.get(k), golden.get(k)) for k in keys]

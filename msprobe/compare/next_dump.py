@@ -131,12 +131,14 @@ def write_configs(info: dict, stem: str, dump_root: str) -> dict:
     return paths
 
 
-def compare_command(info: dict, dump_root: str, output_dir: str) -> str:
+def compare_command(info: dict, dump_root: str, output_dir: str, table_format: str | None = None) -> str:
     """The compare of the two next dumps, as a shell command (the step folder of each side when the step is
-    known; rank folders pair by rank, a single proc<pid> folder with the other side's)."""
+    known; rank folders pair by rank, a single proc<pid> folder with the other side's): a plain compare of their
+    real tensors, whose table and advisor name what differs in the culprit (no -da: the divergence is known),
+    with --csv when `table_format` is "csv"."""
     import shlex
 
     step = f"step{info['step'][0]}" if info["step"] else ""
     target, golden = (os.path.join(dump_root, side, step) if step else os.path.join(dump_root, side) for side in SIDES)
-    return (f"msprobe compare -tp {shlex.quote(target)} -gp {shlex.quote(golden)} -o {shlex.quote(output_dir)} "
-            "-da")
+    return (f"msprobe compare -tp {shlex.quote(target)} -gp {shlex.quote(golden)} -o {shlex.quote(output_dir)}"
+            + (" --csv" if table_format == "csv" else ""))

@@ -5,18 +5,30 @@ reduced here to MindSpore's `statistic.csv` and then removed.
 
 MindSpore reads its dump configuration (MINDSPORE_DUMP_CONFIG) once, when the first graph is compiled, so the
 debugger must be made before the network is first called; made later it logs one error and records nothing,
-instead of writing an empty dump."""
+instead of writing an empty dump.
+
+MindSpore's CPU kernel dump ignores `_dump_start`/`_dump_stop` (its dynamic switch is read by the GPU and Ascend
+dumps only): it dumps every iteration its `iteration` setting names. What it does read at run time is its
+iteration counter (`_set_init_iter`), so the debugger sets that counter to the recorded step at start() and parks
+it at PARKED, a step `iteration` never names, at stop() (and before the first start()): nothing is dumped outside
+the recorded steps, on every device.
+
+MindSpore accepts only letters, digits, '-', '_' and '/' in its dump path; any other dump_path (a dot in
+`tmp.XXXX` or `exp_v1.2/`) is given to MindSpore as a link of an accepted name in the temporary folder, which
+points at the dump_path: the files land in the dump_path itself, and the link is removed when the process ends."""
 
 from __future__ import annotations
 
+import atexit
 import csv
 import glob
 import hashlib
 import io
 import json
-import math
 import os
 import re
+import shutil
+import tempfile
 
 import mindspore as ms
 import numpy as np
@@ -24,7 +36,7 @@ import numpy as np
 from msprobe.collect.config import DumpConfig, DumpConfigError
 from msprobe.collect.debugger import DebuggerBase
 from msprobe.collect.stats import array_statistics
-from msprobe.compare.kernel import parse_kernel_name
+from msprobe.compare.kernel import kernel_values, parse_kernel_name
 from msprobe.io import write_text
 from msprobe.log import get_logger
 from msprobe.names import printable
@@ -40,6 +52,9 @@ CATEGORIES = {"statistics": (("max", "Max Value"), ("min", "Min Value"), ("avg",
 INPUT_OUTPUT = {"all": 0, "input": 1, "output": 2}
 DEVICES_WITH_STATISTICS = ("GPU", "Ascend")
 EXPANDED_STEPS = 1000            # up to this many steps, `iteration` lists each, as the reference does
+PARKED = 2**32 - 1               # MindSpore's iteration counter between recorded steps: `iteration` never names it
+LAST_STEP = PARKED - 1           # the last step MindSpore can dump (its counter is an unsigned 32-bit number)
+_ACCEPTED_PATH = re.compile(r"[A-Za-z0-9_/-]+")     # what MindSpore's dump path may hold (it refuses the rest)
 _TOKENS = {"\x00msprobe:nan": "nan", "\x00msprobe:inf": "inf", "\x00msprobe:ninf": "-inf"}
 
 
@@ -70,7 +85,7 @@ def dump_settings(config: DumpConfig, device: str) -> dict:
     input_output = INPUT_OUTPUT[modes.pop()] if len(modes) == 1 else 0
     statistic_by_device = config.task == "statistics" and not host_statistics(device)
     common = {"dump_mode": 1 if config.api_list else 0,
-              "path": config.dump_path,
+              "path": mindspore_path(config.dump_path),
               "net_name": NET_NAME,
               "iteration": _iteration(config.step),
               "saved_data": "statistic" if statistic_by_device else "tensor",
@@ -86,13 +101,60 @@ def dump_settings(config: DumpConfig, device: str) -> dict:
 
 
 def _iteration(steps) -> str:
-    """MindSpore's `iteration`: every step, as the reference writes it ("0|2|4|5|6"), or "all"; a long range as
-    MindSpore's own "a-b" (the reference would write each of its steps)."""
-    if not steps:
-        return "all"
-    if sum(high - low + 1 for low, high in steps.intervals) <= EXPANDED_STEPS:
-        return "|".join(str(step) for step in steps)
-    return "|".join(str(low) if low == high else f"{low}-{high}" for low, high in steps.intervals)
+    """MindSpore's `iteration`: every step, as the reference writes it ("0|2|4|5|6"); a long range as MindSpore's
+    own "a-b" (the reference would write each of its steps). Every step is "0-4294967294", not MindSpore's "all":
+    PARKED must stay outside (it is where the counter waits between recorded steps)."""
+    intervals = [(low, min(high, LAST_STEP)) for low, high in steps.intervals if low <= LAST_STEP] \
+        if steps else [(0, LAST_STEP)]
+    if sum(high - low + 1 for low, high in intervals) <= EXPANDED_STEPS:
+        return "|".join(str(step) for low, high in intervals for step in range(low, high + 1))
+    return "|".join(str(low) if low == high else f"{low}-{high}" for low, high in intervals)
+
+
+# ---------------------------------------------------------------------------------------------- the dump path
+_LINKS: list = []          # the private folders holding a link for MindSpore (removed at the process's end)
+_LINK_OWNER: list = []     # the pid of the process that made them
+
+
+def mindspore_path(dump_path: str) -> str:
+    """The path MindSpore is given for `dump_path`: itself when MindSpore accepts it, else a link of an accepted
+    name in a private folder of the temporary folder, pointing at dump_path (made once per process)."""
+    if _ACCEPTED_PATH.fullmatch(dump_path):
+        return dump_path
+    for _folder, link in _LINKS:
+        if os.path.realpath(link) == os.path.realpath(dump_path):
+            return link
+    fix = ("choose a dump_path of letters, digits, '-', '_' and '/' only, or set TMPDIR to a writable folder "
+           "whose path has only those")
+    base = tempfile.gettempdir()
+    if not _ACCEPTED_PATH.fullmatch(os.path.abspath(base)):
+        raise DumpConfigError(f"MindSpore's kernel dump refuses the dump_path {dump_path!r} (it accepts only "
+                              f"letters, digits, '-', '_' and '/'), and the temporary folder {base!r} cannot hold "
+                              f"a link for it: {fix}")
+    try:
+        folder = tempfile.mkdtemp(prefix="msprobe_l2_", dir=base)
+        link = os.path.join(folder, "dump")
+        os.symlink(dump_path, link, target_is_directory=True)
+    except OSError as exc:
+        raise DumpConfigError(f"MindSpore's kernel dump refuses the dump_path {dump_path!r} (it accepts only "
+                              f"letters, digits, '-', '_' and '/'), and a link to it could not be made in "
+                              f"{base!r} ({exc.strerror or exc}): {fix}") from None
+    if not _LINKS:
+        atexit.register(_remove_links)
+        _LINK_OWNER[:] = [os.getpid()]
+    _LINKS.append((folder, link))
+    return link
+
+
+def _remove_links() -> None:
+    """At the end of the process that made the links (a forked child's exit leaves them to its parent)."""
+    if _LINK_OWNER and _LINK_OWNER[0] != os.getpid():
+        return
+    for folder, link in _LINKS:
+        if os.path.islink(link):
+            os.unlink(link)
+        shutil.rmtree(folder, ignore_errors=True)       # empty but for anything MindSpore wrote after the link went
+    _LINKS.clear()
 
 
 def _compiled_graphs() -> int:
@@ -133,7 +195,7 @@ def configure(settings: dict) -> None:
     controls = _controls()
     try:
         controls._dump_set_dynamic()
-        controls._set_init_iter(0)
+        controls._set_init_iter(PARKED)         # nothing is dumped before the first start()
     except RuntimeError as exc:         # not left for the first compile to trip over
         if previous is None:
             os.environ.pop("MINDSPORE_DUMP_CONFIG", None)
@@ -161,62 +223,53 @@ def _shape(shape: tuple) -> str:
     return "(" + ",".join(str(size) for size in shape) + ")"
 
 
-# the header MindSpore's (and numpy's) .npy writer gives a C-ordered array: read without numpy's literal_eval,
-# which costs more than the statistics of a small tensor; anything else goes through np.load
-_NPY_HEADER = re.compile(r"\{'descr': '([<>|=][a-z]\d+)', 'fortran_order': False, 'shape': \(([\d, ]*)\), \}\s*")
-
-
-def read_npy(path: str) -> np.ndarray:
-    """np.load(path) of a version 1 or 2 .npy file, faster for the plain C-ordered arrays MindSpore writes. Like
-    np.load it reads the first elements of a longer data part (MindSpore saves a view with its whole storage)."""
-    with open(path, "rb") as handle:
-        data = handle.read()
-    if data[:6] == b"\x93NUMPY" and data[6] in (1, 2) and len(data) >= 12:
-        start = 10 if data[6] == 1 else 12
-        end = start + int.from_bytes(data[8:start], "little")
-        found = _NPY_HEADER.fullmatch(data[start:end].decode("latin-1"))
-        if found:
-            shape = tuple(int(part) for part in found.group(2).split(",") if part.strip())
-            dtype = np.dtype(found.group(1))
-            count = math.prod(shape)
-            if len(data) - end >= count * dtype.itemsize:
-                return np.frombuffer(data, dtype, count=count, offset=end).reshape(shape)
-    return np.load(path, allow_pickle=False)
-
-
-def statistic_row(name: str, array: np.ndarray, summary_mode: str, parsed: tuple | None = None) -> list | None:
-    """The statistic.csv row of one kernel tensor file (None when the name is not a kernel file name)."""
+def statistic_row(name: str, array: np.ndarray, summary_mode: str, parsed: tuple | None = None,
+                  size: int | None = None) -> list | None:
+    """The statistic.csv row of one kernel tensor file (None when the name is not a kernel file name); `size` is
+    the tensor's bytes when they are not the array's (float32 values of a float16 tensor, kernel_values)."""
     parsed = parsed or parse_kernel_name(name)
     if parsed is None:
         return None
     op_type, op_name, task_id, stream_id, stamp, io_side, slot = parsed
     dtype = name[:-len(".npy")].rsplit(".", 1)[-1].lower()
-    row = [op_type, op_name, task_id, stream_id, str(stamp), io_side, str(slot), str(array.nbytes), dtype,
-           _shape(array.shape)]
+    row = [op_type, op_name, task_id, stream_id, str(stamp), io_side, str(slot),
+           str(array.nbytes if size is None else size), dtype, _shape(array.shape)]
     if summary_mode == "md5":
         return row + [hashlib.md5(np.ascontiguousarray(array).view(np.uint8).reshape(-1)).hexdigest()]
     stats = array_statistics(array)
     return row + [_cell(stats[key]) for key in ("Max", "Min", "Mean", "Norm")]
 
 
+_SAID_HALVES: list = []          # the directories said to hold float32 data under float16 headers (info once)
+
+
 def summarise_directory(directory: str, summary_mode: str) -> int:
     """Reduce the kernel .npy files of one step directory to statistic.csv (rows added to one already there),
-    then remove them; the number of rows added. The csv is complete on disk before any tensor is removed."""
+    then remove them; the number of rows added. The csv is complete on disk before any tensor is removed. A float16
+    file holding float32 data (MindSpore's CPU dump of a float16 op run in float32: kernel_values) is reduced from
+    those float32 values, its row keeping the float16 type, and said once per directory."""
     names = sorted(name for name in os.listdir(directory) if name.endswith(".npy"))
-    rows, done = [], []
+    rows, done, halves = [], [], 0
     for name in names:
         parsed = parse_kernel_name(name)
         if parsed is None:
             continue
         path = os.path.join(directory, name)
         try:
-            array = read_npy(path)
+            array, half = kernel_values(path)
         except (OSError, ValueError, EOFError) as exc:     # kept on disk, and said
             get_logger().warning("msprobe dump: %s is not a readable .npy file (%s); it is kept and has no row in "
                                  "statistic.csv", printable(path), exc)
             continue
-        rows.append(statistic_row(name, array, summary_mode, parsed))
+        halves += half
+        rows.append(statistic_row(name, array, summary_mode, parsed, array.size * 2 if half else None))
         done.append(path)
+    if halves:
+        say = get_logger().debug if _SAID_HALVES else get_logger().info
+        _SAID_HALVES.append(directory)
+        say("msprobe dump: %d kernel file(s) of %s hold float32 data under a float16 header "
+                          "(MindSpore's CPU dump of float16 ops its CPU kernels run in float32): their statistics "
+                          "are those of the float32 values (said once; then at debug level)", halves, printable(directory))
     if not rows:
         return 0
     rows.sort(key=lambda row: (int(row[4]), row[5], int(row[6])))
@@ -245,8 +298,9 @@ def step_directories(dump_path: str, step: int) -> list:
 
 # ---------------------------------------------------------------------------------------------- the debugger
 class KernelDebugger(DebuggerBase):
-    """PrecisionDebugger(level="L2"): start()/stop()/step() drive MindSpore's kernel dump
-    (`_dump_start`, `_dump_stop`, `_dump_step`); stop() also writes the step's statistics where MindSpore cannot."""
+    """PrecisionDebugger(level="L2"): start() points MindSpore's iteration counter at the step and calls
+    `_dump_start`, stop() calls `_dump_stop`, waits for the step's kernels, parks the counter (nothing is dumped
+    until the next start()) and writes the step's statistics where MindSpore cannot."""
 
     framework = "mindspore"
     suffix = ".npy"
@@ -279,24 +333,26 @@ class KernelDebugger(DebuggerBase):
 
     def _install(self, models: list) -> None:
         self._step_recorded = self.current_step
-        _controls()._dump_start()
+        controls = _controls()
+        controls._set_init_iter(min(self.current_step, LAST_STEP))
+        controls._dump_start()
 
     def _uninstall(self) -> None:
         _controls()._dump_stop()
-
-    def _new_step(self) -> None:
-        if not self.inert:
-            _controls()._dump_step(1)
 
     def _save(self, array, path: str) -> None:       # MindSpore writes the kernel files itself
         raise NotImplementedError
 
     def finish_step(self) -> None:
-        """After stop(): wait for the kernels, check that the step was dumped, reduce it to statistics on CPU."""
-        step = self._step_recorded
-        if step is None or (self._dumped_once and not self.host_statistics):
+        """After stop(): wait for the kernels, park MindSpore's iteration counter, check that the step was dumped
+        (first recorded step; every step with statistics), reduce it to statistics on CPU."""
+        step, self._step_recorded = self._step_recorded, None
+        if step is None:
+            return
+        _synchronize(self.device)
+        _controls()._set_init_iter(PARKED)
+        if self._dumped_once and not self.host_statistics:
             return              # tensors: MindSpore's files, checked at the first recorded step only
-        ms.runtime.synchronize()
         directories = step_directories(self.config.dump_path, step)
         if not directories:
             if not self._reported_empty:
@@ -310,6 +366,15 @@ class KernelDebugger(DebuggerBase):
         if self.host_statistics:
             for directory in directories:
                 summarise_directory(directory, self.config.summary_mode)
+
+
+def _synchronize(device: str) -> None:
+    """Wait for the kernels MindSpore launched. On CPU, `ms.runtime.synchronize()` logs "CPU device is not
+    supported" (and skips the wait) at its first call: the runtime's own synchronize is called instead."""
+    if device == "CPU":
+        _controls().synchronize()
+    else:
+        ms.runtime.synchronize()
 
 
 class _StepEnd:

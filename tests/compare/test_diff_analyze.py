@@ -162,3 +162,68 @@ def test_the_large_jump_of_an_op_that_cannot_amplify_is_reported(tmp_path, capsy
     nodes = analysis(tmp_path / "out")["rank_0"]
     assert nodes[0]["op_name"] == "Functional.conv2d.0.forward"
     assert [n["op_name"] for n in nodes if n["role"] == "first large difference"] == ["Functional.relu.0.forward"]
+
+
+# ---------------------------------------------------------------------------------------------- issue 40
+@pytest.mark.parametrize("flag, extension", [("--csv", "csv"), ("--xlsx", "xlsx")])
+def test_da_writes_its_tables_in_the_format_asked_for(flag, extension, tmp_path):
+    """Issue 40: -da ignored --csv (JSON tables only). With --csv (--xlsx) each pair's diff-mode table is also
+    written as compare_result_<ts>.csv (.xlsx): the rows and columns of its JSON table, in the same order."""
+    from conftest import read_csv
+
+    target, golden = fixture_pair("stats_mix_step0")
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path, "-da", flag]) == 0
+    per_rank = json.loads(only_file(tmp_path, "compare_result_*.json").read_text())
+    items = [item for entry in per_rank.values() for item in entry["op_items"]]
+    table = only_file(tmp_path, f"compare_result_*.{extension}")
+    assert table.stem == only_file(tmp_path, "compare_result_*.json").stem
+    if extension == "csv":
+        rows = read_csv(table)
+    else:
+        import openpyxl
+        rows = [["" if v is None else str(v) for v in row]
+                for row in openpyxl.load_workbook(table, read_only=True).active.iter_rows(values_only=True)]
+    assert rows[0] == list(items[0])
+    assert [row[0] for row in rows[1:]] == [item["NPU Name"] for item in items]
+    culprit = analysis(tmp_path)["culprit"]["item"]
+    (row,) = [r for r in rows[1:] if r[0] == culprit]
+    record = dict(zip(rows[0], row))
+    assert (record["state"], record["api_origin_name"], record["Error_Origin"]) == (
+        "output", "Functional.linear.2.forward", "dtype")
+    assert float(record["NPU max"]) == next(i for i in items if i["NPU Name"] == culprit)["NPU max"]
+
+
+def test_the_printed_next_compare_is_a_plain_compare_in_the_format_asked_for(tmp_path, caplog):
+    """Issue 40: the next command repeated -da: the compare of the culprit's real tensors writes the table (and
+    the advisor), in the format the -da run was asked for."""
+    import logging
+
+    target, golden = fixture_pair("stats_mix_step0")
+    for flags in ([], ["--csv"]):
+        out = tmp_path / ("csv" if flags else "plain")
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="msprobe"):
+            assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", out, "-da", *flags]) == 0
+        advice = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("Next step"))
+        (then,) = [line for line in advice.splitlines() if "then:" in line]
+        assert then.split("then:", 1)[1].split()[:2] == ["msprobe", "compare"]
+        assert "-da" not in then.split() and ("--csv" in then.split()) == bool(flags)
+
+
+@pytest.mark.parametrize("layout", ["step folder", "rank folder"])
+def test_a_single_process_folder_named_rank_reads_as_rank_0(layout, tmp_path, capsys):
+    """Issue 40: a single-process dump's folder is `rank` (no id): the console said "Divergence starts on rank
+    at ...". It is rank 0, as diff_analyze_*.json keys it."""
+    for side in ("target", "golden"):
+        folder = tmp_path / side / "step0" / "rank"
+        folder.mkdir(parents=True)
+        shutil.copy(FIXTURES / "stats_L1_step0" / side / "dump.json", folder)
+    target, golden = (tmp_path / side / "step0" for side in ("target", "golden"))
+    if layout == "rank folder":
+        target, golden = target / "rank", golden / "rank"
+    assert run_cli(["compare", "-tp", target, "-gp", golden, "-o", tmp_path / "out", "-da"]) == 0
+    console = capsys.readouterr().out
+    assert "Divergence starts on rank 0 at Functional.linear.2.forward" in console
+    assert "on rank at" not in console and " rank (entry" not in console
+    assert "Functional.linear.2.forward on rank 0 (entry" in console             # the culprit line
+    assert list(analysis(tmp_path / "out"))[0] == "rank_0"

@@ -1,12 +1,13 @@
 """A small GRAPH_MODE training run for the level L2 tests (test_kernel_dump.py), one process per configuration
 because MindSpore reads its kernel dump configuration once per process:
 
-    python kernel_net.py OUT.json [--config JSON] [--fp16] [--late JSON] [--pynative]
+    python kernel_net.py OUT.json [--config JSON] [--fp16] [--late JSON] [--pynative] [--steps N] [--record LIST]
 
 conv -> BatchNorm -> ReLU -> dense, softmax cross entropy, Momentum, 2 steps (nn.TrainOneStepCell, jit_level O0 =
 kernel by kernel). --config makes a PrecisionDebugger(**JSON) before the network is built; --fp16 runs the dense
 cell in float16; --late JSON makes a PrecisionDebugger(**JSON) after the first step and uses it for the second.
---pynative runs in PyNative mode. OUT.json gets the losses and the final parameters as hex bytes."""
+--pynative runs in PyNative mode. --steps N trains N steps (default 2); --record 0,2 calls start() and stop() in
+those steps only (step() in every step). OUT.json gets the losses and the final parameters as hex bytes."""
 
 import json
 import sys
@@ -41,6 +42,9 @@ def main(argv: list) -> None:
     config = json.loads(argv[argv.index("--config") + 1]) if "--config" in argv else None
     ms.set_context(mode=ms.PYNATIVE_MODE if "--pynative" in argv else ms.GRAPH_MODE, jit_config={"jit_level": "O0"})
     ms.set_device("CPU")
+    steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else STEPS
+    record = ({int(step) for step in argv[argv.index("--record") + 1].split(",")} if "--record" in argv
+              else set(range(steps)))
     result = {"losses": []}
     debugger = None
     if config is not None:
@@ -55,12 +59,13 @@ def main(argv: list) -> None:
     loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     train = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), nn.Momentum(net.trainable_params(), 0.01, 0.9))
     train.set_train()
-    for step in range(STEPS):
-        if debugger is not None:
+    for step in range(steps):
+        if debugger is not None and step in record:
             debugger.start()
         loss = train(*batch(step))
         if debugger is not None:
-            debugger.stop()
+            if step in record:
+                debugger.stop()
             debugger.step()
         result["losses"].append(loss.asnumpy().tobytes().hex())
         if "--late" in argv and step == 0:

@@ -152,7 +152,7 @@ def test_next_dump_commands_keep_each_run_apart(tmp_path):
     assert (configs["target"]["step"], configs["golden"]["rank"]) == ([3], [1])
     command = compare_command(info, str(tmp_path / "nd"), str(tmp_path / "cmp"))
     assert command == (f"msprobe compare -tp {tmp_path / 'nd' / 'target' / 'step3'} -gp "
-                       f"{tmp_path / 'nd' / 'golden' / 'step3'} -o {tmp_path / 'cmp'} -da")
+                       f"{tmp_path / 'nd' / 'golden' / 'step3'} -o {tmp_path / 'cmp'}")     # a plain compare
 
 
 def test_the_documented_commands_parse():
