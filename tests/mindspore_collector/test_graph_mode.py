@@ -7,7 +7,6 @@ Each dump compiles a graph (about a second on CPU): the dumps are made once per 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 ms = pytest.importorskip("mindspore", reason="mindspore is not installed (it needs numpy<2: the MindSpore collector "
                                              "tests run in the separate environment of .ci/run)")
 from mindspore import Tensor, nn, ops  # noqa: E402
+from ms_zoo import mode  # noqa: E402
 
 import msprobe  # noqa: E402
 from msprobe.errors import MsprobeError  # noqa: E402
@@ -54,15 +54,6 @@ class Net(nn.Cell):
         return self.head(x.reshape(x.shape[0], -1))
 
 
-@contextlib.contextmanager
-def graph_mode_on():
-    ms.set_context(mode=ms.GRAPH_MODE)
-    try:
-        yield
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
-
-
 def data():
     rng = np.random.RandomState(0)
     return Tensor(rng.randn(4, 1, 8, 8).astype(np.float32)), Tensor(rng.randn(4, 3).astype(np.float32))
@@ -71,7 +62,7 @@ def data():
 def train(root: Path | None, half: bool = False, **config):
     """Two training steps of Net in GRAPH_MODE (Momentum), with a debugger writing to `root` when given: the
     losses, the final head weight and the initial parameters."""
-    with graph_mode_on():
+    with mode(True):
         ms.set_seed(0)
         net = Net(half)
         initial = {p.name: p.asnumpy().copy() for p in net.get_parameters()}
@@ -236,7 +227,7 @@ def test_diff_analyze_finds_the_planted_float16_cell(dumps, tmp_path):
 
 # ---------------------------------------------------------------------------------------------- bad input
 def test_a_debugger_started_after_compilation_says_so(tmp_path, caplog):
-    with graph_mode_on():
+    with mode(True):
         net = Net()
         x, _ = data()
         net(x)                                   # compiled without taps
@@ -252,7 +243,7 @@ def test_a_debugger_started_after_compilation_says_so(tmp_path, caplog):
 
 def test_a_second_debugger_records_through_the_taps_of_the_first(tmp_path):
     """A notebook cell run again: the graph compiled with the first debugger's taps reports to the new one."""
-    with graph_mode_on():
+    with mode(True):
         ms.set_seed(0)
         net = Net()
         x, _ = data()
@@ -273,7 +264,7 @@ def test_a_second_debugger_records_through_the_taps_of_the_first(tmp_path):
 @pytest.mark.parametrize("level", ["L0", "mix"])
 def test_a_later_step_is_recorded_though_the_graph_compiled_in_step_0(tmp_path, level):
     relu = ops.relu
-    with graph_mode_on():
+    with mode(True):
         ms.set_seed(0)
         net = Net()
         x, _ = data()
@@ -290,7 +281,7 @@ def test_a_later_step_is_recorded_though_the_graph_compiled_in_step_0(tmp_path, 
 
 
 def test_what_graph_mode_cannot_do_is_one_clear_error(tmp_path):
-    with graph_mode_on():
+    with mode(True):
         debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
         with pytest.raises(MsprobeError, match="pass the model"):
             debugger.start()
@@ -438,7 +429,7 @@ def test_integers_bfloat16_and_a_cell_called_twice(tmp_path):
     ids = Tensor(np.array([[1, 2], [3, 4]], np.int32))
 
     def run(root):
-        with graph_mode_on():
+        with mode(True):
             ms.set_seed(0)
             net = _Mixed()
             debugger = PrecisionDebugger(dump_path=str(root), level="L0", task="tensor") if root else None
@@ -499,7 +490,7 @@ class _TupleNet(nn.Cell):
 
 @pytest.mark.slow
 def test_tuple_outputs_and_keyword_arguments(tmp_path):
-    with graph_mode_on():
+    with mode(True):
         ms.set_seed(0)
         net = _TupleNet()
         debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0")

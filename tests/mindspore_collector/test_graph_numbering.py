@@ -8,7 +8,6 @@ was recorded twice. Also: TrainOneStepCell with nn.SGD records one step folder p
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 ms = pytest.importorskip("mindspore", reason="mindspore is not installed (it needs numpy<2: the MindSpore collector "
                                              "tests run in the separate environment of .ci/run)")
 from mindspore import Tensor, nn, ops  # noqa: E402
+from ms_zoo import mode  # noqa: E402
 
 import msprobe  # noqa: E402
 from msprobe.mindspore import PrecisionDebugger  # noqa: E402
@@ -65,15 +65,6 @@ class Outer(nn.Cell):
 
     def construct(self, x):
         return self.gate(self.inp(x))
-
-
-@contextlib.contextmanager
-def mode(graph: bool):
-    ms.set_context(mode=ms.GRAPH_MODE if graph else ms.PYNATIVE_MODE)
-    try:
-        yield
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
 def batches():
