@@ -85,11 +85,13 @@ def own_parameters(cell) -> dict:
 
 
 class _GradEntry:
-    """One parameters_grad entry: the gradients of a cell's parameters from one backward pass."""
+    """One parameters_grad entry: the gradients of a cell's parameters from one backward pass (a pass ends when all
+    of them arrived, or when one of them arrives again: passes may deliver them in another order)."""
 
     def __init__(self, name: str):
         self.name = name
         self.body: dict = {}
+        self.selected = True
 
 
 class CellHooks:
@@ -97,7 +99,9 @@ class CellHooks:
         self.col = collector
         self.hooked: list = []          # (cell, pre-hook, post-hook)
         self.handles: list = []
-        self.jit_cells: list = []
+        self.jit_cells: list = []       # paths of the @ms.jit cells with sub-cells (run inside their graph)
+        self.jit_ids: set = set()       # ids of the @ms.jit cells hooked here (their own calls)
+        self.graph = None               # the GraphRoute that taps the cells inside them (CPU)
         self.indexed = False            # models given as a list: cell names start with the model's index
         self.param_handles: dict = {}   # (cell prefix, short name) -> handle, for this step
         self.reset()
@@ -109,7 +113,7 @@ class CellHooks:
         self.queue: OrderedDict = OrderedDict()
         self.bindings: dict = {}
         self.pending: dict = {}         # forward name -> (body, stack) of a call that has not returned
-        self.grad_index: dict = {}      # cell prefix -> (index, first parameter)
+        self.grad_index: dict = {}      # cell prefix -> index of its latest parameters_grad entry
         self.grads: dict = {}           # cell prefix -> _GradEntry waiting for more gradients
         self.remove_param_hooks()
 
@@ -153,10 +157,11 @@ class CellHooks:
                 if cell is model:
                     continue
                 if jit:
-                    self.jit_cells.append(f"{lead}{path}")
-                    continue
+                    self.jit_ids.add(id(cell))
+                    if any(cell._cells.values()):
+                        self.jit_cells.append(f"{lead}{path}")
                 prefix = f"Cell.{lead}{path}.{type(cell).__name__}."
-                self.hooked.append((cell, self._pre_hook(prefix), self._post_hook(prefix)))
+                self.hooked.append((cell, self._pre_hook(prefix, jit), self._post_hook(prefix, jit)))
         self.resume()
 
     def resume(self) -> None:
@@ -174,6 +179,7 @@ class CellHooks:
         self.suspend()
         self.hooked = []
         self.jit_cells = []
+        self.jit_ids = set()
         self.remove_param_hooks()
 
     def remove_param_hooks(self) -> None:
@@ -189,7 +195,8 @@ class CellHooks:
             writer.add(name, body, stack)
         self.pending = {}
         for entry in self.grads.values():
-            writer.add(entry.name, entry.body)
+            if entry.selected:
+                writer.add(entry.name, entry.body)
         self.grads = {}
 
     # ------------------------------------------------------------------ forward
@@ -212,7 +219,7 @@ class CellHooks:
                 col.leave()
         return hook
 
-    def _pre_hook(self, prefix: str):
+    def _pre_hook(self, prefix: str, jit: bool = False):
         col = self.col
 
         def work(cell, args, kwargs):
@@ -230,14 +237,17 @@ class CellHooks:
                 else:
                     self._add_parameters(forward, body, cell)
                     col.writer.add(forward, body, stack)
+            hooked = None
             if col.grads_wanted() and differentiable(args):
-                binding = self._binding(f"{prefix}backward.{index}", cell, seq)
+                binding = self._binding(prefix, index, cell, seq, jit)
                 self.bindings[forward] = binding
-                return binding.inputs(tuple(args)), kwargs
-            return None
+                hooked = binding.inputs(tuple(args)), kwargs
+            if jit:                     # the taps inside its graph report to this call from here on
+                self.graph.window("forward", prefix, index, self.stack)
+            return hooked
         return self._shielded("pre-hook", work)
 
-    def _post_hook(self, prefix: str):
+    def _post_hook(self, prefix: str, jit: bool = False):
         col = self.col
 
         def work(cell, args, kwargs, output):
@@ -246,6 +256,8 @@ class CellHooks:
                 return None             # its pre-hook did not run (the cell was called before recording started)
             index, seq = calls.pop()   # this call's own (the innermost open call of a recursive cell)
             forward = f"{prefix}forward.{index}"
+            if jit:                     # the entries of the cells inside it come before its own
+                self.graph.window_closed()
             self._leave(forward)
             raised = _raised_in(cell) if output is None else None
             waiting = self.pending.pop(forward, None)
@@ -262,7 +274,7 @@ class CellHooks:
                 return None
             self._hook_params(prefix, cell)
             if binding is None:
-                binding = self._pre_binding(f"{prefix}backward.{index}", cell, seq)
+                binding = self._pre_binding(prefix, index, cell, seq, jit)
             return binding.outputs(output)
         return self._shielded("hook", work)
 
@@ -276,32 +288,41 @@ class CellHooks:
                 "parameters", {k: col.recorder.record(p, f"{name}.parameters.{k}") for k, p in params.items()}))
 
     # ------------------------------------------------------------------ backward
-    def _binding(self, name: str, cell, seq: int) -> BackwardBinding:
+    def _binding(self, prefix: str, index: int, cell, seq: int, jit: bool) -> BackwardBinding:
         """The backward hook at the call's arguments and outputs: the cell's backward starts when the outputs'
         gradients arrive (the parent of the entries inside it); its entry is written, and its backward ends, when
-        the arguments' gradients are computed."""
+        the arguments' gradients are computed. A jit cell's backward window (graph_mode.py) is open in between."""
         col = self.col
+        name = f"{prefix}backward.{index}"
 
         def start(_grad_outputs, _):
             col.settle_waiting(seq)
             self._enter(name)
+            if jit:
+                self.graph.window("backward", prefix, index, self.stack)
 
         def write(grad_outputs, grad_inputs):
             col.settle_waiting(seq)
+            if jit:
+                self.graph.window_closed()
             self._write_backward(name, grad_outputs, grad_inputs)
             self._leave(name)
         return BackwardBinding(col, name, col.backward_callback(name, write), True, cell,
                                col.backward_callback(name, start))
 
-    def _pre_binding(self, name: str, cell, seq: int) -> BackwardBinding:
+    def _pre_binding(self, prefix: str, index: int, cell, seq: int, jit: bool) -> BackwardBinding:
         """For a call without a floating-point argument, the pre-hook at its outputs: the cell's entry, with the
-        outputs' gradients alone."""
+        outputs' gradients alone (written before its backward runs: a jit cell's backward window stays open until
+        the next window or stop())."""
         col = self.col
+        name = f"{prefix}backward.{index}"
 
         def write(grad_outputs, _):
             col.settle_waiting(seq)
             self._enter(name)
             self._write_backward(name, grad_outputs, ())
+            if jit:
+                self.graph.window("backward", prefix, index, self.stack)
             self._leave(name)
         return BackwardBinding(col, name, col.backward_callback(name, write), False, cell)
 
@@ -327,26 +348,24 @@ class CellHooks:
         col = self.col
 
         def write(grad):
-            index, first = self.grad_index.get(owner, (-1, short))
-            if index < 0 or first == short:
-                index += 1
-            self.grad_index[owner] = (index, first)
-            name = f"{owner}.parameters_grad.{index}"
-            if not col.selected(name):
-                return
             entry = self.grads.get(owner)
-            if entry is not None and entry.name != name:     # a new backward pass: the last one is complete
-                col.writer.add(entry.name, entry.body)
+            if entry is not None and short in entry.body:       # this parameter again: a new backward pass
+                if entry.selected:
+                    col.writer.add(entry.name, entry.body)
                 entry = None
             if entry is None:
-                entry = self.grads[owner] = _GradEntry(name)
+                index = self.grad_index[owner] = self.grad_index.get(owner, -1) + 1
+                entry = self.grads[owner] = _GradEntry(f"{owner}.parameters_grad.{index}")
+                entry.selected = col.selected(entry.name)
+            name = entry.name
             try:
-                entry.body[short] = [col.recorder.record(grad, f"{name}.{short}")]
+                entry.body[short] = [col.recorder.record(grad, f"{name}.{short}")] if entry.selected else []
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
                 entry.body[short] = [{"dump_error": col.errors.failed("gradient", name, exc)}]
             hooked = sum(1 for (cell_prefix, _) in self.param_handles if cell_prefix == owner)
             if len(entry.body) >= hooked:          # where its last gradient arrived, as the reference
-                col.writer.add(entry.name, entry.body)
+                if entry.selected:
+                    col.writer.add(entry.name, entry.body)
                 del self.grads[owner]
         callback = col.backward_callback(f"{owner}.parameters_grad", write)
 

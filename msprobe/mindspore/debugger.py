@@ -82,6 +82,7 @@ class PrecisionDebugger(DebuggerBase):
         col.cells = self.cells
         col.suspendables = (self.cells, self.primitives)
         self.graph = GraphRoute(self)           # GRAPH_MODE cells and @ms.jit cells (graph_mode.py)
+        self.cells.graph = self.graph
 
     @_InstanceOrClass
     def start(self, model=None) -> None:
@@ -116,11 +117,11 @@ class PrecisionDebugger(DebuggerBase):
         if level in ("L0", "mix"):
             self.cells.install(models)
             col.cells_active = True
-            if self.cells.jit_cells and not self.graph.split:
-                self.errors.once(("jit cells",), "%d cell(s) compiled with @ms.jit run as graphs (%s): they and "
-                                 "their sub-cells have no Cell entries%s", len(self.cells.jit_cells),
-                                 ", ".join(self.cells.jit_cells[:5]),
-                                 "" if level == "L0" else "; each call is one Jit.<Class> entry")
+            if self.cells.jit_cells and not self.graph.inside_jit:
+                self.errors.once(("jit cells",), "%d cell(s) compiled with @ms.jit run as graphs (%s): the cells "
+                                 "inside them have no Cell entries on %s (their taps run on CPU only)",
+                                 len(self.cells.jit_cells), ", ".join(self.cells.jit_cells[:5]),
+                                 ms.get_context("device_target"))
         if level in ("L1", "mix"):
             col.install_api_hooks()             # first: the primitives' hooks find the wrappers of held APIs
             self.primitives.install(models)

@@ -56,9 +56,10 @@ class JitHooks:
 
         def call(executor_self, *args, **kwargs):
             col = hooks.col
+            obj = getattr(executor_self, "obj", None)
             if not col.api_active or col.depth or hooks.compiling or \
-                    getattr(type(getattr(executor_self, "obj", None)), "_msprobe_graph_tapped", None):
-                # a jit cell tapped by graph_mode.py is recorded from inside its graph (the graph/ half)
+                    (col.cells is not None and id(obj) in col.cells.jit_ids and col.cells_active):
+                # a jit cell of the model at mix is recorded as a cell (cells.py), the cells inside it by taps
                 return original_call(executor_self, *args, **kwargs)
             return hooks.run(executor_self, original_call, args, kwargs)
         self.patched = [(executor, "compile", original_compile), (executor, "__call__", original_call)]

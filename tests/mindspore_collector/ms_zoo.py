@@ -11,9 +11,21 @@ comparison (benchmarks, docs)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor, mint, nn, ops
+
+
+@contextlib.contextmanager
+def mode(graph: bool):
+    """GRAPH_MODE (graph) or PyNative while the block runs, PyNative after it."""
+    ms.set_context(mode=ms.GRAPH_MODE if graph else ms.PYNATIVE_MODE)
+    try:
+        yield
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
 class Cnn(nn.Cell):

@@ -1,13 +1,12 @@
 """The MindSpore collector on compiled graphs (docs/dump.md, "MindSpore static graph"): GRAPH_MODE at L0, mix and L1
-through host callbacks compiled into the graph, and @ms.jit cells inside PyNative split into graph/ and pynative/
-halves; training bit-identical with the debugger on, values equal to a hand computation, the downstream commands
-(compare, -da, graph) on these dumps, and the errors for what the mode cannot do.
+through host callbacks compiled into the graph, and the cells inside @ms.jit cells of PyNative; training
+bit-identical with the debugger on, values equal to a hand computation, the downstream commands (compare, -da, graph)
+on these dumps, and the errors for what the mode cannot do.
 
 Each dump compiles a graph (about a second on CPU): the dumps are made once per module."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 ms = pytest.importorskip("mindspore", reason="mindspore is not installed (it needs numpy<2: the MindSpore collector "
                                              "tests run in the separate environment of .ci/run)")
 from mindspore import Tensor, nn, ops  # noqa: E402
+from ms_zoo import mode  # noqa: E402
 
 import msprobe  # noqa: E402
 from msprobe.errors import MsprobeError  # noqa: E402
@@ -54,15 +54,6 @@ class Net(nn.Cell):
         return self.head(x.reshape(x.shape[0], -1))
 
 
-@contextlib.contextmanager
-def graph_mode_on():
-    ms.set_context(mode=ms.GRAPH_MODE)
-    try:
-        yield
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
-
-
 def data():
     rng = np.random.RandomState(0)
     return Tensor(rng.randn(4, 1, 8, 8).astype(np.float32)), Tensor(rng.randn(4, 3).astype(np.float32))
@@ -71,7 +62,7 @@ def data():
 def train(root: Path | None, half: bool = False, **config):
     """Two training steps of Net in GRAPH_MODE (Momentum), with a debugger writing to `root` when given: the
     losses, the final head weight and the initial parameters."""
-    with graph_mode_on():
+    with mode(True):
         ms.set_seed(0)
         net = Net(half)
         initial = {p.name: p.asnumpy().copy() for p in net.get_parameters()}
@@ -181,8 +172,10 @@ def test_md5_and_statistics_agree(dumps):
     assert stats.keys() == md5.keys()
     for name, body in md5.items():
         for section in ("input_args", "output", "input"):
+            assert len(body.get(section, [])) == len(stats[name].get(section, [])), name
             for a, b in zip(body.get(section, []), stats[name].get(section, [])):
-                assert len(a["md5"]) == 8 and a["Max"] == b["Max"] and a["Norm"] == b["Norm"]
+                assert (a is None) == (b is None), name     # a backward slot no gradient came back to
+                assert a is None or (len(a["md5"]) == 8 and a["Max"] == b["Max"] and a["Norm"] == b["Norm"])
 
 
 @pytest.mark.slow
@@ -234,7 +227,7 @@ def test_diff_analyze_finds_the_planted_float16_cell(dumps, tmp_path):
 
 # ---------------------------------------------------------------------------------------------- bad input
 def test_a_debugger_started_after_compilation_says_so(tmp_path, caplog):
-    with graph_mode_on():
+    with mode(True):
         net = Net()
         x, _ = data()
         net(x)                                   # compiled without taps
@@ -250,7 +243,7 @@ def test_a_debugger_started_after_compilation_says_so(tmp_path, caplog):
 
 def test_a_second_debugger_records_through_the_taps_of_the_first(tmp_path):
     """A notebook cell run again: the graph compiled with the first debugger's taps reports to the new one."""
-    with graph_mode_on():
+    with mode(True):
         ms.set_seed(0)
         net = Net()
         x, _ = data()
@@ -271,7 +264,7 @@ def test_a_second_debugger_records_through_the_taps_of_the_first(tmp_path):
 @pytest.mark.parametrize("level", ["L0", "mix"])
 def test_a_later_step_is_recorded_though_the_graph_compiled_in_step_0(tmp_path, level):
     relu = ops.relu
-    with graph_mode_on():
+    with mode(True):
         ms.set_seed(0)
         net = Net()
         x, _ = data()
@@ -288,7 +281,7 @@ def test_a_later_step_is_recorded_though_the_graph_compiled_in_step_0(tmp_path, 
 
 
 def test_what_graph_mode_cannot_do_is_one_clear_error(tmp_path):
-    with graph_mode_on():
+    with mode(True):
         debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
         with pytest.raises(MsprobeError, match="pass the model"):
             debugger.start()
@@ -344,25 +337,32 @@ def train_jit(root: Path | None, level: str = "L0"):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("level", ["L0", "mix"])
-def test_jit_cells_in_pynative_are_dumped_into_the_graph_half(tmp_path, level):
+def test_jit_cells_in_pynative_are_dumped_into_the_step_folder(tmp_path, level):
+    """One folder per step, as any PyNative dump: the jit cell recorded by its PyNative hooks, the cells inside it by
+    the taps, in PyNative's order (the cells inside before the jit cell, forward and backward)."""
     plain = train_jit(None)
     losses, weight = train_jit(tmp_path, level)
     assert losses == plain[0] and np.array_equal(weight, plain[1])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["graph", "pynative"]
-    graph = json.loads((tmp_path / "graph" / "step1" / "rank" / "dump.json").read_text())["data"]
-    assert list(graph) == ["Cell.block.fc1.Dense.forward.0", "Cell.block.fc2.Dense.forward.0",
-                           "Cell.block.Block.forward.0", "Cell.block.fc2.Dense.backward.0",
-                           "Cell.block.fc1.Dense.backward.0", "Cell.block.Block.backward.0"]
-    (rank,) = (tmp_path / "pynative" / "step1").iterdir()
-    pynative = json.loads((rank / "dump.json").read_text())["data"]
-    assert "Cell.inp.Dense.forward.0" in pynative and "Cell.head.Dense.backward.0" in pynative
-    assert not any(name.startswith(("Cell.block", "Jit.Block")) for name in pynative)
-    # the parent form of compare pairs the halves
-    result = msprobe.compare(tmp_path, tmp_path)
-    labels = list(result.ranks)
-    assert labels[:2] == ["graph/step0/rank", "graph/step1/rank"] and labels[2].startswith("pynative/step0/")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step0", "step1"]
+    (rank,) = (tmp_path / "step1").iterdir()
+    assert rank.name.startswith("proc")
+    data = json.loads((rank / "dump.json").read_text())["data"]
+    cells = [name for name in data if name.startswith("Cell.") and ".parameters_grad." not in name]
+    assert cells == ["Cell.inp.Dense.forward.0", "Cell.block.fc1.Dense.forward.0", "Cell.block.fc2.Dense.forward.0",
+                     "Cell.block.Block.forward.0", "Cell.head.Dense.forward.0", "Cell.head.Dense.backward.0",
+                     "Cell.block.fc2.Dense.backward.0", "Cell.block.fc1.Dense.backward.0",
+                     "Cell.block.Block.backward.0", "Cell.inp.Dense.backward.0"]
+    assert not any(name.startswith("Jit.Block") for name in data)      # the jit cell is a cell, not a Jit entry
+    construct = json.loads((rank / "construct.json").read_text())
+    assert construct["Cell.block.fc1.Dense.forward.0"] == "Cell.block.Block.forward.0"
+    assert construct["Cell.block.fc2.Dense.backward.0"] == "Cell.block.Block.backward.0"
+    # the block's own output is fc2's; the gradient at fc1's input is the one the block hands back
+    assert data["Cell.block.fc2.Dense.forward.0"]["output"] == data["Cell.block.Block.forward.0"]["output"]
+    assert data["Cell.block.fc1.Dense.backward.0"]["output"] == data["Cell.block.Block.backward.0"]["output"]
+    result = msprobe.compare(tmp_path / "step1", tmp_path / "step1")
     names = result.column("NPU Name")
     assert "Cell.block.fc1.Dense.forward.0.input.0" in names and "Cell.inp.Dense.forward.0.input.0" in names
+    assert set(result.column("Result")) == {"pass"}
 
 
 # ---------------------------------------------------------------------------------------------- the walk-through
@@ -429,7 +429,7 @@ def test_integers_bfloat16_and_a_cell_called_twice(tmp_path):
     ids = Tensor(np.array([[1, 2], [3, 4]], np.int32))
 
     def run(root):
-        with graph_mode_on():
+        with mode(True):
             ms.set_seed(0)
             net = _Mixed()
             debugger = PrecisionDebugger(dump_path=str(root), level="L0", task="tensor") if root else None
@@ -490,7 +490,7 @@ class _TupleNet(nn.Cell):
 
 @pytest.mark.slow
 def test_tuple_outputs_and_keyword_arguments(tmp_path):
-    with graph_mode_on():
+    with mode(True):
         ms.set_seed(0)
         net = _TupleNet()
         debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0")
