@@ -17,6 +17,7 @@ INSTALL = {
                  'numpy<2)',
     "ray": f'pip install "{DISTRIBUTION}[ray]"',
     "pandas": f'pip install "{DISTRIBUTION}[pandas]"',
+    "tensorboard": f'pip install "{DISTRIBUTION}[tensorboard]"',
 }
 
 

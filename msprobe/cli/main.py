@@ -29,6 +29,8 @@ COMMANDS = {
     "triage": ("msprobe.cli.triage", "run two training commands with the collector injected and find the culprit op, "
                "its cause and evidence (statistics, tensors, replay)"),
     "code_mapping": ("msprobe.cli.code_mapping", "map MindSpore static-graph dump data to IR nodes and source lines"),
+    "monitor": ("msprobe.cli.monitor", "read a training monitor's output: name the first anomaly and write the dump "
+                "that looks at it (analyse), or draw the run as one HTML page (report)"),
 }
 
 ALIASES = {"graph": ["graph_visualize"]}
@@ -39,6 +41,7 @@ EPILOG = """examples:
   msprobe acc_check -api_info dump_L1/step0/rank0/dump.json -o acc
   msprobe triage --target "python train.py --bf16" --golden "python train.py" -o triage_out
   msprobe code_mapping --ir graph_build_0.ir --dump_data dump/rank_0/Net/0/0 -o out
+  msprobe monitor analyse -d monitor_output
   msprobe compare -h
   msprobe -f mindspore compare -i compare.json -o out      (the 1.x form, same engine)
 

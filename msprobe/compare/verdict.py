@@ -235,7 +235,8 @@ def _beyond_rounding(data, cells: dict, rows: list, stats: tuple) -> list:
     """Those of rows whose two runs differ by more than PARAMETER_UNITS units of rounding of their dtype and by
     more than PARAMETER_FLOOR of their magnitude: an update whose gradients differ by rounding moves a weight by
     more than the weight's own rounding (one SGD step of two twin runs: 6e-5 of a bias's magnitude), so the
-    dtype's rounding alone would call every weight of a twin run at a later step a difference."""
+    dtype's rounding alone would call every weight of a twin run at a later step a difference. Integer tensors (token
+    ids, labels) have no rounding: any difference is one."""
     if not rows:
         return []
     picked = np.asarray(rows)
@@ -243,8 +244,10 @@ def _beyond_rounding(data, cells: dict, rows: list, stats: tuple) -> list:
     sub_cells = {"EucDist": [cells["EucDist"][r] for r in rows]} if "EucDist" in cells else {}
     errors = row_errors(data.mode, sub_cells, sub_stats)[0]
     eps = np.fmax(_eps_of([data.dtypes[0][r] for r in rows]), _eps_of([data.dtypes[1][r] for r in rows]))
+    integer = np.array([family(data.dtypes[0][r]) == "int" and family(data.dtypes[1][r]) == "int" for r in rows],
+                       dtype=bool)
     with np.errstate(invalid="ignore"):
-        beyond = (eps > 0) & (errors > np.fmax(PARAMETER_UNITS * eps, PARAMETER_FLOOR))
+        beyond = ((eps > 0) & (errors > np.fmax(PARAMETER_UNITS * eps, PARAMETER_FLOOR))) | (integer & (errors > 0))
     return picked[beyond].tolist()
 
 

@@ -1,0 +1,171 @@
+"""Overhead of the training monitor (issue 39): CPU time per training step with TrainerMon against a run without it,
+ours and the reference's side by side in one run.
+
+A tiny GPT (tests/fixtures/pytorch_model/tiny_gpt.py: 4 layers, d_model 128, AdamW) trains in child processes, one
+CPU thread each, for --warmup unmeasured and --steps measured steps; each child reports the CPU time
+(time.process_time) of its measured steps. Children: plain training and training with TrainerMon, in the system
+Python (ours: msprobe from this checkout) and in the reference's interpreter (mindstudio-probe), for each config:
+
+    grads+mv   wg_distribution + mv_distribution (weight gradients before/after reduction, Adam's m and v)
+    +actv      the same + xy_distribution with all_xy (every module's inputs and outputs, forward and backward)
+
+The overhead of a tool is its median CPU time per step over its own interpreter's plain median; runs are
+interleaved (A, B, A, B...) and repeated --repeats times.
+
+    python benchmarks/bench_monitor.py                                   # reference at /work/venvs/ref-pt/bin/python
+    python benchmarks/bench_monitor.py --ref-python none --repeats 5     # ours only
+    python benchmarks/bench_monitor.py --profile +actv                   # cProfile of ours, top functions
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL_DIR = os.path.join(ROOT, "tests", "fixtures", "pytorch_model")
+OPS = ["min", "max", "norm", "zeros", "nans", "mean"]       # the reference's documented full list
+CONFIGS = {
+    "grads+mv": {"targets": {}, "wg_distribution": True, "mv_distribution": True, "format": "csv", "ops": OPS},
+    "+actv": {"targets": {}, "wg_distribution": True, "mv_distribution": True, "xy_distribution": True,
+              "all_xy": True, "format": "csv", "ops": OPS},
+    # diagnostics (ours only): the same as grads+mv without files, with one statistic
+    "grads+mv-api": {"targets": {}, "wg_distribution": True, "mv_distribution": True, "format": "api", "ops": OPS},
+    "grads+mv-norm": {"targets": {}, "wg_distribution": True, "mv_distribution": True, "format": "csv",
+                      "ops": ["norm"]},
+}
+MAIN = ("grads+mv", "+actv")
+
+CHILD = r'''
+import json, os, sys, time
+sys.path.insert(0, {model_dir!r})
+import torch
+args = json.loads(sys.argv[1])
+torch.set_num_threads(1)
+torch.manual_seed(1234)
+from tiny_gpt import TinyGPT
+model = TinyGPT(vocab=args["vocab"], d_model=args["d_model"], n_head=4, n_layer=args["n_layer"], max_seq=args["seq"])
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+g = torch.Generator().manual_seed(42)
+total = args["warmup"] + args["steps"]
+data = [(torch.randint(0, args["vocab"], (args["batch"], args["seq"]), generator=g),
+         torch.randint(0, args["vocab"], (args["batch"], args["seq"]), generator=g)) for _ in range(total)]
+if args["config"]:
+    os.environ["MONITOR_OUTPUT_DIR"] = args["out"]
+    from msprobe.pytorch import TrainerMon
+    monitor = TrainerMon(args["config"], params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer=opt, grad_acc_steps=1)
+profiler = None
+if args["profile"]:
+    import cProfile
+    profiler = cProfile.Profile()
+for i, (idx, tgt) in enumerate(data):
+    if i == args["warmup"]:
+        start = time.process_time()
+        if profiler:
+            profiler.enable()
+    _, loss = model(idx, tgt)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    loss.item()
+cpu = time.process_time() - start
+if profiler:
+    import pstats
+    profiler.disable()
+    pstats.Stats(profiler, stream=sys.stderr).sort_stats(args.get("sort", "tottime")).print_stats(25)
+print(json.dumps({{"cpu_per_step": cpu / args["steps"], "loss": loss.item()}}))
+'''
+
+
+def run_child(python: str, args: dict, env: dict) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench_monitor_") as tmp:
+        args = dict(args, out=os.path.join(tmp, "out"))
+        if args["config"] is not None:
+            path = os.path.join(tmp, "monitor.json")
+            with open(path, "w") as handle:
+                json.dump(args["config"], handle)
+            args["config"] = path
+        code = CHILD.format(model_dir=MODEL_DIR)
+        done = subprocess.run([python, "-c", code, json.dumps(args)], capture_output=True, text=True, env=env,
+                              cwd=tmp, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"child failed ({python}):\n{done.stderr[-3000:]}")
+    if args["profile"]:
+        sys.stderr.write(done.stderr)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ref-python", default="/work/venvs/ref-pt/bin/python",
+                        help="the reference's interpreter (mindstudio-probe installed), 'none' to skip it")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--n-layer", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--vocab", type=int, default=512)
+    parser.add_argument("--configs", nargs="*", default=list(MAIN), choices=list(CONFIGS))
+    parser.add_argument("--profile", choices=list(CONFIGS), help="profile ours with this config and stop")
+    parser.add_argument("--sort", default="tottime", help="the profile's order (tottime, cumulative)")
+    options = parser.parse_args()
+    base = {"d_model": options.d_model, "n_layer": options.n_layer, "seq": options.seq, "batch": options.batch,
+            "vocab": options.vocab, "steps": options.steps, "warmup": options.warmup, "profile": False}
+    ours_env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                    OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    ref_env = {k: v for k, v in ours_env.items() if k != "PYTHONPATH"}
+    if options.profile:
+        run_child(sys.executable, dict(base, config=CONFIGS[options.profile], profile=True, sort=options.sort),
+                  ours_env)
+        return
+    tools = [("ours", sys.executable, ours_env)]
+    if options.ref_python != "none":
+        tools.append(("reference", options.ref_python, ref_env))
+    variants = [(tool, python, env, name) for tool, python, env in tools for name in [None, *options.configs]
+                if tool == "ours" or name in (None, *MAIN)]
+    times: dict = {}
+    losses: dict = {}
+    for repeat in range(options.repeats):
+        for tool, python, env, name in variants:
+            result = run_child(python, dict(base, config=CONFIGS[name] if name else None), env)
+            times.setdefault((tool, name), []).append(result["cpu_per_step"])
+            losses[(tool, name)] = result["loss"]
+            print(f"repeat {repeat} {tool:9s} {name or 'plain':9s} {result['cpu_per_step'] * 1000:8.1f} ms/step",
+                  file=sys.stderr)
+    print(f"\ntiny GPT: {options.n_layer} layers, d_model {options.d_model}, seq {options.seq}, batch "
+          f"{options.batch}, vocab {options.vocab}, AdamW, {options.steps} steps, 1 thread; median of "
+          f"{options.repeats} (CPU time per step)\n")
+    print("| tool | config | ms/step | overhead |")
+    print("|---|---|---:|---:|")
+    overheads: dict = {}
+    for tool, _, _ in tools:
+        plain = statistics.median(times[(tool, None)])
+        print(f"| {tool} | plain | {plain * 1000:.1f} | |")
+        for name in options.configs:
+            if (tool, name) not in times:
+                continue
+            median = statistics.median(times[(tool, name)])
+            overheads[(tool, name)] = median / plain - 1
+            print(f"| {tool} | {name} | {median * 1000:.1f} | +{overheads[(tool, name)] * 100:.0f} % |")
+    if len(tools) == 2:
+        print("\n| config | ours / reference overhead |")
+        print("|---|---:|")
+        for name in (n for n in options.configs if n in MAIN):
+            ratio = overheads[("ours", name)] / overheads[("reference", name)]
+            print(f"| {name} | {ratio:.2f} (target <= 0.25) |")
+    for name in options.configs:        # the monitor must not change training
+        if losses[("ours", None)] != losses[("ours", name)]:
+            print(f"WARNING: ours with {name} ended with loss {losses[('ours', name)]!r}, without "
+                  f"{losses[('ours', None)]!r}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
