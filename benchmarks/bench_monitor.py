@@ -9,12 +9,21 @@ Python (ours: msprobe from this checkout) and in the reference's interpreter (mi
     grads+mv   wg_distribution + mv_distribution (weight gradients before/after reduction, Adam's m and v)
     +actv      the same + xy_distribution with all_xy (every module's inputs and outputs, forward and backward)
 
+and, ours only (--configs): +actv+rules (with the parameters and the alert rules), +actv+golden (the live golden
+watch against a golden run of the same data: every step identical) and +actv+golden-differs (of other data: every
+step judged by the verdict), +actv+param (their baseline: +actv with the parameters).
+
 The overhead of a tool is its median CPU time per step over its own interpreter's plain median; runs are
 interleaved (A, B, A, B...) and repeated --repeats times.
 
     python benchmarks/bench_monitor.py                                   # reference at /work/venvs/ref-pt/bin/python
     python benchmarks/bench_monitor.py --ref-python none --repeats 5     # ours only
     python benchmarks/bench_monitor.py --profile +actv                   # cProfile of ours, top functions
+    python benchmarks/bench_monitor.py --judgements                      # the rules and the golden watch alone
+
+--judgements records two runs (+actv+param, two data seeds) and times, in this process, the alert rules
+(AnomalyDetector.observe) and the golden watch (GoldenWatch.check, the golden's CSVs read as it goes) over the first
+run's steps: against itself (every step identical) and against the other (every step judged).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +48,20 @@ CONFIGS = {
     "grads+mv-api": {"targets": {}, "wg_distribution": True, "mv_distribution": True, "format": "api", "ops": OPS},
     "grads+mv-norm": {"targets": {}, "wg_distribution": True, "mv_distribution": True, "format": "csv",
                       "ops": ["norm"]},
+    # the judgements (ours only): +actv with the parameters, and the alert rules (the reference's documented ones)
+    "+actv+rules": {"targets": {}, "wg_distribution": True, "mv_distribution": True, "xy_distribution": True,
+                    "all_xy": True, "param_distribution": True, "format": "csv", "ops": OPS,
+                    "alert": {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}},
+                                        {"rule_name": "AnomalyNan", "args": {"threshold": 1e10}}]}},
+    # ... or the live golden watch against a golden run recorded first (the same config without golden): the same
+    # data (every step identical: the golden's reading), or other data (every step differs: the verdict each step)
+    "+actv+golden": {"targets": {}, "wg_distribution": True, "mv_distribution": True, "xy_distribution": True,
+                     "all_xy": True, "param_distribution": True, "format": "csv", "ops": OPS, "golden": 42},
+    "+actv+golden-differs": {"targets": {}, "wg_distribution": True, "mv_distribution": True, "xy_distribution": True,
+                             "all_xy": True, "param_distribution": True, "format": "csv", "ops": OPS,
+                             "golden": 43},
+    "+actv+param": {"targets": {}, "wg_distribution": True, "mv_distribution": True, "xy_distribution": True,
+                    "all_xy": True, "param_distribution": True, "format": "csv", "ops": OPS},
 }
 MAIN = ("grads+mv", "+actv")
 
@@ -51,7 +75,7 @@ torch.manual_seed(1234)
 from tiny_gpt import TinyGPT
 model = TinyGPT(vocab=args["vocab"], d_model=args["d_model"], n_head=4, n_layer=args["n_layer"], max_seq=args["seq"])
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-g = torch.Generator().manual_seed(42)
+g = torch.Generator().manual_seed(args.get("data_seed", 42))
 total = args["warmup"] + args["steps"]
 data = [(torch.randint(0, args["vocab"], (args["batch"], args["seq"]), generator=g),
          torch.randint(0, args["vocab"], (args["batch"], args["seq"]), generator=g)) for _ in range(total)]
@@ -83,9 +107,22 @@ print(json.dumps({{"cpu_per_step": cpu / args["steps"], "loss": loss.item()}}))
 '''
 
 
-def run_child(python: str, args: dict, env: dict) -> dict:
+_GOLDENS: dict = {}       # data seed -> the MONITOR_OUTPUT_DIR of a golden run made with it (kept while the run lasts)
+
+
+def golden_run(seed: int, base: dict, env: dict) -> str:
+    """A golden run for the golden-watch configs: +actv+param on the data of `seed`, recorded once."""
+    if seed not in _GOLDENS:
+        keep = tempfile.mkdtemp(prefix="bench_monitor_golden_")
+        run_child(sys.executable, dict(base, config=CONFIGS["+actv+param"], data_seed=seed), env,
+                  out=os.path.join(keep, "out"))
+        _GOLDENS[seed] = os.path.join(keep, "out")
+    return _GOLDENS[seed]
+
+
+def run_child(python: str, args: dict, env: dict, out: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_monitor_") as tmp:
-        args = dict(args, out=os.path.join(tmp, "out"))
+        args = dict(args, out=out or os.path.join(tmp, "out"))
         if args["config"] is not None:
             path = os.path.join(tmp, "monitor.json")
             with open(path, "w") as handle:
@@ -116,6 +153,7 @@ def main() -> None:
     parser.add_argument("--configs", nargs="*", default=list(MAIN), choices=list(CONFIGS))
     parser.add_argument("--profile", choices=list(CONFIGS), help="profile ours with this config and stop")
     parser.add_argument("--sort", default="tottime", help="the profile's order (tottime, cumulative)")
+    parser.add_argument("--judgements", action="store_true", help="time the rules and the golden watch alone")
     options = parser.parse_args()
     base = {"d_model": options.d_model, "n_layer": options.n_layer, "seq": options.seq, "batch": options.batch,
             "vocab": options.vocab, "steps": options.steps, "warmup": options.warmup, "profile": False}
@@ -126,6 +164,9 @@ def main() -> None:
         run_child(sys.executable, dict(base, config=CONFIGS[options.profile], profile=True, sort=options.sort),
                   ours_env)
         return
+    if options.judgements:
+        judgements(base, ours_env, options.repeats)
+        return
     tools = [("ours", sys.executable, ours_env)]
     if options.ref_python != "none":
         tools.append(("reference", options.ref_python, ref_env))
@@ -135,7 +176,10 @@ def main() -> None:
     losses: dict = {}
     for repeat in range(options.repeats):
         for tool, python, env, name in variants:
-            result = run_child(python, dict(base, config=CONFIGS[name] if name else None), env)
+            config = CONFIGS[name] if name else None
+            if config and "golden" in config:
+                config = dict(config, golden=golden_run(config["golden"], base, env))
+            result = run_child(python, dict(base, config=config), env)
             times.setdefault((tool, name), []).append(result["cpu_per_step"])
             losses[(tool, name)] = result["loss"]
             print(f"repeat {repeat} {tool:9s} {name or 'plain':9s} {result['cpu_per_step'] * 1000:8.1f} ms/step",
@@ -161,10 +205,48 @@ def main() -> None:
         for name in (n for n in options.configs if n in MAIN):
             ratio = overheads[("ours", name)] / overheads[("reference", name)]
             print(f"| {name} | {ratio:.2f} (target <= 0.25) |")
+    for path in _GOLDENS.values():
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
     for name in options.configs:        # the monitor must not change training
         if losses[("ours", None)] != losses[("ours", name)]:
             print(f"WARNING: ours with {name} ended with loss {losses[('ours', name)]!r}, without "
                   f"{losses[('ours', None)]!r}", file=sys.stderr)
+
+
+def judgements(base: dict, env: dict, repeats: int) -> None:
+    """CPU time per step of the alert rules and the golden watch on recorded runs (see the module docstring)."""
+    import time
+
+    sys.path.insert(0, ROOT)
+    from msprobe.monitor.anomaly import AnomalyDetector
+    from msprobe.monitor.golden import GoldenWatch
+    from msprobe.monitor.layout import read_run
+
+    base = dict(base, steps=base["steps"] + base["warmup"], warmup=0)
+    with tempfile.TemporaryDirectory(prefix="bench_monitor_judge_") as tmp:
+        runs = {}
+        for seed in (42, 43):
+            runs[seed] = os.path.join(tmp, f"run{seed}")
+            run_child(sys.executable, dict(base, config=CONFIGS["+actv+param"], data_seed=seed), env, out=runs[seed])
+        steps = list(read_run(runs[42])[0])
+        rules = CONFIGS["+actv+rules"]["alert"]["rules"]
+        times: dict = {}
+        for _ in range(repeats):
+            detector, start = AnomalyDetector(rules), time.process_time()
+            for records in steps:
+                detector.observe(records)
+            times.setdefault("alert rules", []).append((time.process_time() - start) / len(steps))
+            for name, seed in (("golden watch, identical steps", 42), ("golden watch, every step judged", 43)):
+                watch, start = GoldenWatch(runs[seed], 0), time.process_time()
+                for records in steps:
+                    watch.check(records)
+                times.setdefault(name, []).append((time.process_time() - start) / len(steps))
+    print(f"\ntiny GPT: {base['n_layer']} layers, d_model {base['d_model']}: {len(steps[0])} rows a step, "
+          f"{len(steps)} steps; median of {repeats} (CPU time per step, in this process)\n")
+    print("| judgement | ms/step |")
+    print("|---|---:|")
+    for name, values in times.items():
+        print(f"| {name} | {statistics.median(values) * 1000:.2f} |")
 
 
 if __name__ == "__main__":

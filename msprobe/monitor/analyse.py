@@ -132,12 +132,15 @@ def describe(anomaly: Anomaly) -> str:
 
 
 def next_commands(anomaly: Anomaly, config_path: str) -> list:
-    """What to run next: the targeted dump, and the triage of that step against a golden command."""
-    quoted = shlex.quote(config_path)
-    return [f"MSPROBE_DUMP_CONFIG={quoted} <your training command>   (a script with a PrecisionDebugger: it dumps "
-            f"step {anomaly.step}, rank {anomaly.rank}, {anomaly.module or 'the whole model'}; or "
-            f"PrecisionDebugger(config_path={config_path!r}), docs/dump.md)",
-            f"msprobe triage --target \"<your training command>\" --golden \"<a good command>\" --step {anomaly.step}"]
+    """What to run next, as lines: the targeted dump (and how to find the culprit with it), or the triage of that
+    step against a good command."""
+    where = f"step {anomaly.step}, rank {anomaly.rank}, {anomaly.module or 'the whole model'}"
+    return [f"dump {where} (tensors): PrecisionDebugger(config_path={config_path!r}) around the training step "
+            f"(docs/dump.md), or MSPROBE_DUMP_CONFIG={shlex.quote(config_path)} for a script that makes one; the same "
+            f"dump of a good run, then msprobe compare -tp <this dump>/step{anomaly.step} -gp <good dump>/step"
+            f"{anomaly.step} -o <dir> -da names the culprit",
+            f"or, given a good command, all of it at once: msprobe triage --target \"<your training command>\" "
+            f"--golden \"<a good command>\" --step {anomaly.step}"]
 
 
 def to_json(analysis: Analysis, config_path: str | None = None) -> dict:
@@ -208,7 +211,9 @@ def load(directory: str, source: str = "auto", rules=DEFAULT_RULES, golden: str 
     found: list = []
     described = ""
     if source == "anomalies":
-        found, described = list(ours), "the monitor's anomaly files"
+        # with a golden given, its divergences are computed here (the live watch's, if any, would be twice)
+        found = [a for a in ours if not (golden and a.kind == "divergence")]
+        described = "the monitor's anomaly files"
     elif source == "reference":
         if not reference:
             raise NoMonitorOutput(f"{directory} holds no {ANOMALY_DIR}/rank<r>/{REFERENCE_ANOMALY_FILE}")

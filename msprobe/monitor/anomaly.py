@@ -9,16 +9,20 @@ The reference's rule names select the rules:
   magnitude exceeds it. A slot without a tensor (`present` False: the gradient of an input that needs none) is
   never a NaN.
 * `AnomalyTurbulence` (`threshold`, the reference's relative deviation, 0.5 in its docs): NaN/inf as above, and a
-  jump of a metric against a robust baseline of its own recent values: the median of the last `window` values, the
-  spread their median absolute deviation (MAD). A value is a spike (a drop) when it lies above (below) the baseline
-  by more than `threshold` in its own scale *and* by more than `spread` robust standard deviations (1.4826 MAD) of
-  its recent history, after `warmup` values. The norm is judged by its ratio to the baseline (a spike: more than
-  1 + threshold times it, a drop: less than 1 / (1 + threshold) of it), so Adam's m and v growing from zero,
-  steadily, are no jump; the mean is judged relative to the tensor's root mean square (norm / sqrt(numel)), never
-  relative to itself, so a mean that sits near zero is no jump when it moves by a fraction of its elements' size;
-  the loss is judged for spikes only. A value found anomalous does not enter the history (the baseline stays the
-  one before it); after `persist` anomalous values in a row the metric has a new level and its history restarts
-  from them.
+  jump of a metric against a robust baseline of its own recent values: the baseline is the median of its last
+  `recent` values (so a trend lags by a step or two only), the spread the median of its last `window` residuals (the
+  absolute deviations of its values from the baseline of their time, x 1.4826: what the test measures, whatever the
+  series' trend or autocorrelation). A value is a spike (a drop) when it lies above (below) the baseline by more
+  than `threshold` in the metric's own scale *and* by more than `spread` robust standard deviations, once `warmup`
+  residuals are known. The norm is judged by its log, its ratio to the baseline (a spike: more than 1 + threshold
+  times it, a drop: less than 1 / (1 + threshold) of it), so Adam's m and v growing from zero, steadily, are no
+  jump; the mean of activations and parameters is judged in units of the tensor's root mean square (norm /
+  sqrt(numel)), never relative to itself, so a mean that sits near zero is no jump when it moves by a fraction of
+  its elements' size (a gradient's mean swings with the batch and is not judged); the loss is judged for spikes
+  only. A value found anomalous does not enter the history (the baseline stays the one before it); it is reported
+  once, at the first of anomalous values in a row, and after `persist` of them the metric has a new level and its
+  values restart from them. Values read back from CSVs rounded to decimals (`resolution`) must also move by more
+  than RESOLUTION_UNITS of their quantum.
 
 Judgement is vectorised over the rows of a step; the history is a fixed-size array per metric, so memory stays flat
 over any number of steps.
@@ -159,29 +163,29 @@ def decimal_quantum(records: StepRecords, most: int = 12) -> float:
 def nonfinite(records: StepRecords) -> tuple:
     """Per row: (a NaN in the tensor, an infinity in it, the op that shows it), for the rows that hold a tensor."""
     rows = len(records)
-    nan = np.zeros(rows, dtype=bool)
-    inf = np.zeros(rows, dtype=bool)
-    nan_op = np.full(rows, "", dtype=object)
-    inf_op = np.full(rows, "", dtype=object)
     present = records.present if len(records.present) == rows else np.ones(rows, dtype=bool)
-    with np.errstate(invalid="ignore"):
-        for op in ("nans", "min", "max", "mean", "norm"):
-            column = _column(records, op)
-            if column is None:
-                continue
-            hit = (column > 0) if op == "nans" else np.isnan(column)
-            nan_op[hit & ~nan] = op
-            nan |= hit
-        for op in ("infs", "min", "max"):
-            column = _column(records, op)
-            if column is None:
-                continue
-            hit = (column > 0) if op == "infs" else np.isinf(column)
-            inf_op[hit & ~inf] = op
-            inf |= hit
+    nan, nan_op = _shown_by(records, "nans", np.isnan, ("min", "max", "mean", "norm"))
+    inf, inf_op = _shown_by(records, "infs", np.isinf, ("min", "max"))
     nan &= present
     inf &= present & ~nan
     return nan, inf, np.where(nan, nan_op, inf_op)
+
+
+def _shown_by(records: StepRecords, count: str, test, ops: tuple) -> tuple:
+    """Per row whether its `count` column is above 0 or `test` holds for one of its `ops`, and the first op that
+    shows it."""
+    rows = len(records)
+    hit = np.zeros(rows, dtype=bool)
+    shown = np.full(rows, "", dtype=object)
+    with np.errstate(invalid="ignore"):
+        for op in (count, *ops):
+            column = _column(records, op)
+            if column is None:
+                continue
+            found = (column > 0) if op == count else test(column)
+            shown[found & ~hit] = op
+            hit |= found
+    return hit, shown
 
 
 def magnitude(records: StepRecords) -> np.ndarray | None:
@@ -381,8 +385,11 @@ class AnomalyDetector:
             measured = accepted & ~np.isnan(deviation)
             history.push("residuals", keys[measured], np.abs(deviation[measured]), metric)
             history.streak[keys[accepted], metric] = 0
+            # a value flagged while the one before it was flagged too continues the same anomaly (a new level
+            # being reached): reported once, at its first step
+            fresh = history.streak[keys, metric] == 0
             self._streaks(keys, x, flags != 0, metric, settings)
-            for i in np.flatnonzero(flags).tolist():
+            for i in np.flatnonzero((flags != 0) & fresh).tolist():
                 row = int(rows[i])
                 found.append(self._jump(records, row, metric, int(flags[i]), base[i], float(scale[i]), bool(loss[i]),
                                         settings))

@@ -6,11 +6,11 @@ config written for the reference runs unchanged."""
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import types
 from dataclasses import dataclass, field
 
+from msprobe.collect.config import DumpConfigError, read_config_file
 from msprobe.errors import MsprobeError
 from msprobe.monitor.anomaly import RULE_ARGS, AlertConfigError, parse_rules
 from msprobe.monitor.records import OPS
@@ -287,10 +287,7 @@ def load_config(path) -> MonitorConfig:
     if not isinstance(path, str) or not path or "\x00" in path:
         raise MonitorConfigError(f"config_file_path must be the path of a JSON file, got {path!r}")
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise MonitorConfigError(f"cannot read the monitor config {path}: {exc.strerror or exc}") from None
-    except (ValueError, RecursionError) as exc:
-        raise MonitorConfigError(f"the monitor config {path} is not valid JSON: {exc}") from None
+        data = read_config_file(path)
+    except DumpConfigError as exc:
+        raise MonitorConfigError(f"monitor {exc}") from None
     return parse_config(data, f"the monitor config {path}")

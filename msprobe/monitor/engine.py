@@ -40,6 +40,22 @@ def check_format(config: MonitorConfig) -> None:
             raise MonitorConfigError(str(exc)) from None
 
 
+def check_output(config: MonitorConfig, root: str | None = None) -> str:
+    """The output root (MONITOR_OUTPUT_DIR), made if missing; one MonitorConfigError line when it cannot be written
+    (format api writes nothing: not checked)."""
+    root = root or output_root()
+    if config.format == "api":
+        return root
+    try:
+        os.makedirs(root, exist_ok=True)
+    except (OSError, ValueError) as exc:
+        raise MonitorConfigError(f"MONITOR_OUTPUT_DIR {root} cannot be made: {getattr(exc, 'strerror', None) or exc}") \
+            from None
+    if not os.path.isdir(root) or not os.access(root, os.W_OK | os.X_OK):
+        raise MonitorConfigError(f"MONITOR_OUTPUT_DIR {root} is not a writable directory")
+    return root
+
+
 class MonitorStop(SystemExit):
     """Raised out of the optimizer's step() at the step boundary where the monitor ends training (`action: stop`
     after an anomaly, or `print_struct`), once every file is written. A SystemExit: an uncaught one ends the

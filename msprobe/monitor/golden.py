@@ -6,17 +6,22 @@ the step's records become a statistics table of module entries, as a level-L0 du
 and `compare.verdict.judge_rows` judges it (Error_Origin: the output's error against what its inputs' errors and
 the dtypes' rounding explain, dtype-aware, with the statistics' rounding allowance; the NaN and norm rules).
 
+* a weights entry per parameter: its `param_updated` of the step before (input) and its `param_origin` of this
+  step (output): a weight changed between the steps (by the script, a checkpoint) is made there; at the run's
+  first step the weights have no input: they must agree;
 * a forward entry per module call: inputs (`actv` `<module>.input*`), the weights the step starts with
   (`param_origin` of the module's parameters and those of its sub-modules: a weight that drifted in earlier steps
   carries its difference into the output) and outputs (`actv` `<module>.output*`);
 * a backward entry per module call: the gradients of its outputs as inputs (`actv_grad` `<module>.output*`), the
-  gradients of its inputs as outputs (`actv_grad` `<module>.input*`), and, as for any backward, its forward entry's
-  tensors.
+  gradients of its inputs and, on its last call of the step, of its own weights as outputs (`actv_grad`
+  `<module>.input*`, `grad_unreduced`), and, as for any backward, its forward entry's tensors.
 
 A row the verdict finds made at its entry (level "made here": Error_Origin `introduced`, NaN/Inf in the target
 only, a norm error its quiet inputs do not explain) is a divergence; the first of a step (in call order) is
 reported as one Anomaly of kind `divergence` (rule GoldenDivergence), with the statistic that differs most as its
-value and the golden's as the baseline. A row that only the rounding of a lower precision explains (a bfloat16
+value and the golden's as the baseline. So is the first activation where the verdict finds the difference entering
+made by no entry (MSG_ENTERS): the data, or code of a module's own forward between its monitored sub-modules (the
+divergence names that parent module). A row that only the rounding of a lower precision explains (a bfloat16
 target against a float32 golden) is never one.
 
 Without `param_origin` in both runs the weights are taken as equal, and a target whose weights drifted from the
@@ -144,11 +149,6 @@ def _index(records: StepRecords) -> dict:
                                                    records.vpp_stage))}
 
 
-# the optimizer, per parameter: what the update reads (its moments as recorded around the step: before the update
-# with the reference's monitor, after it with ours; either way they hold what the update read) and what it makes
-OPTIMIZER_IN = ("exp_avg", "exp_avg_sq")
-OPTIMIZER_OUT = ("update_ratio", "param_updated")
-GRADIENTS = ("grad_reduced", "grad_unreduced")                # the gradient the optimizer reads (the first present)
 WEIGHT_GRADIENT = "grad_unreduced"                            # made by the backward of the parameter's module
 
 
@@ -157,15 +157,21 @@ def build_table(target: _Side, golden: _Side) -> _Table:
 
     * between steps, per parameter: its `param_updated` of the step before (input) and its `param_origin` (output):
       a weight changed outside any module (by the script) differs here and not at the step before;
-    * forward and backward module calls (module docstring);
-    * the optimizer, per parameter: `param_origin`, the gradient and the moments of the step before (inputs); the
-      moments, the update ratio and `param_updated` (outputs)."""
+    * forward and backward module calls (module docstring).
+
+    The optimizer's update is not judged: Adam divides a gradient by its own root mean square, so where a gradient
+    is ~0 by symmetry (the bias of attention keys, whose gradient softmax cancels) its rounding decides the sign of
+    the update, and a bfloat16 target's updates differ from a float32 golden's beyond anything the statistics of
+    the gradients explain. An update that differs is carried by the weights into the next steps; the anomaly rules see
+    an update out of line with its history (update_ratio)."""
     rec = target.records
     params: dict = {}
     for row, (group, module, vpp) in enumerate(zip(rec.group, rec.module, rec.vpp_stage)):
         if group == PARAMS:
             params.setdefault(vpp, []).append((module, row))
-    entries = []                  # (call, direction, vpp, module, micro, rows: {slot: [row]})
+    # [call, direction, vpp, module, micro, rows {slot: [row]}, the module's own name]: `module` tells the calls of
+    # a module apart (`shared[1]` is the second call of `shared` in a micro-step), the own name owns the weights
+    entries = []
     calls: dict = {}
     for row, (group, name, micro, vpp, call) in enumerate(zip(rec.group, rec.name, rec.micro_step, rec.vpp_stage,
                                                                rec.call)):
@@ -178,7 +184,7 @@ def build_table(target: _Side, golden: _Side) -> _Table:
         key = (direction, vpp, micro, module)
         entry = calls.get(key)
         if entry is None:
-            entry = calls[key] = [math.inf, direction, vpp, module, micro, {"input": [], "output": []}]
+            entry = calls[key] = [math.inf, direction, vpp, module, micro, {"input": [], "output": []}, rec.module[row]]
             entries.append(entry)
         entry[5][slot].append(row)
         # a forward call ends with its outputs, a backward one with the gradients of its inputs
@@ -186,15 +192,8 @@ def build_table(target: _Side, golden: _Side) -> _Table:
             entry[0] = min(entry[0], call)
     for vpp, owned in params.items():
         for _, row in owned:
-            entries.append([rec.call[row] - 0.5, "weights", vpp, rec.name[row], 0, {"input": [], "output": [row]}])
-    optimizer: dict = {}
-    for row, (group, name, vpp, call) in enumerate(zip(rec.group, rec.name, rec.vpp_stage, rec.call)):
-        if group in OPTIMIZER_OUT:
-            optimizer.setdefault((vpp, name), [math.inf, "optimizer", vpp, name, 0, {"input": [], "output": []}])
-            entry = optimizer[(vpp, name)]
-            entry[5]["output"].append(row)
-            entry[0] = min(entry[0], call)
-    entries.extend(optimizer.values())
+            entries.append([rec.call[row] - 0.5, "weights", vpp, rec.name[row], 0, {"input": [], "output": [row]},
+                            rec.module[row]])
     entries.sort(key=lambda e: e[0])
     gradients: dict = {}
     for row, (group, module, vpp) in enumerate(zip(rec.group, rec.module, rec.vpp_stage)):
@@ -202,13 +201,13 @@ def build_table(target: _Side, golden: _Side) -> _Table:
             gradients.setdefault((vpp, module), []).append(row)
     last_backward: dict = {}         # (vpp, module) -> (micro, number) of its last backward call
     seen: dict = {}
-    for _, direction, vpp, module, micro, rows in entries:
+    for _, direction, vpp, module, micro, rows, own in entries:
         if direction == "backward" and rows["output"]:
             seen[(vpp, module)] = seen.get((vpp, module), -1) + 1
-            last_backward[(vpp, module)] = (micro, seen[(vpp, module)])
+            last_backward[(vpp, own)] = (vpp, module, micro, seen[(vpp, module)])
     table = _Table()
     counts: dict = {}
-    for _, direction, vpp, module, micro, rows in entries:
+    for _, direction, vpp, module, micro, rows, own in entries:
         if not rows["output"]:
             continue
         kind = "forward" if direction != "backward" else "backward"
@@ -216,8 +215,7 @@ def build_table(target: _Side, golden: _Side) -> _Table:
         counts[tag] = counts.get(tag, -1) + 1
         entry = table.add_entry(kind, vpp, module if direction in ("forward", "backward") else f"{direction}:{module}",
                                 counts[tag])
-        if direction in ("weights", "optimizer"):
-            table.entry_module[entry] = rec.module[rows["output"][0]]
+        table.entry_module[entry] = own
         if direction == "weights":
             name = module
             before = target.then("param_updated", name, vpp)
@@ -229,28 +227,11 @@ def build_table(target: _Side, golden: _Side) -> _Table:
                 continue
             row = rows["output"][0]
             table.add(entry, row, golden.now(PARAMS, name, 0, vpp), "output")
-        elif direction == "optimizer":
-            name = module
-            inputs = [target.now(PARAMS, name, 0, vpp)]
-            golden_in = [golden.now(PARAMS, name, 0, vpp)]
-            for group in GRADIENTS:
-                if target.now(group, name, 0, vpp) is not None:
-                    inputs.append(target.now(group, name, 0, vpp))
-                    golden_in.append(golden.now(group, name, 0, vpp))
-                    break
-            for group in OPTIMIZER_IN:
-                inputs.append(target.now(group, name, 0, vpp))
-                golden_in.append(golden.now(group, name, 0, vpp))
-            for t, g in zip(inputs, golden_in):
-                if t is not None:
-                    table.add(entry, t, g, "input")
-            for row in rows["output"]:
-                table.add(entry, row, golden.now(rec.group[row], name, 0, vpp), "output")
         elif direction == "forward":
             for row in rows["input"]:
                 table.add(entry, row, golden.now("actv", rec.name[row], micro, vpp), "input")
             for owned, row in params.get(vpp, ()):
-                if module == "" or owned == module or owned.startswith(module + "."):
+                if own == "" or owned == own or owned.startswith(own + "."):
                     # an input here (the verdict's "parameters" rows are made at their entry: here the weights
                     # entry before judges where a weight's difference is made)
                     table.add(entry, row, golden.now(PARAMS, rec.name[row], 0, vpp), "input")
@@ -261,8 +242,8 @@ def build_table(target: _Side, golden: _Side) -> _Table:
                 table.add(entry, row, golden.now("actv_grad", rec.name[row], micro, vpp), "input")
             for row in rows["input"]:           # the gradients of the inputs go out
                 table.add(entry, row, golden.now("actv_grad", rec.name[row], micro, vpp), "output")
-            if last_backward.get((vpp, module)) == (micro, counts[tag]):     # and its weights' gradients, once summed
-                for row in gradients.get((vpp, module), ()):
+            if last_backward.get((vpp, own)) == (vpp, module, micro, counts[tag]):   # its weights' gradients, summed
+                for row in gradients.get((vpp, own), ()):
                     table.add(entry, row, golden.now(WEIGHT_GRADIENT, rec.name[row], 0, vpp), "output")
     return table
 
@@ -363,7 +344,7 @@ def divergences(target: StepRecords, golden: StepRecords, previous: tuple = (Non
                 first_only: bool = True, cache: dict | None = None) -> list:
     """The rows of the target's step that the verdict finds made at their entry, as Anomalies of kind divergence,
     in call order (only the first with first_only). previous: (target, golden) records of the step before, for the
-    weights and optimizer states carried over."""
+    weights carried over."""
     if not len(target) or not len(golden):
         return []
     sides = _Side(target, previous[0]), _Side(golden, previous[1])

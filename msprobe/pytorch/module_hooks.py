@@ -37,6 +37,8 @@ import threading
 import torch
 from torch.autograd.graph import get_gradient_edge
 
+from msprobe.pytorch.taps import call_nodes
+
 _MAX_DEPTH = 32
 
 
@@ -354,15 +356,7 @@ class ModuleHooks:
         consumes an input, or modifies an input that is a view in place (its base's CopySlices node); the nodes
         created by the call that consume a `watched` edge (an output, a view output's base) go into `inner`."""
         found = []
-        seen = set()
-        todo = [e.node for e in out_edges]
-        while todo:
-            node = todo.pop()
-            if node is None or id(node) in seen:
-                continue
-            seen.add(id(node))
-            if node._sequence_nr() <= marker:
-                continue      # made before the call: an input's node or something the call closed over
+        for node in call_nodes(out_edges, marker):
             pairs = []
             for index, (nxt, nr) in enumerate(node.next_functions):
                 if nxt is None:
@@ -374,7 +368,6 @@ class ModuleHooks:
                     pairs.extend((index, [slot], region) for slot, region in base_slots.get((id(nxt), nr), ()))
                 if (id(nxt), nr) in watched:
                     inner[id(node)] = node
-                todo.append(nxt)
             if pairs:
                 found.append((node, pairs))
         return found

@@ -16,7 +16,7 @@ import torch
 
 from msprobe.log import get_logger
 from msprobe.monitor.config import MonitorConfigError, load_config
-from msprobe.monitor.engine import MonitorEngine, MonitorStop, check_format
+from msprobe.monitor.engine import MonitorEngine, MonitorStop, check_format, check_output
 from msprobe.monitor.layout import has_micro_step
 from msprobe.pytorch.stats import host_values, local_part, stat_vector, stat_vectors
 from msprobe.pytorch.taps import ModuleTaps, in_backward
@@ -40,6 +40,7 @@ class TrainerMon:
         try:
             config = load_config(config_file_path)
             check_format(config)
+            check_output(config)
         except MonitorConfigError:
             _one_line_on_exit()
             raise
@@ -240,7 +241,8 @@ class _Hooks:
         self._backward_seen = False
         self._stepped_hooks = False            # the optimizer's own pre/post hooks (else step() is wrapped)
         self._old_params: list = []
-        self._deferred: dict = {}              # buffer row -> (gradient, its version): grad_unreduced rows to fill
+        self._deferred: dict = {}              # buffer row -> gradient: grad_unreduced rows to fill
+        self._norm_taken = False               # the global gradient norm of this step is recorded
         # with several processes a gradient may be reduced in place before the optimizer: taken at its hook
         self._reducing = torch.distributed.is_available() and torch.distributed.is_initialized() and \
             torch.distributed.get_world_size() > 1
@@ -282,9 +284,15 @@ class _Hooks:
         backward = config.activations and not config.forward_only and rank_ok
         if forward or backward or config.print_struct:
             for vpp, chunk in enumerate(self.chunks):
+                scripted = [n for n, m in chunk.named_modules() if isinstance(m, torch.jit.ScriptModule)]
+                if scripted:
+                    self.engine.warn_once(("scripted", vpp), "TorchScript modules take no hooks: the activations of "
+                                          "%s and what is inside are not recorded", ", ".join(scripted) or "the model")
                 for name, module in chunk.named_modules():
                     if self._names.get(id(module)) != (name, vpp):
                         continue       # a module reachable twice is tapped once, under its first name
+                    if any(name == s or name.startswith(s + ".") or s == "" for s in scripted):
+                        continue
                     if config.print_struct or config.xy_target(name, vpp):
                         self.taps.install(module, (name, vpp), forward or config.print_struct,
                                           backward or config.print_struct)
@@ -351,7 +359,10 @@ class _Hooks:
             if gradient is None and engine is not None and engine.collecting and not hooks.explicit_loss and \
                     hooks._loss_taken != engine.micro_step and self.dim() == 0:
                 hooks._guard("loss", hooks.take_loss, self)
-            return original(self, gradient, *args, **kwargs)
+            result = original(self, gradient, *args, **kwargs)
+            if engine is not None and engine.collecting and hooks.config is not None:
+                hooks._backward_done()
+            return result
         backward.__wrapped__ = original
         self._patched_backward = backward
         torch.Tensor.backward = backward
@@ -421,34 +432,21 @@ class _Hooks:
 
     def inputs(self, call) -> None:
         if self.engine.ok("activations"):
-            self._guard("activations", self._inputs, call)
-
-    def _inputs(self, call) -> None:
-        prefix = self._prefix(call)
-        name, vpp = call.tap
-        if self.config.print_struct:
-            self._describe(call, "input", call.in_slots)
-        if self._forward_rows(call):
-            for label, tensor in call.in_slots:
-                self._row("actv", f"{prefix}.{label}", name, vpp, tensor, call.data[1])
-
-    def _forward_rows(self, call) -> bool:
-        config = self.config
-        name, vpp = call.tap
-        return config.activations and not config.backward_only and config.xy_target(name, vpp) and \
-            (not config.module_ranks or self.engine.rank in config.module_ranks)
+            self._guard("activations", self._forward, call, "input", call.in_slots)
 
     def outputs(self, call) -> None:
         if self.engine.ok("activations"):
-            self._guard("activations", self._outputs, call)
+            self._guard("activations", self._forward, call, "output", call.out_slots)
 
-    def _outputs(self, call) -> None:
+    def _forward(self, call, side: str, slots: list) -> None:
         prefix = self._prefix(call)
         name, vpp = call.tap
-        if self.config.print_struct:
-            self._describe(call, "output", call.out_slots)
-        if self._forward_rows(call):
-            for label, tensor in call.out_slots:
+        config = self.config
+        if config.print_struct:
+            self._describe(call, side, slots)
+        if config.activations and not config.backward_only and config.xy_target(name, vpp) and \
+                (not config.module_ranks or self.engine.rank in config.module_ranks):
+            for label, tensor in slots:
                 self._row("actv", f"{prefix}.{label}", name, vpp, tensor, call.data[1])
 
     def output_grad(self, call, position: int, grad) -> None:
@@ -564,9 +562,11 @@ class _Hooks:
         return param.grad
 
     def _unreduced(self, entry: _Param) -> None:
-        """A gradient before reduction, as autograd accumulated it. With one process nothing reduces it before the
-        optimizer: its row is filled from the same gradient there, taken once with the others. A sharded
-        parameter's (FSDP2) gradient is reduced inside FSDP's own backward hook, before this one: not recorded."""
+        """A gradient before reduction, as autograd accumulated it. With several processes it is taken here, before
+        DDP's reducer (a node post-hook, run after this tensor hook) reads it. With one process nothing touches it
+        before the backward returns: the rows are filled then, every gradient of the backward taken together
+        (_backward_done). A sharded parameter's (FSDP2) gradient is reduced inside FSDP's own backward hook, before
+        this one: not recorded."""
         if local_part(entry.param) is not entry.param:
             self.engine.warn_once("sharded", "FSDP2/DTensor parameters: gradients before reduction are not recorded "
                                   "(FSDP reduces them in its own backward hook); after reduction, moments and "
@@ -578,7 +578,17 @@ class _Hooks:
             return
         at = self.engine.buffer.add("grad_unreduced", entry.name, entry.module, max(self.engine.micro_step, 0),
                                     entry.vpp, key=("grad_unreduced", id(entry)))
-        self._deferred[at] = (grad, grad._version)
+        self._deferred[at] = grad
+
+    def _backward_done(self) -> None:
+        """The script's `.backward()` returned (DDP's reduction included), before it can clip or scale the gradients
+        in place: the deferred gradients before reduction are taken together, and after the last micro-batch the
+        global gradient norm (the norm clipping would see)."""
+        engine = self.engine
+        if self._deferred:
+            self._guard("gradients", self._fill_deferred)
+        if engine.micro_step + 1 >= self.grad_acc_steps and engine.ok("gradient norm"):
+            self._guard("gradient norm", self._grad_norm)
 
     def _vectors(self, tensors: list) -> list:
         """Statistics of many tensors at once (stat_vectors), each value taken once per step (the cache)."""
@@ -628,22 +638,23 @@ class _Hooks:
             return
         if config.wg_distribution and engine.ok("gradients"):
             self._guard("gradients", self._reduced)
-        if engine.ok("gradient norm"):
+        if not self._norm_taken and engine.ok("gradient norm"):       # no .backward() of the script's was seen
             self._guard("gradient norm", self._grad_norm)
         if config.ur_distribution and engine.ok("update ratio"):
             self._guard("update ratio", self._keep_params)
 
     def _reduced(self) -> None:
-        self._rows("grad_reduced", [(entry, self._grad(entry.param)) for entry in self._params if entry.target])
         self._fill_deferred()
+        self._rows("grad_reduced", [(entry, self._grad(entry.param)) for entry in self._params if entry.target])
 
     def _fill_deferred(self) -> None:
-        """The deferred grad_unreduced rows: the same gradient as grad_reduced's is taken once (the cache)."""
+        """The deferred grad_unreduced rows, taken together (a gradient left as it was is taken once for
+        grad_reduced too: the cache)."""
         deferred, self._deferred = self._deferred, {}
         if not deferred:
             return
         buffer = self.engine.buffer
-        grads = [grad for grad, _ in deferred.values()]
+        grads = list(deferred.values())
         for at, grad, handle in zip(deferred, grads, self._vectors(grads)):
             buffer.handle[at], buffer.shape[at] = handle, tuple(grad.shape)
             buffer.dtype[at], buffer.numel[at] = str(grad.dtype), grad.numel()
@@ -654,7 +665,8 @@ class _Hooks:
             return
         norms = torch._foreach_norm([local_part(g.detach()) for g in grads])
         total = torch.linalg.vector_norm(torch.stack([n if n.dtype == torch.float32 else n.float() for n in norms]))
-        self._row("grad_norm", "total", "", 0, total)
+        self._row("grad_norm", "total", "", 0, total, key="grad_norm")
+        self._norm_taken = True
 
     def _keep_params(self) -> None:
         self._old_params = [(e, local_part(e.param.detach()).clone()) for e in self._params if e.target]
@@ -714,6 +726,7 @@ class _Hooks:
         self._cache = {}
         self._calls = {}
         self._deferred = {}
+        self._norm_taken = False
         self._loss_taken = -1
         self._backward_seen = False
         message = engine.end_step()

@@ -75,6 +75,24 @@ def _key(edge) -> tuple:
     return id(edge.node), edge.output_nr
 
 
+def call_nodes(out_edges, marker: int, end: int | None = None):
+    """The autograd nodes a module call made, from the nodes of its outputs down to those made before the call
+    (sequence number <= `marker`, the number at its start), depth first; with `end` (the number at its return),
+    not the nodes made later (a leaf's AccumulateGrad). A node's next functions are looked at after it is yielded."""
+    seen = set()
+    todo = [e.node for e in out_edges]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        sequence = node._sequence_nr()
+        if sequence <= marker or (end is not None and sequence > end):
+            continue
+        yield node
+        todo.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+
+
 class Call:
     """One call of a tapped module, from its forward to the end of its backward."""
 
@@ -210,37 +228,26 @@ class ModuleTaps:
     def _consumers(out_edges, marker: int, end: int, in_edges: dict) -> list:
         """(node, [(next-edge index, input slots)]) for every node made by the call that consumes an input."""
         found = []
-        seen = set()
-        todo = [e.node for e in out_edges]
-        while todo:
-            node = todo.pop()
-            if node is None or id(node) in seen:
-                continue
-            seen.add(id(node))
-            sequence = node._sequence_nr()
-            if sequence <= marker or sequence > end:
-                continue        # made before the call (an input's node) or a leaf's AccumulateGrad
-            pairs = []
-            for index, (nxt, nr) in enumerate(node.next_functions):
-                if nxt is None:
-                    continue
-                hit = in_edges.get((id(nxt), nr))
-                if hit:
-                    pairs.append((index, hit))
-                todo.append(nxt)
+        for node in call_nodes(out_edges, marker, end):
+            pairs = [(index, in_edges[(id(nxt), nr)]) for index, (nxt, nr) in enumerate(node.next_functions)
+                     if nxt is not None and (id(nxt), nr) in in_edges]
             if pairs:
                 found.append((node, pairs))
         return found
 
-    def _output_hook(self, call: Call, positions: list, passthrough, node_key: int):
-        def hook(grad):
+    def _guarded(self, call: Call, work):
+        """A backward hook running `work` for a call still expecting gradients; never raises, returns None (no
+        gradient is changed)."""
+        def hook(*args):
             if not call.done and self.sub.active():
                 try:
-                    arrived(grad)
+                    work(*args)
                 except Exception as exc:  # noqa: BLE001 - the user's training must go on
                     self.sub.tap_failed(exc)
             return None
+        return hook
 
+    def _output_hook(self, call: Call, positions: list, passthrough, node_key: int):
         def arrived(grad):
             call.arrived = True
             call.out_nodes.pop(node_key, None)
@@ -249,18 +256,10 @@ class ModuleTaps:
             for slot in passthrough:
                 self._add(call, slot, grad)
             self._check(call)
-        return hook
+        return self._guarded(call, arrived)
 
     def _consumer_hook(self, call: Call, pairs: list, node_key: int):
-        def hook(grad_inputs, _grad_outputs):
-            if not call.done and self.sub.active():
-                try:
-                    consumed(grad_inputs)
-                except Exception as exc:  # noqa: BLE001 - the user's training must go on
-                    self.sub.tap_failed(exc)
-            return None
-
-        def consumed(grad_inputs):
+        def consumed(grad_inputs, _grad_outputs):
             for index, input_slots in pairs:
                 grad = grad_inputs[index]
                 if grad is not None:
@@ -268,7 +267,7 @@ class ModuleTaps:
                         self._add(call, slot, grad)
             call.consumers.pop(node_key, None)
             self._check(call)
-        return hook
+        return self._guarded(call, consumed)
 
     @staticmethod
     def _add(call: Call, slot: int, grad) -> None:

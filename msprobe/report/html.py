@@ -358,8 +358,9 @@ def stylesheet() -> str:
     return _asset("report.css")
 
 
-def render_page(data: dict, title: str) -> str:
-    script, style = _asset("report.js"), _asset("report.css")
+def render_page(data: dict, title: str, script: str = "report.js") -> str:
+    """The page: `data` embedded as JSON, the script (an asset of msprobe/data/report) and the report's style."""
+    script, style = _asset(script), _asset("report.css")
     for text in (script, style):
         if "</" in text:
             raise ValueError("report assets must not contain '</'")
@@ -372,8 +373,8 @@ def render_page(data: dict, title: str) -> str:
             f"<script>\n{script}\n</script>\n</body>\n</html>\n")
 
 
-def write_page(path: str, data: dict, title: str) -> str:
-    write_text(path, render_page(data, title))
+def write_page(path: str, data: dict, title: str, script: str = "report.js") -> str:
+    write_text(path, render_page(data, title, script))
     get_logger().info("The HTML report is: %s.", path)
     return path
 

@@ -77,6 +77,23 @@ class Small(nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
+def monitored(tmp_path, data: dict, model=None, optimizer=None, **set_monitor) -> tuple:
+    """(model, optimizer, monitor): a Small model (seeded) and Adam, unless given, monitored with this config."""
+    torch.manual_seed(0)
+    model = model if model is not None else Small()
+    optimizer = optimizer if optimizer is not None else torch.optim.Adam(model.parameters())
+    monitor = TrainerMon(config_file(tmp_path, data), params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer, **set_monitor)
+    return model, optimizer, monitor
+
+
+def train_steps(model, optimizer, steps: int) -> None:
+    for _ in range(steps):
+        model(torch.randn(2, 3)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
 def test_every_metric_against_hand_computation(tmp_path, out):
     torch.manual_seed(0)
     model = Small()
@@ -135,10 +152,7 @@ def test_files_and_columns_are_the_references(tmp_path, out):
             "step_count_per_record": 2}
     monitor = TrainerMon(config_file(tmp_path, data), params_have_main_grad=False)
     monitor.set_monitor(model, grad_acc_steps=1, optimizer=optimizer)      # the reference's keywords
-    for _ in range(3):
-        model(torch.randn(2, 3)).sum().backward()
-        optimizer.step()
-        optimizer.zero_grad()
+    train_steps(model, optimizer, 3)
     monitor.close()
     (folder,) = os.listdir(out)
     assert folder.split("-rank")[1].startswith("0-")
@@ -271,15 +285,9 @@ def test_the_loss_wherever_the_script_computes_it(tmp_path, out, where):
 
 
 def test_evaluation_under_no_grad_is_not_recorded(tmp_path, out):
-    torch.manual_seed(0)
-    model = Small()
-    optimizer = torch.optim.Adam(model.parameters())
-    monitor = TrainerMon(config_file(tmp_path, {"xy_distribution": True, "ops": ["norm"]}), params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer)
+    model, optimizer, monitor = monitored(tmp_path, {"xy_distribution": True, "ops": ["norm"]})
     for _ in range(2):
-        model(torch.randn(2, 3)).sum().backward()
-        optimizer.step()
-        optimizer.zero_grad()
+        train_steps(model, optimizer, 1)
         with torch.no_grad():
             model(torch.randn(7, 3))
     monitor.close()
@@ -289,11 +297,7 @@ def test_evaluation_under_no_grad_is_not_recorded(tmp_path, out):
 
 
 def test_a_step_without_optimizer_step_ends_at_the_next_forward(tmp_path, out, caplog):
-    torch.manual_seed(0)
-    model = Small()
-    optimizer = torch.optim.Adam(model.parameters())
-    monitor = TrainerMon(config_file(tmp_path, {"wg_distribution": True, "ops": ["norm"]}), params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer)
+    model, optimizer, monitor = monitored(tmp_path, {"wg_distribution": True, "ops": ["norm"]})
     with caplog.at_level(logging.WARNING, logger="msprobe"):
         for step in range(3):
             model(torch.randn(2, 3)).sum().backward()
@@ -308,12 +312,8 @@ def test_a_step_without_optimizer_step_ends_at_the_next_forward(tmp_path, out, c
 
 
 def test_format_api_and_the_reference_getters(tmp_path, out):
-    torch.manual_seed(0)
-    model = Small()
-    optimizer = torch.optim.Adam(model.parameters())
-    monitor = TrainerMon(config_file(tmp_path, {"xy_distribution": True, "wg_distribution": True, "format": "api",
-                                                "ops": ["norm", "max"]}), params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer)
+    model, optimizer, monitor = monitored(tmp_path, {"xy_distribution": True, "wg_distribution": True, "format": "api",
+                                                "ops": ["norm", "max"]})
     model(torch.randn(2, 3)).sum().backward()
     actv, actv_grad = monitor.generate_xy_metrics()
     reduced, unreduced = monitor.generate_wgrad_metrics()
@@ -326,11 +326,7 @@ def test_format_api_and_the_reference_getters(tmp_path, out):
 
 
 def test_ops_and_reload_xy_during_training(tmp_path, out):
-    torch.manual_seed(0)
-    model = Small()
-    optimizer = torch.optim.Adam(model.parameters())
-    monitor = TrainerMon(config_file(tmp_path, {"wg_distribution": True, "ops": ["norm"]}), params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer)
+    model, optimizer, monitor = monitored(tmp_path, {"wg_distribution": True, "ops": ["norm"]})
     for step in range(3):
         if step == 1:
             monitor.reload_xy(True)
@@ -424,13 +420,8 @@ def test_action_stop_ends_training_at_the_step_boundary(tmp_path, out, monkeypat
                                     records.name[row], "grad_reduced", "norm", 1.0, 0.5, "AnomalyTurbulence")]
 
     monkeypatch.setattr(anomaly, "AnomalyDetector", Planted)
-    torch.manual_seed(0)
-    model = Small()
-    optimizer = torch.optim.Adam(model.parameters())
-    monitor = TrainerMon(config_file(tmp_path, {"wg_distribution": True, "action": "stop", "ops": ["norm"],
-                                                "alert": {"rules": [{"rule_name": "AnomalyNan"}]}}),
-                         params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer)
+    model, optimizer, monitor = monitored(tmp_path, {"wg_distribution": True, "action": "stop", "ops": ["norm"],
+                                                "alert": {"rules": [{"rule_name": "AnomalyNan"}]}})
     done = []
     with pytest.raises(MonitorStop) as stop:
         for step in range(10):
@@ -463,11 +454,7 @@ def _rss() -> int:
 def _flat_run(tmp_path, steps: int) -> tuple:
     import gc
 
-    torch.manual_seed(0)
-    model = Small()
-    optimizer = torch.optim.Adam(model.parameters())
-    monitor = TrainerMon(config_file(tmp_path, EVERYTHING), params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer)
+    model, optimizer, monitor = monitored(tmp_path, EVERYTHING)
     x = torch.randn(2, 3)
 
     def run(n):
@@ -525,16 +512,8 @@ def test_dynamic_on_is_picked_up_at_a_step_boundary(tmp_path, out, monkeypatch):
 
 def test_format_tensorboard_writes_events_beside_the_csv(tmp_path, out):
     pytest.importorskip("tensorboard")
-    torch.manual_seed(0)
-    model = Small()
-    optimizer = torch.optim.Adam(model.parameters())
-    monitor = TrainerMon(config_file(tmp_path, {"wg_distribution": True, "format": "tensorboard", "ops": ["norm"]}),
-                         params_have_main_grad=False)
-    monitor.set_monitor(model, optimizer)
-    for _ in range(2):
-        model(torch.randn(2, 3)).sum().backward()
-        optimizer.step()
-        optimizer.zero_grad()
+    model, optimizer, monitor = monitored(tmp_path, {"wg_distribution": True, "format": "tensorboard", "ops": ["norm"]})
+    train_steps(model, optimizer, 2)
     monitor.close()
     folder = monitor.output_directory
     events = [f for _, _, files in os.walk(folder) for f in files if f.startswith("events.out.tfevents")]
@@ -588,3 +567,51 @@ def test_a_wrapped_optimizer_and_main_grad(tmp_path, out):
         model.fc1.weight.main_grad.norm().item(), rel=1e-6)
     assert rows[("exp_avg", "fc2.bias", 0)]["norm"] == pytest.approx(
         inner.state[model.fc2.bias]["exp_avg"].norm().item(), rel=1e-6)
+
+
+def test_gradients_clipped_in_place_before_the_step(tmp_path, out):
+    """grad_unreduced is the gradient as backward left it; grad_reduced what the optimizer gets (clipped here); the
+    global gradient norm the one clipping measured."""
+    torch.manual_seed(0)
+    model = Small()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = TrainerMon(config_file(tmp_path, {"wg_distribution": True, "ops": ["norm"], "ndigits": 12}),
+                         params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer)
+    model(torch.randn(4, 3) * 10).pow(2).sum().backward()
+    raw = {n: p.grad.norm().item() for n, p in model.named_parameters()}
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)
+    clipped = {n: p.grad.norm().item() for n, p in model.named_parameters()}
+    optimizer.step()
+    monitor.close()
+    rows = rows_of(next(iter(read_run(str(out))[0])))
+    for name in raw:
+        assert rows[("grad_unreduced", name, 0)]["norm"] == pytest.approx(raw[name], rel=1e-6)
+        assert rows[("grad_reduced", name, 0)]["norm"] == pytest.approx(clipped[name], rel=1e-6)
+    # the global norm clipping saw (clip_grad_norm_'s result), not the one after it
+    assert rows[("grad_norm", "total", 0)]["norm"] == pytest.approx(math.sqrt(sum(v * v for v in raw.values())),
+                                                                     rel=1e-5)
+
+
+def test_an_output_directory_that_cannot_be_written_is_a_config_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(blocker / "out"))
+    with pytest.raises(MonitorConfigError, match="MONITOR_OUTPUT_DIR"):
+        TrainerMon(config_file(tmp_path, {"wg_distribution": True}))
+
+
+def test_torchscript_submodules_are_left_out(tmp_path, out, caplog):
+    torch.manual_seed(0)
+    model = Small()
+    model.fc2 = torch.jit.script(nn.Linear(5, 2))
+    with caplog.at_level(logging.WARNING, logger="msprobe"):
+        model, optimizer, monitor = monitored(tmp_path, {"xy_distribution": True, "wg_distribution": True,
+                                                         "ops": ["norm"]}, model=model)
+        train_steps(model, optimizer, 1)
+    monitor.close()
+    assert "TorchScript modules take no hooks" in caplog.text and "fc2" in caplog.text
+    (records,) = list(read_run(str(out))[0])
+    assert "fc1.output" in records.name and not any(n.startswith("fc2.") for n, g in
+                                                       zip(records.name, records.group) if g == "actv")
+    assert "fc2.weight" in records.name          # its parameters are recorded
