@@ -193,7 +193,9 @@ def test_the_references_values_on_the_same_script(tmp_path, out):
             row = mine_rows[key]
             assert row["present"] == ref_row["present"], key
             for op in mine.ops:
-                if ref_row["present"]:
+                # a tensor of rounding noise (a bias gradient BatchNorm cancels: ~1e-9) has no zeros fraction to
+                # compare: its elements fall either side of eps with the summation order of the thread count
+                if ref_row["present"] and not (op == "zeros" and ref_row["norm"] < 1e-5):
                     assert row[op] == pytest.approx(ref_row[op], rel=1e-5, abs=2e-6), (key, op)
             compared += 1
     assert compared > 100
