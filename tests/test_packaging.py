@@ -77,7 +77,9 @@ def test_the_readme_keeps_its_two_commands_and_installs_from_the_tree():
 def test_the_tensorboard_extra_installs_the_viewer_and_graph_md_names_it():
     extras = _pyproject()["project"]["optional-dependencies"]
     names = {re.match(r"[\w.-]+", requirement).group(0) for requirement in extras["tensorboard"]}
-    assert names == {"tb-graph-ascend", "tensorboard", "google-crc32c"}     # crc32c: the monitor's event writer
+    # google-crc32c: the record checksums of the training monitor's event files (docs/monitor.md), in C
+    assert names == {"tb-graph-ascend", "tensorboard", "google-crc32c"}
+    assert f'pip install "{DISTRIBUTION}[tensorboard]"' in (ROOT / "docs" / "monitor.md").read_text(encoding="utf-8")
     graph = (ROOT / "docs" / "graph.md").read_text(encoding="utf-8")
     assert f'pip install "{DISTRIBUTION}[tensorboard]"' in graph
     viewing = graph.split("## Viewing in TensorBoard", 1)[1].split("\n## ", 1)[0]
