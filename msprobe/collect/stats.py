@@ -89,13 +89,15 @@ def value_record(value):
     return None
 
 
-def array_stat_vector(array, ops: tuple, eps: float = 1e-8) -> np.ndarray:
+def array_stat_vector(array, ops: tuple, eps: float = 1e-8, wide_limit: int = 8192) -> np.ndarray:
     """The training monitor's statistics of a tensor's values on the host: one float64 vector in the order of `ops`
-    (a subset of msprobe.monitor.records.OPS). `min` and `max` exact; `mean` and `norm` reduced in float64 and
-    rounded once to the array's dtype (written_statistics' convention; integers and booleans as numbers, complex
-    as magnitudes, a 0-d array: its value, `norm` its magnitude); `zeros` the count of elements whose magnitude is
-    below `eps` (the monitor turns it into a fraction), `nans` and `infs` the counts of NaN and infinite elements.
-    An empty array gives NaN everywhere."""
+    (a subset of msprobe.monitor.records.OPS). `min` and `max` exact; `mean` and `norm` reduced in float64 up to
+    `wide_limit` elements (the PyTorch monitor's limit, msprobe.pytorch.stats.MONITOR_WIDE_LIMIT), in float32 with
+    numpy's pairwise sums beyond (a few units of float32 rounding), and rounded once to the array's dtype
+    (written_statistics' convention; integers and booleans as numbers, complex as magnitudes, a 0-d array: its
+    value, `norm` its magnitude); `zeros` the count of elements whose magnitude is below `eps` (the monitor turns it
+    into a fraction), `nans` and `infs` the counts of NaN and infinite elements. An empty array gives NaN
+    everywhere."""
     a = np.asarray(array)
     if a.size == 0:
         return np.full(len(ops), np.nan)
@@ -113,10 +115,10 @@ def array_stat_vector(array, ops: tuple, eps: float = 1e-8) -> np.ndarray:
     low, high = data.min(), data.max()                  # exact: NaN propagates
     parts = {"min": float(low), "max": float(high)}
     if "mean" in ops or "norm" in ops:
-        wide = data.astype(np.float64)
+        wide = data.astype(np.float64) if data.size <= wide_limit else np.array(data)
         total = float(np.add.reduce(wide))
         np.multiply(wide, wide, out=wide)
-        mean_norm = np.array([total / data.size, np.sqrt(np.add.reduce(wide))])
+        mean_norm = np.array([total / data.size, np.sqrt(float(np.add.reduce(wide)))])
         if back is not None:
             mean_norm = mean_norm.astype(back).astype(np.float64)
         parts["mean"], parts["norm"] = float(mean_norm[0]), float(mean_norm[1])
