@@ -95,7 +95,8 @@ def batch(model: str, step: int, length: int = 8):
 
 
 def _initialise(net, seed: int) -> None:
-    """The same weights on every run whatever MindSpore's initialisers draw (PyTorch-like scales)."""
+    """The same weights on every run whatever MindSpore's initialisers draw, at PyTorch's scales (embeddings N(0, 1),
+    weights U(-1, 1) / sqrt(fan_in))."""
     from mindspore import Tensor
 
     rng = np.random.default_rng(seed)
@@ -104,6 +105,8 @@ def _initialise(net, seed: int) -> None:
             value = np.zeros(param.shape, np.float32)
         elif name.endswith(("moving_variance", "gamma")):
             value = np.ones(param.shape, np.float32)
+        elif name.endswith("embedding_table"):
+            value = rng.standard_normal(param.shape).astype(np.float32)      # as torch.nn.Embedding
         else:
             fan_in = int(np.prod(param.shape[1:])) if len(param.shape) > 1 else param.shape[0]
             value = (rng.uniform(-1, 1, param.shape) / math.sqrt(fan_in)).astype(np.float32)
