@@ -49,6 +49,7 @@ QUANTA = 100.0
 STATS = ("max", "min", "mean", "norm")          # the statistics the verdict reads, in its order
 CELL = {"max": "max", "min": "min", "mean": "mean", "norm": "l2norm"}
 PARAMS = "param_origin"
+GRADIENTS = frozenset({"actv_grad", "grad_unreduced"})
 
 
 def split_name(name: str) -> tuple:
@@ -111,6 +112,7 @@ class _Side:
             if self.previous is not None else {}
         self.values = np.concatenate([_stats(part) for part in parts])
         self.present = np.concatenate([_present(part) for part in parts])
+        self.gradient = np.array([g in GRADIENTS for part in parts for g in part.group], dtype=bool)
         self.name = [n for part in parts for n in part.name]
         self.dtype = [d if p else None for part in parts for d, p in zip(part.dtype, _present(part))]
         self._shapes = [s if p else None for part in parts for s, p in zip(part.shape, _present(part))]
@@ -267,6 +269,15 @@ def judge(target: _Side, golden: _Side, quantum: float = 0.0, cache: dict | None
     matched = has & (golden.present[g_safe] == target.present[t_rows])
     npu = target.values[t_rows]
     bench = np.where(matched[:, None], golden.values[g_safe], np.nan)
+    # a gradient's extremes are not compared (where finite on both sides): the masks it went through (ReLU, max-pool,
+    # dropout) are decided element by element, and a rounding that moves one pre-activation across zero moves them
+    # (a float16 CNN's ReLU gradient: max 0.0051 against 0.0036, its norm 1.6 % off); its norm and mean say whether
+    # the gradient differs
+    extremes = matched & target.gradient[t_rows] & np.isfinite(npu[:, :2]).all(axis=1) & \
+        np.isfinite(bench[:, :2]).all(axis=1)
+    if extremes.any():
+        npu = npu.copy()
+        npu[extremes, :2] = bench[extremes, :2]
     if quantum:
         with np.errstate(invalid="ignore"):
             npu = np.where(np.abs(npu - bench) <= 1.0001 * quantum, bench, npu)
