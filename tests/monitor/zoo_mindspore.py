@@ -1,8 +1,8 @@
 """The monitor zoo's MindSpore runner (tests/monitor/zoo.py: the cases, faults and expectations): the zoo's GPT, CNN
 and LSTM built in MindSpore (PyNative, CPU) with the same cell names, trained by a `ms.value_and_grad` step with
 nn.AdamWeightDecay under msprobe.mindspore's TrainerMon, the same faults planted at the same step. `autocast` runs
-the Dense, Conv2d and Embedding cells in float16 (cell.to_float, MindSpore's mixed precision; the CPU has no
-bfloat16 matmul)."""
+the Dense, Conv2d and Embedding cells in float16 and the normalisations in float32 (cell.to_float, as MindSpore's
+amp level O2; the CPU has no bfloat16 matmul)."""
 
 from __future__ import annotations
 
@@ -125,10 +125,12 @@ def train(model: str, out, steps: int, fault: str = "none", config: str | None =
     net = _models()[model](**({"bug_from_length": 16} if bug and model == "gpt" else {}))
     _initialise(net, seed)
     net.set_train(True)                 # BatchNorm on batch statistics
-    if autocast:
+    if autocast:        # MindSpore's amp level O2: the network in float16, its normalisations in float32
         for _, cell in net.cells_and_names():
             if isinstance(cell, (nn.Dense, nn.Conv2d, nn.Embedding)):
                 cell.to_float(ms.float16)
+            elif isinstance(cell, (nn.BatchNorm2d, nn.LayerNorm)):
+                cell.to_float(ms.float32)
     opt = nn.AdamWeightDecay(net.trainable_params(), learning_rate=1e-3, eps=1e-8, weight_decay=0.01)
     fc1 = dict(net.cells_and_names())[FC1[model]]
     current = [0]
