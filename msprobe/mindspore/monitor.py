@@ -42,6 +42,7 @@ HOST_STATISTICS: bool | None = None
 
 # optimizer class (or a base of it) -> (its first-moment ParameterTuple, its second-moment one), each parallel to
 # optimizer.parameters; an optimizer not listed is read by the generic names below
+# (mindspore.nn's optimizers; mint.optim's are read by the generic names)
 MOMENTS = {
     "Adam": ("moment1", "moment2"), "AdamOffload": ("moment1", "moment2"), "AdaMax": ("moment1", "moment2"),
     "LazyAdam": ("moment1", "moment2"), "AdamWeightDecay": ("moments1", "moments2"), "Lamb": ("moments1", "moments2"),
@@ -113,6 +114,17 @@ def _loss_of(out):
     if stats.is_float(out) and out.ndim == 0:
         return out
     return None
+
+
+def _owners(model) -> dict:
+    """id(parameter) -> the path of the cell holding it (its row's module: MindSpore names a parameter by its own
+    name, which need not be that path, e.g. inside a TrainOneStepCell)."""
+    found: dict = {}
+    held: dict = {}             # in a ParameterTuple attribute (TrainOneStepCell.weights): a cell's second choice
+    for path, cell in model.cells_and_names():
+        for key, param in getattr(cell, "_params", {}).items():
+            (held if "." in key else found).setdefault(id(param), path)
+    return {**held, **found}
 
 
 class _Param:
@@ -191,12 +203,18 @@ class _Hooks:
                     continue
                 self._names[id(cell)] = (path, vpp)
                 self._cells.append((cell, path, vpp))
+        # the optimizer's own state (its step, learning rate, moments: Parameters of a TrainOneStepCell given as
+        # the model) is not the model's
+        trained = {id(p) for p in (getattr(self.inner, "parameters", None) or ())}
+        state = {id(p) for holder in (optimizer, self.inner) if isinstance(holder, nn.Cell)
+                 for p in holder.get_parameters() if id(p) not in trained}
         self._params: list = []
         self._by_param: dict = {}
         for vpp, chunk in enumerate(chunks):
+            owners = _owners(chunk)
             for name, param in chunk.parameters_and_names():
-                if id(param) not in self._by_param:
-                    entry = _Param(param, name, name.rpartition(".")[0], vpp)
+                if id(param) not in self._by_param and id(param) not in state:
+                    entry = _Param(param, name, owners.get(id(param), name.rpartition(".")[0]), vpp)
                     self._params.append(entry)
                     self._by_param[id(param)] = entry
         # the forward that starts a micro-step: the model's, or a train-step wrapper's network (TrainOneStepCell
@@ -288,6 +306,7 @@ class _Hooks:
             if getattr(getattr(module, attribute, None), "_msprobe_monitor", None) is self:
                 setattr(module, attribute, original)
         self._patched = []
+        _release(self.bindings)
         self.bindings = []
 
     def _wrap_step(self) -> None:
@@ -371,6 +390,9 @@ class _Hooks:
 
     def _remove_taps(self) -> None:
         """Activations failed: their cell hooks come off (the parameter hooks stay)."""
+        for calls in self._stack.values():
+            for call in calls:
+                _half_bound(call)
         keep = []
         for handle in self._handles:
             if getattr(handle, "_msprobe_tap", False):
@@ -421,6 +443,7 @@ class _Hooks:
             try:
                 return hooks._cell_post(cell, call, output)
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
+                _half_bound(call)
                 hooks._guard("activations", _raise, exc)
                 return None
         for handle in (cell.register_forward_pre_hook(pre, with_kwargs=True),
@@ -458,14 +481,18 @@ class _Hooks:
 
     def _cell_post(self, cell, call: _Call, output):
         if output is None:
+            _half_bound(call)
             return None                 # nothing returned, or the construct raised
         out_values = list(output) if isinstance(output, (tuple, list)) else [output]
         call.out_slots = slots(out_values, "output", is_tensor)
-        if self.config.print_struct:
-            self._describe(call, "output", call.out_slots)
-        if call.forward:
-            for label, tensor in call.out_slots:
-                self._row("actv", f"{call.prefix}.{label}", call.name, call.vpp, tensor, call.micro)
+        try:
+            if self.config.print_struct:
+                self._describe(call, "output", call.out_slots)
+            if call.forward:
+                for label, tensor in call.out_slots:
+                    self._row("actv", f"{call.prefix}.{label}", call.name, call.vpp, tensor, call.micro)
+        except Exception as exc:  # noqa: BLE001 - the backward hook below still completes the call
+            self._guard("activations", _raise, exc)
         # keep the labels, not the tensors: a pending call must not hold activations
         call.in_slots = [(label, None) for label, _ in call.in_slots]
         call.out_slots = [(label, None) for label, _ in call.out_slots]
@@ -688,6 +715,7 @@ class _Hooks:
         if self._grads and not self._grads_taken and self.active():
             self._guard("gradients", self._take_unreduced)
         self._generation += 1
+        _release(self.bindings)
         self.bindings = []
         self._stack = {}
         self._calls = {}
@@ -704,7 +732,7 @@ class _Hooks:
 def _moment_attributes(optimizer) -> tuple:
     """(first-moment attribute, second-moment attribute) of an optimizer, None where it has none."""
     for klass in type(optimizer).__mro__:
-        found = MOMENTS.get(klass.__name__)
+        found = MOMENTS.get(klass.__name__) if klass.__module__.startswith("mindspore.nn.") else None
         if found is None:
             continue
         first, second = found
@@ -726,3 +754,17 @@ def _momentum(optimizer) -> bool:
 
 def _raise(exc):
     raise exc
+
+
+def _half_bound(call: _Call) -> None:
+    """A call whose backward hook was applied to its arguments and will not be to its result (the call raised, or
+    returned nothing to hook, or its taps came off): the hook then takes its first gradients as the arguments'."""
+    if call.binding is not None and call.binding.kernel is not None:
+        call.binding.outputs_hooked = False
+
+
+def _release(bindings: list) -> None:
+    """The step's backward hooks, done: each CellBackwardHook holds its hook function on the C++ side, which holds
+    the binding and so the kernel again, a cycle the garbage collector cannot see; dropping the kernels ends it."""
+    for binding in bindings:
+        binding.kernel = binding.pre_kernel = None
