@@ -43,14 +43,14 @@ def timed(label, func, trace=False):
         _DEPTH[0] += 1
         if trace and depth == 0:
             tracemalloc.reset_peak()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         try:
             return func(*args, **kwargs)
         finally:
-            elapsed = time.perf_counter() - started
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
             _DEPTH[0] -= 1
             traced = tracemalloc.get_traced_memory()[1] / 1e6 if trace else None
-            RECORDS.append((depth, label, elapsed, rss_mb(), traced))
+            RECORDS.append((depth, label, elapsed, cpu, rss_mb(), traced))
     return wrapper
 
 
@@ -93,11 +93,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not args.gc:
         gc.disable()
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     from msprobe.compare.pipeline import CompareOptions, compare_files
     from msprobe.log import setup_logging
 
-    import_seconds = time.perf_counter() - started
+    import_seconds, import_cpu = time.perf_counter() - started, time.process_time() - started_cpu
     install(args.tracemalloc)
     if args.tracemalloc:
         tracemalloc.start()
@@ -107,22 +107,22 @@ def main(argv=None) -> int:
         kwargs = {"output_dir": out, "output_format": "xlsx" if args.xlsx else "csv", "compare_only": True,
                   "jobs": args.jobs}
         options = CompareOptions(**kwargs)
-        begin = time.perf_counter()
+        begin, begin_cpu = time.perf_counter(), time.process_time()
         summary = compare_files(os.path.join(args.dataset, "target", "dump.json"),
                                 os.path.join(args.dataset, "golden", "dump.json"), options)
-        total = time.perf_counter() - begin
+        total, total_cpu = time.perf_counter() - begin, time.process_time() - begin_cpu
     print(f"dataset {args.dataset}: {summary.rows} rows, format {'xlsx' if args.xlsx else 'csv'}, "
-          f"gc {'on' if args.gc else 'off'}; imports {import_seconds:.2f} s")
-    header = f"{'stage':44s} {'seconds':>8s} {'RSS after MB':>13s}"
+          f"gc {'on' if args.gc else 'off'}; imports {import_seconds:.2f} s (CPU {import_cpu:.2f} s)")
+    header = f"{'stage':44s} {'seconds':>8s} {'CPU s':>8s} {'RSS after MB':>13s}"
     if args.tracemalloc:
         header += f" {'py peak MB':>11s}"
     print(header)
-    for _depth, label, elapsed, rss, traced in _ordered(RECORDS):
-        line = f"{label:44s} {elapsed:8.3f} {rss:13.0f}"
+    for _depth, label, elapsed, cpu, rss, traced in _ordered(RECORDS):
+        line = f"{label:44s} {elapsed:8.3f} {cpu:8.3f} {rss:13.0f}"
         if traced is not None:
             line += f" {traced:11.0f}"
         print(line)
-    print(f"{'compare_files total':44s} {total:8.3f} {rss_mb():13.0f}   (peak RSS {peak_mb():.0f} MB)")
+    print(f"{'compare_files total':44s} {total:8.3f} {total_cpu:8.3f} {rss_mb():13.0f}   (peak RSS {peak_mb():.0f} MB)")
     return 0
 
 

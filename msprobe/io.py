@@ -1,5 +1,5 @@
 """Write output files under a temporary name and rename them when complete; remove the temporaries that a killed
-run of this tool left behind."""
+run of this tool left behind; remove a folder of ours without following a symbolic link."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 import re
 import secrets
 import socket
+import stat
 
 NAME_MAX = 255                      # bytes of one file name on Linux file systems
 
@@ -107,3 +108,72 @@ def remove_stale_temporaries(directory: str, before: float) -> list:
         except OSError:
             continue
     return removed
+
+
+_NO_FOLLOW = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def remove_tree(base: str, relative: str) -> None:
+    """Remove base/relative and everything under it, never following a symbolic link: each folder is opened
+    relative to its parent with O_NOFOLLOW, so a link anywhere (the folder itself, a folder on the way to it, an
+    entry inside) is at most removed as a link, and nothing outside `base` is touched. Best effort: what cannot be
+    removed (or is not a folder on the way) is left."""
+    parts = [part for part in relative.replace(os.sep, "/").split("/") if part not in ("", ".")]
+    if not parts or ".." in parts:
+        return
+    if not (_fd_calls_supported() and hasattr(os, "O_NOFOLLOW")):
+        _remove_tree_by_path(base, parts)
+        return
+    try:
+        handle = os.open(base, _NO_FOLLOW)
+    except OSError:
+        return
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, _NO_FOLLOW, dir_fd=handle)
+            os.close(handle)
+            handle = inner
+        _remove_entry(handle, parts[-1])
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
+
+
+def _fd_calls_supported() -> bool:
+    return {os.open, os.stat, os.unlink, os.rmdir} <= os.supports_dir_fd and os.scandir in os.supports_fd
+
+
+def _remove_entry(parent: int, name: str) -> None:
+    try:
+        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if not stat.S_ISDIR(info.st_mode):
+            os.unlink(name, dir_fd=parent)
+            return
+        handle = os.open(name, _NO_FOLLOW, dir_fd=parent)      # a link put there meanwhile fails here
+    except OSError:
+        return
+    try:
+        with os.scandir(handle) as entries:
+            names = [entry.name for entry in entries]
+        for inner in names:
+            _remove_entry(handle, inner)
+    finally:
+        os.close(handle)
+    with contextlib.suppress(OSError):
+        os.rmdir(name, dir_fd=parent)
+
+
+def _remove_tree_by_path(base: str, parts: list) -> None:
+    """Where the system has no *at() calls: the same by path, checking each folder on the way for a link."""
+    import shutil
+
+    path = base
+    for part in parts:
+        path = os.path.join(path, part)
+        if os.path.islink(path):
+            if part == parts[-1]:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            return
+    shutil.rmtree(path, ignore_errors=True)

@@ -219,3 +219,9 @@ def pytest_sessionfinish(session, exitstatus):
     debugger = sys.modules.get("msprobe.collect.debugger")
     if debugger is not None:
         debugger._REPORTED.clear()
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (pyproject's addopts): one worker per core, at most 4 (each worker imports torch or mindspore and
+    trains small models; more workers add memory, not speed, on the few cores a CI machine has)."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))

@@ -31,15 +31,17 @@ def hit(findings, bug: str) -> bool:
     return findings.culprit is not None and any(marker in findings.source for marker in MARKERS[bug])
 
 
-def triage_case(framework: str, model: str, bug: str, work: str, python: str = sys.executable, **options):
+def triage_case(framework: str, model: str, bug: str, work: str, python: str = sys.executable, extra: str = "",
+                **options):
     """One triage in a fresh folder under `work` (the script copied there as train.py; the commands run there):
     `--bug B` against the clean script; `nondet` alone (the same command twice); `none`: the clean script against
-    itself. Returns (findings, seconds, folder)."""
+    itself; `extra`: more options of both commands (MindSpore: `--train onestep --mode graph`). Returns (findings,
+    seconds, folder)."""
     import msprobe
 
     folder = tempfile.mkdtemp(prefix=f"{model}_{bug}_", dir=work)
     shutil.copy(SCRIPTS[framework], os.path.join(folder, "train.py"))
-    command = f"{python} train.py --model {model}"
+    command = f"{python} train.py --model {model}" + (f" {extra}" if extra else "")
     target = f"{command} --bug {bug}" if bug != "none" else command
     golden = None if bug == "nondet" else command
     options.setdefault("timeout", 300)

@@ -112,7 +112,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from msprobe.cli.scale_options import backend_of
     from msprobe.compare.batch import run_batch, succeeded
-    from msprobe.compare.kernel import is_kernel_dump
     from msprobe.compare.mapping import MappingOptions
     from msprobe.compare.pipeline import CompareOptions
     from msprobe.compare.summary import print_summary
@@ -129,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rank is not None or args.step is not None:
         return run_kernel_compare(args, backend)
     located = locate(args.target_path, args.golden_path)
-    if not located.jobs and is_kernel_dump(args.target_path) and is_kernel_dump(args.golden_path):
+    if not located.jobs and _kernel_dumps(args.target_path, args.golden_path):
         logger.info("MindSpore kernel dumps: every rank and step is compared (as with --rank).")
         return run_kernel_compare(args, backend)
     output_dir = prepare_output_dir(args.output_path or "./output")
@@ -181,6 +180,12 @@ def run(args: argparse.Namespace) -> int:
         raise MsprobeError(f"no dump pair could be compared ({len(failures)} failed).")
     banner(logger, "msprobe compare ends successfully.")
     return 0
+
+
+def _kernel_dumps(*paths: str) -> bool:
+    from msprobe.compare.kernel import is_kernel_dump  # only when no dump.json pair is found
+
+    return all(is_kernel_dump(path) for path in paths)
 
 
 def _where(backend, jobs: int) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 DESCRIPTION = ("Run the whole precision-debugging loop on two training commands, without a change to the scripts: "
@@ -13,7 +14,8 @@ DESCRIPTION = ("Run the whole precision-debugging loop on two training commands,
                "CPU high-precision benchmark. The answer: the culprit, its module and source line, the category of "
                "cause with advice, the evidence of each round and the commands that reproduce it, as one HTML page "
                "(<-o>/triage.html) and a console summary. Exit status 0 when the runs agree, 1 when a culprit is "
-               "named, 2 on error.")
+               "named or a run failed, 2 on error; stopped by Ctrl-C, SIGTERM or SIGHUP, it ends both runs and exits 128 + "
+               "the signal's number.")
 EPILOG = """examples:
   # a target against a golden command (each runs in its own process group, one step each per round)
   msprobe triage --target "python train.py --bf16" --golden "python train.py" -o triage_out
@@ -29,7 +31,8 @@ EPILOG = """examples:
   msprobe triage -tp target_dump/step0 -gp golden_dump/step0 --target "python train.py --bf16" --golden \\
       "python train.py"
 
-Every dump and output goes under -o; the dumps are removed at the end unless --keep-dumps. See docs/triage.md."""
+Every dump and output goes into a new folder under -o (a rerun never mixes with an earlier triage); round 2's
+tensor dumps are removed at the end unless --keep-dumps. See docs/triage.md."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(dump.json, or a step folder of rank folders)")
     parser.add_argument("-gp", "--golden_path", metavar="DUMP", help="the golden's existing statistics dump")
     parser.add_argument("-o", "--output_path", default="triage_out", metavar="DIR",
-                        help="where every dump, log and report goes (default ./triage_out)")
+                        help="where every dump, log and report goes (default ./triage_out): each triage in a new "
+                        "folder of its own there, DIR/triage_<stamp>/, and DIR/triage.html the latest answer")
     parser.add_argument("--step", type=_non_negative, default=0, metavar="N", help="the step to dump (default 0)")
     parser.add_argument("--level", choices=("mix", "L1"), default="mix", help="collector level of round 1 "
                         "(default mix: modules and APIs)")
@@ -49,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "and its partial dump used")
     parser.add_argument("--no-stop", dest="stop", action="store_false",
                         help="let each run go on after the dumped step (default: stop it there)")
-    parser.add_argument("--keep-dumps", action="store_true", help="keep the dumps under -o (default: removed)")
+    parser.add_argument("--keep-dumps", action="store_true", help="keep round 2's tensor dumps (default: removed; "
+                        "round 1's statistics dumps always stay)")
     parser.add_argument("--json", action="store_true", help="print the findings as one JSON object")
 
 
@@ -75,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.errors import MsprobeError
     from msprobe.log import get_logger
     from msprobe.names import printable
+    from msprobe.triage.launch import Interrupted
     from msprobe.triage.loop import triage
 
     # the rounds' compares log to the console; the triage's summary (or --json's one object) is the output, and the
@@ -89,6 +95,11 @@ def run(args: argparse.Namespace) -> int:
         findings = triage(args.target, args.golden, output_dir=args.output_path, step=args.step, level=args.level,
                           framework=args.framework, timeout=args.timeout, keep_dumps=args.keep_dumps, stop=args.stop,
                           target_dump=args.target_path, golden_dump=args.golden_path, progress=progress)
+    except Interrupted as exc:        # Ctrl-C, SIGTERM, SIGHUP: the runs were ended, the partial answer written
+        folder = getattr(exc, "folder", None) or os.path.abspath(args.output_path)
+        sys.stderr.write(f"msprobe triage: interrupted ({exc.name}): the runs were stopped; what finished is in "
+                         f"{printable(folder)}\n")
+        return 128 + int(exc.signum)
     except MsprobeError as exc:       # an error is exit status 2 here: 1 means a culprit was named
         exc.exit_code = 2
         raise

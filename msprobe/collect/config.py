@@ -30,6 +30,8 @@ IGNORED_KEYS = ("extra_info", "seed", "is_deterministic", "enable_dataloader", "
 # a config.json that replaces the arguments of every PrecisionDebugger made in the process (`msprobe triage` sets
 # it, so that a training script with its own debugger dumps what the triage asks for)
 FORCED_CONFIG = "MSPROBE_DUMP_CONFIG"
+# the plan of `msprobe triage`'s injection (triage/inject.py), set in the processes of the commands it runs
+TRIAGE_PLAN = "MSPROBE_TRIAGE_PLAN"
 OTHER_SECTIONS = ("acc_check", "run_ut", "overflow_check", "free_benchmark", "grad_probe", "structure",
                   "exception_dump", "load")
 

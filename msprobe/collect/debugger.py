@@ -15,7 +15,10 @@ Semantics (docs/dump.md, "What happens when your step crashes"):
 * Whatever ends the step before stop() - an exception in `with debugger.step_scope(model):`, the end of the
   process (atexit), SIGTERM - the step's files are written with what was recorded, marked "incomplete".
 * Nothing here raises into the training: a failure is logged once and recording of that step stops. The only
-  exceptions are usage errors of start()'s arguments, at the first recorded step.
+  exceptions are usage errors of start()'s arguments, at the first recorded step, and never under `msprobe
+  triage` (whose configuration replaces the script's): there a start() without the model that the level needs
+  waits for it (`waiting_for_model`), and the triage's injection (triage/inject.py) starts it on the first model
+  called in the step.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import threading
 import types
 import weakref
 
-from msprobe.collect.config import DumpConfig
+from msprobe.collect.config import TRIAGE_PLAN, DumpConfig
 from msprobe.collect.guard import ErrorLog, one_line
 from msprobe.collect.paths import step_directory
 from msprobe.collect.writer import StepWriter
@@ -105,6 +108,7 @@ class DebuggerBase:
         self.writer = StepWriter(self.framework, config.task, config.level, save=self._save, suffix=self.suffix,
                                  errors=self.errors)
         self._running = False
+        self.waiting_for_model = False     # under msprobe triage: a start() without its model (module docstring)
         self._ending_thread = None
         self._after_end: list = []
         self._folders: list = []       # the step folders written, in order
@@ -156,12 +160,22 @@ class DebuggerBase:
         if self._running or not self.config.wants_step(self.current_step) or \
                 not self.config.wants_rank(self._quietly("rank", self._rank)):
             return
+        self.waiting_for_model = self._waits_for_model(model)
+        if self.waiting_for_model:
+            return
         models = self._models(model if model is not None else self.model)     # usage errors raise
         self._quietly("start", lambda: self._start(models))
+
+    def _waits_for_model(self, model) -> bool:
+        """Under msprobe triage, whose configuration replaced the script's: start() without the model that the
+        level needs (L0, mix) waits for the triage to start it on the model (never a usage error there)."""
+        return model is None and self.model is None and self.config.level in ("L0", "mix") and \
+            bool(os.environ.get(TRIAGE_PLAN))
 
     @_InstanceOrClass
     def stop(self) -> None:
         self._quietly("stop", self._tidy)
+        self.waiting_for_model = False
         self._end(None)
 
     @_InstanceOrClass

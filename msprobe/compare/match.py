@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
+from operator import ne
 
 import numpy as np
 
@@ -66,10 +68,15 @@ def match_mapped(target: Items, golden: Items, mappings, cross_framework: bool =
 def match_keys(target: Items, golden: Items, target_keys: list, golden_keys: list, cross_framework: bool = False,
                dtype_rule: bool = True) -> Pairs:
     """Left join of target items on golden items by compare key; every duplicate combination is a row."""
-    golden_index: dict[str, list[int]] = {}
-    for position, key in enumerate(golden_keys):
-        golden_index.setdefault(key, []).append(position)
-    pairs = _join(target_keys, golden_index)
+    unique = dict(zip(golden_keys, range(len(golden_keys))))
+    if len(unique) == len(golden_keys):     # the usual dump: every key once, joined in C
+        pairs = Pairs(np.arange(len(target_keys), dtype=np.int64),
+                      np.fromiter(map(unique.get, target_keys, repeat(-1)), dtype=np.int64, count=len(target_keys)))
+    else:
+        golden_index: dict[str, list[int]] = {}
+        for position, key in enumerate(golden_keys):
+            golden_index.setdefault(key, []).append(position)
+        pairs = _join(target_keys, golden_index)
     if dtype_rule:
         apply_dtype_rule(pairs, target, golden, cross_framework)
     backward_with_forward(pairs, target, golden, pair_unmatched=not cross_framework)
@@ -177,8 +184,12 @@ def apply_dtype_rule(pairs: Pairs, target: Items, golden: Items, cross_framework
     candidates = pairs.golden >= 0
     if exempt is not None:
         candidates &= ~exempt
-    for row in np.flatnonzero(candidates):
-        a = t_dtype[pairs.target[row]]
-        b = g_dtype[pairs.golden[row]]
-        if a != b and not dtype_rule_ok(a, b, cross_framework):
+    rows = np.flatnonzero(candidates)
+    if not len(rows):
+        return
+    t_rows, g_rows = pairs.target[rows].tolist(), pairs.golden[rows].tolist()
+    differ = np.fromiter(map(ne, map(t_dtype.__getitem__, t_rows), map(g_dtype.__getitem__, g_rows)), dtype=bool,
+                         count=len(rows))
+    for row in rows[differ].tolist():
+        if not dtype_rule_ok(t_dtype[pairs.target[row]], g_dtype[pairs.golden[row]], cross_framework):
             pairs.golden[row] = -1

@@ -402,17 +402,18 @@ def _as_float(value) -> float:
 def stack_column(stacks: dict, items: Items, entry: np.ndarray) -> list:
     """The entry's stack on its first row, N/A elsewhere."""
     column = [NA] * len(entry)
-    previous = -1
+    if not len(entry):
+        return column
+    firsts = np.flatnonzero(np.concatenate(([True], entry[1:] != entry[:-1])))     # where a run of rows starts
     cache: dict = {}
-    for row, index in enumerate(entry.tolist()):
-        if index != previous:
-            name = items.entry_names[index]
-            if name in stacks:
-                text = cache.get(id(stacks[name]))
-                if text is None:
-                    text = cache[id(stacks[name])] = str(stacks[name])
-                column[row] = text
-            previous = index
+    names = items.entry_names
+    for row, index in zip(firsts.tolist(), entry[firsts].tolist()):
+        lines = stacks.get(names[index])
+        if lines is not None:
+            text = cache.get(id(lines))
+            if text is None:
+                text = cache[id(lines)] = str(lines)
+            column[row] = text
     return column
 
 

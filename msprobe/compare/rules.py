@@ -171,6 +171,9 @@ def message_texts(messages: list) -> list:
     cache: dict = {}
     out = []
     for message in messages:
+        if not message:
+            out.append("[]")
+            continue
         key = tuple(message)
         text = cache.get(key)
         if text is None:
@@ -296,8 +299,10 @@ def _per_row_rules(data, scope, flag, ignore, runs):
     # it: Float32 is torch.float32).
     is_class = {dtype: bool(dtype) and "class" in dtype for dtype in {*t_dtype, *g_dtype}}
     candidates = checked & scalar_scope & ~data.is_output
+    candidates &= np.fromiter(map(is_class.__getitem__, t_dtype), dtype=bool, count=rows)
+    candidates &= np.fromiter(map(is_class.__getitem__, g_dtype), dtype=bool, count=rows)
     for row in np.flatnonzero(candidates).tolist():
-        if (is_class[t_dtype[row]] and is_class[g_dtype[row]] and t_shape[row] == "[]"
+        if (t_shape[row] == "[]"
                 and canonical(cell_text(data.npu_max[row])) != canonical(cell_text(data.bench_max[row]))):
             flag(row, ERROR, MSG_SCALAR)
     # Rule 6: dtypes differ (after normalising framework spellings).

@@ -9,6 +9,7 @@ import numpy as np
 from msprobe.compare.error_origin import EPS, numel
 from msprobe.frameworks.dtypes import canonical
 from msprobe.table.cells import NA, cell_text, stat_number
+from msprobe.table.floats import reprs
 
 NUM, NAN, INF, NEG_INF, DEVICE, NA_CODE, OTHER = range(7)
 _DEVICE_WORDS = ("npu", "cpu", "cuda")
@@ -140,8 +141,8 @@ def _fill_numeric(rows: np.ndarray, n: np.ndarray, b: np.ndarray, diffs, rels, f
         diffs[rows] = diff.tolist()
         rel_texts = np.array(rel.tolist(), dtype=object)
     else:
-        diffs[rows] = [repr(d) for d in diff.tolist()]
-        rel_texts = np.array([f"{r!r}%" for r in rel.tolist()], dtype=object)
+        diffs[rows] = reprs(diff)
+        rel_texts = np.array(reprs(rel, "%"), dtype=object)
     rel_texts[zero] = "inf"
     rels[rows] = rel_texts
     fractions[rows] = np.where(zero, np.inf, rel / 100)

@@ -56,6 +56,8 @@ import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import repeat
+from operator import eq, is_
 
 import numpy as np
 
@@ -262,9 +264,9 @@ def row_facts(data: rules.JudgeInput, cells: dict, states: list, is_tensor: list
     matched = np.asarray(data.matched, dtype=bool)
     tensor = np.asarray(is_tensor, dtype=bool)
     t_dtype, g_dtype = data.dtypes
-    t_null = np.fromiter((d is None for d in t_dtype), dtype=bool, count=rows)
-    g_null = np.fromiter((d is None for d in g_dtype), dtype=bool, count=rows)
-    out = np.fromiter((s in OUT_STATES for s in states), dtype=bool, count=rows)
+    t_null = np.fromiter(map(is_, t_dtype, repeat(None)), dtype=bool, count=rows)
+    g_null = np.fromiter(map(is_, g_dtype, repeat(None)), dtype=bool, count=rows)
+    out = np.fromiter(map(OUT_STATES.__contains__, states), dtype=bool, count=rows)
     reason = unmatched_reasons(sides[1]) if cross and sides is not None else None
     for row in np.flatnonzero(~matched).tolist():
         notes[row] = [reason(data.entry_names[data.entry[row]]) if reason else NOTE_UNMATCHED]
@@ -464,7 +466,7 @@ def _dtype_from_earlier_op(data, stats_t, same_dtypes: np.ndarray, tensor: np.nd
 def _same_texts(pair: tuple) -> np.ndarray:
     """Per row: the two sides' cells equal (dtypes compared by their canonical names)."""
     a, b = pair
-    same = np.fromiter((x == y for x, y in zip(a, b)), dtype=bool, count=len(a))
+    same = np.fromiter(map(eq, a, b), dtype=bool, count=len(a))
     for row in np.flatnonzero(~same).tolist():
         x, y = a[row], b[row]
         same[row] = isinstance(x, str) and isinstance(y, str) and canonical(x) == canonical(y)
@@ -679,16 +681,10 @@ def _eps_of(dtypes: list) -> np.ndarray:
 def row_levels(states: list, results: list, messages: list, origins: list | None) -> np.ndarray:
     """The level of every judged row (NOTHING ... MADE_HERE, see the module docstring), from its state, Result,
     Err_message and Error_Origin cells."""
-    cache: dict = {}
-    out = np.zeros(len(results), dtype=np.int8)
-    for row, (state, result, message) in enumerate(zip(states, results, messages)):
-        origin = origins[row] if origins is not None else ""
-        key = (state in _OWN_STATES, result, message, origin)
-        level = cache.get(key)
-        if level is None:
-            level = cache[key] = _level(*key)
-        out[row] = level
-    return out
+    keys = list(zip(map(_OWN_STATES.__contains__, states), results, messages,
+                    origins if origins is not None else repeat("")))
+    levels = {key: _level(*key) for key in set(keys)}     # a handful of distinct rows
+    return np.fromiter(map(levels.__getitem__, keys), dtype=np.int8, count=len(keys))
 
 
 def _level(own: bool, result: str, message: str, origin: str) -> int:

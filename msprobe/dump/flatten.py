@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from msprobe.dump.naming import (
     BACKWARD,
@@ -16,7 +17,7 @@ from msprobe.dump.naming import (
 from msprobe.dump.paths import is_plain_file_name
 from msprobe.dump.reader import SENTINELS
 from msprobe.errors import DumpFormatError
-from msprobe.table.safety import first_formula, is_formula_like
+from msprobe.table.safety import first_formula
 
 MAX_DEPTH = 400
 P2P_CLASS = "torch.distributed.P2POp"
@@ -153,8 +154,13 @@ class _Flattener:
             data_name = "-1"
             tensor = False
         else:
-            self.check_texts(name, record)
-            note = record.get(DUMP_ERROR)
+            known = self.plain_texts
+            for value in record.values():   # check_texts, inline for the usual record whose texts are known
+                if value.__class__ is str and value not in known:
+                    self.check_texts(name, record)
+                    break
+            get = record.get
+            note = get(DUMP_ERROR)
             if isinstance(note, str):
                 self.items.notes[len(self.rows)] = note
             if record.get("class_type") == P2P_CLASS:
@@ -162,7 +168,8 @@ class _Flattener:
                 record = record.get("tensor") or {}
                 if isinstance(record, dict):
                     self.check_texts(name, record)
-            data_name = record.get("data_name")
+                get = record.get
+            data_name = get("data_name")
             if data_name:
                 if not isinstance(data_name, str):
                     raise DumpFormatError(f"{self.source}: data_name of {name} must be a string.")
@@ -170,12 +177,12 @@ class _Flattener:
                     name = data_name.rsplit(".", 1)[0] if "." in data_name else data_name
             else:
                 data_name = "-1"
-            dtype = record.get("dtype")
+            dtype = get("dtype")
             if dtype is not None:
                 tensor = True
                 dtype = self.dtypes.setdefault(dtype, dtype) if type(dtype) is str else str(dtype)
-                shape = record.get("shape")
-                if not isinstance(shape, list):
+                shape = get("shape")
+                if shape.__class__ is not list and not isinstance(shape, list):
                     raise DumpFormatError(f"{self.source}: shape of {name} must be a list.")
                 try:
                     key = tuple(shape)
@@ -185,15 +192,18 @@ class _Flattener:
                 except TypeError:   # unhashable elements: not a plain shape, keep its text
                     text = str(shape)
                 shape = text
-                grad = record.get("requires_grad")
-                if grad is not None:
-                    if not isinstance(grad, bool):
-                        raise DumpFormatError(f"{self.source}: requires_grad of {name} must be true or false.")
-                    grad = "True" if grad else "False"
-                get = record.get
-                stats = (_tensor_stat(get("Max")), _tensor_stat(get("Min")), _tensor_stat(get("Mean")),
-                         _tensor_stat(get("Norm")))
-                md5 = record.get("md5")
+                grad = get("requires_grad")
+                if grad is True:
+                    grad = "True"
+                elif grad is False:
+                    grad = "False"
+                elif grad is not None:
+                    raise DumpFormatError(f"{self.source}: requires_grad of {name} must be true or false.")
+                stats = (get("Max"), get("Min"), get("Mean"), get("Norm"))
+                if not (stats[0].__class__ is float and stats[1].__class__ is float and stats[2].__class__ is float
+                        and stats[3].__class__ is float):   # ints, None, a text or a bool among them
+                    stats = tuple(map(_tensor_stat, stats))
+                md5 = get("md5")
                 # no md5 recorded: the CRC-32 of the record's value text, as the reference computes it (a tensor
                 # dumped with its `value`, e.g. a small int64 tensor: crc32("[1, 2, 3]") = b8213bc1)
                 if md5:
@@ -209,9 +219,9 @@ class _Flattener:
         self.records.append(record)
 
     def finish(self) -> None:
-        if self.rows:
-            for column, values in zip(ROW_FIELDS, zip(*self.rows)):
-                setattr(self.items, column, list(values))
+        if self.rows:    # column by column: zip(*rows) would make an iterator per row
+            for index, column in enumerate(ROW_FIELDS):
+                setattr(self.items, column, list(map(itemgetter(index), self.rows)))
         self.items.record = self.records
         self.rows = []
         self.records = []
@@ -248,12 +258,13 @@ class _Flattener:
                     continue
                 self.walk(f"{name}.{key}", child, state, entry, depth + 1)
         elif isinstance(value, list):
-            if skip_list_index:
-                for child in value:
-                    self.walk(name, child, state, entry, depth + 1)
-            else:
-                for index, child in enumerate(value):
-                    self.walk(f"{name}.{index}", child, state, entry, depth + 1)
+            leaf = self.leaf if depth < MAX_DEPTH else None
+            for index, child in enumerate(value):
+                child_name = name if skip_list_index else f"{name}.{index}"
+                if leaf is not None and child.__class__ is dict and child.get("type").__class__ is str:
+                    leaf(child_name, child, state, entry)     # the usual element: a record (as walk would)
+                else:
+                    self.walk(child_name, child, state, entry, depth + 1)
         elif value is None:
             self.leaf(name, None, state, entry)
         else:
@@ -283,10 +294,11 @@ def flatten(data: dict, source: str = "dump.json", debug: bool = False) -> Items
     """Flatten every entry of data (dump.json 'data') into items; entries with unparsable names are skipped."""
     items = Items()
     walker = _Flattener(items, source)
+    bad = first_formula(list(data))      # every entry name at once
+    if bad is not None:
+        raise DumpFormatError(f"{source}: api name {bad!r} contains special characters: it could run as "
+                              "a spreadsheet formula.")
     for entry_name, body in data.items():
-        if is_formula_like(entry_name):
-            raise DumpFormatError(f"{source}: api name {entry_name!r} contains special characters: it could run as "
-                                  "a spreadsheet formula.")
         parts = split_entry_name(entry_name, debug)
         if parts is None:
             continue

@@ -143,11 +143,8 @@ class Formatter:
                 fields += tuple(field for field in cell_fields if field not in fields)
             template, kept, at = self.templates.get(fields) or self._template(fields)
             own = [field for field in kept if not (with_cells and field in cells)]
-            if len(own) == 1:
-                values = [list(map(itemgetter(own[0]), items))]
-            else:
-                values = list(zip(*map(itemgetter(*own), items))) if own else []
-            by_field = dict(zip(own, values))
+            by_field = {field: list(map(itemgetter(field), items)) for field in own}   # not zip(*items): one
+            # iterator per item
             columns = [self._column(by_field[field] if field in by_field
                                     else list(map(cells[field].__getitem__, found_rows)), field) for field in kept]
             texts = list(map(template.__mod__, zip(*columns)))

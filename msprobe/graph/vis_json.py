@@ -53,6 +53,11 @@ def _write_graph(handle, label: str, graph: Graph) -> list:
         batch = names[start:start + NODE_BATCH]
         nodes = [graph.nodes[name] for name in batch]
         texts = formatter.nodes(nodes, graph.cells)
+        if not any(name.startswith(COMM_PREFIX) for name in batch):      # the batch as one object, its braces cut
+            body = dumps({name: node_object(node, output_data, input_data)
+                          for name, node, (input_data, output_data) in zip(batch, nodes, texts)})
+            handle.write((b"," if start else b"") + body[1:-1])
+            continue
         for index, (name, node, (input_data, output_data)) in enumerate(zip(batch, nodes, texts), start):
             handle.write((b"," if index else b"") + dumps(name) + b":" + dumps(node_object(node, output_data,
                                                                                            input_data)))

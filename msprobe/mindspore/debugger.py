@@ -86,7 +86,9 @@ class PrecisionDebugger(DebuggerBase):
     @_InstanceOrClass
     def start(self, model=None) -> None:
         # GRAPH_MODE: the network compiles at its first call, recorded step or not, so the first start() taps it
-        self._quietly("start", lambda: self.graph.prepare(model))
+        # (a start() that waits for its model under msprobe triage taps it when the triage starts it: collect/debugger)
+        if not self._waits_for_model(model):
+            self._quietly("start", lambda: self.graph.prepare(model))
         DebuggerBase.__dict__["start"].method(self, model)
 
     def _models(self, model) -> list:

@@ -612,7 +612,9 @@ class _Hooks:
 
     def _rows(self, group: str, items: list) -> None:
         """Rows of (entry, tensor or None) pairs, their statistics taken together."""
-        present = [(entry, local_part(tensor.detach())) for entry, tensor in items if tensor is not None]
+        # the tensors themselves (stat_vectors detaches): a detached view is another object, which the cache of
+        # the values taken in this step would not know
+        present = [(entry, local_part(tensor)) for entry, tensor in items if tensor is not None]
         handles = iter(self._vectors([tensor for _, tensor in present]))
         tensors = {id(entry): tensor for entry, tensor in present}
         buffer = self.engine.buffer

@@ -24,24 +24,23 @@ def cell_text(value) -> str:
 
 
 def column_texts(values: list, spell=cell_text) -> list:
-    """Texts of a column: strings as they are, finite floats by repr, everything else by spell. A tensor's
-    statistics recur on several rows (output of one op, input of the next), so float texts are cached;
-    zeros are not, as -0.0 == 0.0 but their texts differ."""
-    cache: dict = {}
-    out = []
-    append = out.append
-    for value in values:
-        kind = type(value)
-        if kind is str:
-            append(value)
-        elif kind is float and value - value == 0 and value:
-            text = cache.get(value)
-            if text is None:
-                text = cache[value] = repr(value)
-            append(text)
-        else:
-            append(spell(value))
-    return out
+    """Texts of a column: strings as they are, finite floats by repr (table/floats.py: the floats of a column at
+    once), everything else by spell."""
+    kinds = set(map(type, values))
+    if float not in kinds:
+        if kinds <= _STR:
+            return list(values)
+        if kinds == _BOOL:
+            return list(map(_BOOL_TEXTS.__getitem__, values))
+        return [v if v.__class__ is str else spell(v) for v in values]
+    from msprobe.table.floats import column_texts as with_floats
+
+    return with_floats(values, spell)
+
+
+_STR = {str}
+_BOOL = {bool}
+_BOOL_TEXTS = {True: "True", False: "False"}
 
 
 def is_number(value) -> bool:

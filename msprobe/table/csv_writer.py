@@ -52,4 +52,4 @@ def write_csv(table: ResultTable, path: str) -> None:
             columns = [_quoted_column(column_texts(table.cells[name][start:stop], csv_text)) for name in table.columns]
             if len(columns) == 1:   # a row of one empty field is `""`, as csv.writer writes it (not a blank line)
                 columns = [['""' if text == "" else text for text in columns[0]]]
-            handle.write("".join(",".join(row) + "\n" for row in zip(*columns)))
+            handle.write("\n".join(map(",".join, zip(*columns))) + "\n")

@@ -1,19 +1,23 @@
 """The whole triage: round 1 (statistics) -> round 2 (tensors) -> round 3 (replay) -> the findings, written as one
-HTML page and triage.json under the output folder. `msprobe triage` and `msprobe.triage(...)` both call triage()."""
+HTML page and triage.json in the triage's own folder under the output folder (and copied to the output folder as
+the latest answer). `msprobe triage` and `msprobe.triage(...)` both call triage()."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import shutil
+import time
 from dataclasses import asdict, dataclass, field
 
 from msprobe.errors import UsageError
-from msprobe.io import write_text
+from msprobe.io import remove_tree, write_text
 from msprobe.triage import evidence, rounds
 from msprobe.triage.classify import NON_FINITE, classify
+from msprobe.triage.launch import Interrupted, stop_signals
 
 AGREE, CULPRIT, DIFFER = "agree", "culprit", "differ"
+FAILED, INTERRUPTED = "failed", "interrupted"     # a run failed before its step was recorded; the triage was stopped
 FRAMEWORKS = ("auto", "pytorch", "mindspore")
 
 
@@ -21,7 +25,8 @@ FRAMEWORKS = ("auto", "pytorch", "mindspore")
 class Findings:
     """What a triage found; `to_dict()` is what `--json` prints and triage.json holds."""
 
-    outcome: str                                  # agree | culprit | differ (differences no op makes its own)
+    outcome: str                                  # agree | culprit | differ (differences no op makes its own) |
+    #                                               failed (a run failed before its step) | interrupted
     culprit: str | None = None                    # dump entry, e.g. Functional.conv2d.1.forward
     module: str | None = None                     # its enclosing module/cell entry
     category: str | None = None                   # dtype/cast | argument | kernel precision | nondeterminism |
@@ -35,7 +40,7 @@ class Findings:
     first_divergence: str | None = None
     failures: list = field(default_factory=list)  # crashes, timeouts, NaN/Inf, collector errors: findings too
     rounds: list = field(default_factory=list)    # per round: name, evidence lines, commands, files
-    output_dir: str = ""
+    output_dir: str = ""                          # this triage's own folder under -o
     report: str = ""                              # the HTML page
 
     @property
@@ -51,6 +56,10 @@ class Findings:
         where = f"step {self.step}" + (f", rank {self.rank}" if self.rank is not None else "")
         if self.outcome == AGREE:
             head = [f"msprobe triage: the runs agree at {where}."]
+        elif self.outcome == FAILED:
+            head = [f"msprobe triage: nothing compared at {where}: a run failed before the step was recorded."]
+        elif self.outcome == INTERRUPTED:
+            head = [f"msprobe triage: interrupted at {where}; what finished is under {self.output_dir}."]
         elif self.outcome == DIFFER:
             head = [f"msprobe triage: the runs differ at {where} (first at {self.first_divergence}), but no op makes "
                     "an error or warning of its own: rounding carried along, no culprit."]
@@ -77,14 +86,69 @@ def triage(target: str | None = None, golden: str | None = None, *, output_dir: 
            keep_dumps: bool = False, stop: bool = True, target_dump: str | None = None,
            golden_dump: str | None = None, cwd: str | None = None, progress=None) -> Findings:
     """Run the triage loop on two training commands (or the target's command twice, or existing statistics dumps
-    with target_dump/golden_dump) and return its findings; everything is written under output_dir."""
+    with target_dump/golden_dump) and return its findings; everything is written in a folder of its own under
+    output_dir (Findings.output_dir). Ctrl-C, SIGTERM and SIGHUP end the runs and raise launch.Interrupted after
+    the partial findings are written."""
     options = _options(target, golden, output_dir, step, level, framework, timeout, keep_dumps, stop, target_dump,
                        golden_dump, cwd)
-    os.makedirs(options.output_dir, exist_ok=True)
-    say = progress or (lambda text: None)
-    first = rounds.statistics(options, say)
-    findings = Findings(AGREE, step=options.step, rank=first.rank, first_divergence=first.first_divergence,
-                        output_dir=options.output_dir)
+    top = options.output_dir
+    os.makedirs(top, exist_ok=True)
+    options = dataclasses.replace(options, output_dir=own_folder(top))
+    findings = Findings(AGREE, step=options.step, output_dir=options.output_dir)
+    with stop_signals():
+        try:
+            _rounds(findings, options, progress or (lambda text: None))
+        except Interrupted as exc:
+            findings.outcome = INTERRUPTED
+            findings.failures.append(f"the triage was stopped ({exc.name}) during {_stage(findings)}: the runs' "
+                                     "process groups were ended; what finished is readable here")
+            if exc.runs:
+                findings.rounds.append({"name": f"{_stage(findings)} (interrupted)", "evidence": [],
+                                        "runs": _runs_record(exc.runs), "commands": [], "files": []})
+            _finish(findings, options, top)
+            exc.folder = options.output_dir
+            raise
+        _finish(findings, options, top)
+    return findings
+
+
+def own_folder(output_dir: str) -> str:
+    """A new folder for one triage under output_dir, made by it (never one another triage, earlier or running at
+    the same time, uses): triage_<YYYYmmddHHMMSS>, or with _2, _3, ... when that second is taken."""
+    stamp = time.strftime("%Y%m%d%H%M%S")
+    for number in range(1, 10000):
+        path = os.path.join(output_dir, f"triage_{stamp}" + (f"_{number}" if number > 1 else ""))
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+        return path
+    raise UsageError(f"-o {output_dir} holds 10000 triages of this second; choose another folder.")
+
+
+_STAGES = ("round 1 (statistics)", "round 2 (tensors)", "round 3 (replay)", "the findings")
+
+
+def _stage(findings: Findings) -> str:
+    """What the triage was doing: the round after those recorded."""
+    return _STAGES[min(len(findings.rounds), len(_STAGES) - 1)]
+
+
+def _rounds(findings: Findings, options: rounds.Options, say) -> None:
+    try:
+        first = rounds.statistics(options, say)
+    except rounds.RunFailed as exc:
+        if not any(run.crashed or run.timed_out for run in exc.runs):
+            raise                   # a run that ended normally without the step: the command cannot be triaged
+        findings.outcome = FAILED
+        findings.failures += [run.no_dump_reason(options.step) for run in exc.missing]
+        missing = " and ".join(f"the {run.side} run" for run in exc.missing)
+        findings.rounds.append({"name": "round 1 (statistics)",
+                                "evidence": [f"no comparison: {missing} left no dump of step {options.step}"],
+                                "runs": _runs_record(exc.runs), "commands": [run.by_hand() for run in exc.runs],
+                                "files": []})
+        return
+    findings.rank, findings.first_divergence = first.rank, first.first_divergence
     findings.failures += _run_failures(first.runs)
     findings.rounds.append(_round1_record(options, first))
     culprit = first.culprit
@@ -103,10 +167,13 @@ def triage(target: str | None = None, golden: str | None = None, *, output_dir: 
         third = rounds.replay(options, first, second)
         findings.rounds.append(_round3_record(third))
         _conclude(findings, options, first, second, third, culprit, non_finite)
-    findings.report = _write(findings)
+
+
+def _finish(findings: Findings, options: rounds.Options, top: str) -> None:
+    """The page and triage.json (in the triage's folder, copied to -o as the latest answer), then the clean-up."""
+    _write(findings, top)
     if not options.keep_dumps:
         _clean(options.output_dir)
-    return findings
 
 
 def _options(target, golden, output_dir, step, level, framework, timeout, keep_dumps, stop, target_dump,
@@ -228,19 +295,23 @@ def _round3_record(third) -> dict:
     return {"name": "round 3 (replay)", "evidence": lines, "commands": third.commands, "files": []}
 
 
-def _write(findings: Findings) -> str:
+def _write(findings: Findings, top: str) -> str:
     from msprobe.triage.page import render
 
     out = findings.output_dir
     findings.report = os.path.join(out, "triage.html")
-    write_text(os.path.join(out, "triage.json"), json.dumps(findings.to_dict(), indent=2, ensure_ascii=False,
-                                                             default=str) + "\n")
+    text = json.dumps(findings.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n"
+    write_text(os.path.join(out, "triage.json"), text)
     write_text(findings.report, render(findings))
+    # the latest answer at the top of -o (its links point into this triage's folder)
+    write_text(os.path.join(top, "triage.json"), text)
+    write_text(os.path.join(top, "triage.html"), render(dataclasses.replace(findings, output_dir=top)))
     return findings.report
 
 
-def _clean(output_dir: str) -> None:
-    """The dumps go; the logs, configurations, compare tables and pages stay."""
-    for round_folder in ("round1_statistics", "round2_tensors"):
-        for side in ("target", "golden"):
-            shutil.rmtree(os.path.join(output_dir, round_folder, side, "dump"), ignore_errors=True)
+def _clean(folder: str) -> None:
+    """Round 2's tensor dumps go (without following a symbolic link: nothing outside the triage's folder is ever
+    removed); round 1's statistics dumps (what its compare command reads), the logs, configurations, compare
+    tables and pages stay."""
+    for side in ("target", "golden"):
+        remove_tree(folder, os.path.join("round2_tensors", side, "dump"))

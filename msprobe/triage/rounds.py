@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from msprobe.errors import MsprobeError, UsageError
 from msprobe.triage import evidence
-from msprobe.triage.launch import Run, execute, prepare
+from msprobe.triage.launch import execute, prepare
 
 STATISTICS_LEVELS = ("L1", "mix")
 
@@ -43,7 +43,12 @@ class Options:
 
 
 class RunFailed(MsprobeError):
-    """A run left no dump of the chosen step (it crashed before it, or never called the model)."""
+    """A run left no dump of the chosen step (it crashed before it, or never called the model): `runs` are the
+    round's runs, `missing` those without a dump."""
+
+    def __init__(self, message: str, runs: list = (), missing: list = ()):
+        super().__init__(message)
+        self.runs, self.missing = list(runs), list(missing)
 
 
 @dataclass
@@ -135,26 +140,8 @@ def _compared(runs: list, step: int) -> tuple:
     paths = evidence.compare_paths(target.dump_root, golden.dump_root, step)
     if paths is None:
         missing = [run for run in runs if not evidence.step_dumps(run.dump_root, step)]
-        raise RunFailed("; ".join(_no_dump_reason(run, step) for run in missing))
+        raise RunFailed("; ".join(run.no_dump_reason(step) for run in missing), runs, missing)
     return paths
-
-
-def _no_dump_reason(run: Run, step: int) -> str:
-    if run.timed_out:
-        why = "timed out before the step was recorded"
-    elif run.crashed:
-        why = f"exited with status {run.returncode} before step {step} was recorded"
-    elif not run.statuses:
-        why = ("never imported torch or mindspore in a Python process the collector could enter (is the command a "
-               "Python training run?)")
-    elif not any(status.get("recorded") for status in run.statuses):
-        why = f"never called a model (nn.Module / Cell) at step {step}"
-    else:
-        why = "recorded nothing"
-    errors = "; ".join(run.errors)
-    tail = run.tail(5).strip().replace("\n", " | ")
-    return (f"the {run.side} run ({run.command}) {why}" + (f"; collector: {errors}" if errors else "")
-            + (f"; its output ends: {tail}" if tail else "") + f" (log: {run.log})")
 
 
 def _compare_statistics(found: Statistics, options: Options, folder: str) -> None:
@@ -201,25 +188,17 @@ def _mapping(target_path: str, golden_path: str) -> dict:
     return {"layer_mapping": True} if len(frameworks) > 1 else {}
 
 
-def _commands(options: Options, runs: list, target_path: str, golden_path: str, out: str) -> list:
-    """The round by hand: each run with its collector configuration, then the compare."""
-    lines = []
-    for run in runs:
-        lines.append(f"{_env_prefix(run)} {run.command}")
+def _commands(options: Options, runs: list, target_path: str, golden_path: str, out: str, kept: bool = True) -> list:
+    """The round by hand: each run as the triage ran it (launch.Run.by_hand), then the compare: of the dumps
+    compared when they are kept, else of the step folders the runs by hand write again (one process folder each)."""
+    lines = [run.by_hand() for run in runs]
+    if not kept:
+        target_path, golden_path = (os.path.dirname(os.path.dirname(path)) if os.path.isfile(path) else path
+                                    for path in (target_path, golden_path))
     mapping = " -lm" if _mapping(target_path, golden_path) else ""
     lines.append(f"msprobe compare -tp {shlex.quote(target_path)} -gp {shlex.quote(golden_path)} -o "
                  f"{shlex.quote(out)} -da{mapping}")
     return lines
-
-
-def _env_prefix(run: Run) -> str:
-    """How to run the command by hand with the same collector: a PrecisionDebugger(config_path=...) in the script,
-    or the triage's injection as its environment sets it up."""
-    from msprobe.triage.launch import SITE_DIR
-
-    return (f"MSPROBE_TRIAGE_PLAN={shlex.quote(os.path.join(os.path.abspath(run.folder), 'plan.json'))} "
-            f"MSPROBE_DUMP_CONFIG={shlex.quote(os.path.abspath(run.config_path))} "
-            f"PYTHONPATH={shlex.quote(SITE_DIR)}:$PYTHONPATH")
 
 
 # ----------------------------------------------------------------------------------------------------- round 2
@@ -261,7 +240,7 @@ def tensors(options: Options, first: Statistics, progress=None) -> Tensors:
             (input_errors if ".input" in name else output_errors if ".output" in name else []).append(error / size)
     found.inputs_differ = any(e > 1e-6 for e in input_errors) if input_errors else None
     found.outputs_differ = any(e > 1e-6 for e in output_errors) if output_errors else None
-    found.commands = _commands(options, found.runs, found.target_path, found.golden_path, out)
+    found.commands = _commands(options, found.runs, found.target_path, found.golden_path, out, options.keep_dumps)
     return found
 
 

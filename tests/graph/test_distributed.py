@@ -120,3 +120,20 @@ def test_batch_db_links(tmp_path, multirank_step0):
     assert rows[(2, "Distributed.broadcast.3.forward")] == "{}"
     assert orjson.loads(rows[(3, "Distributed.all_gather.0.forward")])["nodes_info"]["0"] == [
         "Nan", "Distributed.all_gather.0.forward"]
+
+
+def test_vis_written_in_batches_of_any_size_is_the_same_file(tmp_path, multirank_step0, monkeypatch):
+    """A batch of nodes is dumped as one object unless it holds a communication node (whose end the links need):
+    small batches, which mix both kinds, give the bytes of one batch for the whole graph, links included."""
+    from msprobe.graph import vis_json
+
+    target, _ = multirank_step0
+    written = {}
+    for batch in (1_000_000, 7):
+        monkeypatch.setattr(vis_json, "NODE_BATCH", batch)
+        out = tmp_path / f"batch{batch}"
+        assert run_cli(["graph", "-tp", target, "-o", out, "-j", "1"]) == 0
+        written[batch] = {r: only_file(out, f"build_rank{r}_*.vis").read_bytes() for r in range(4)}
+    assert written[7] == written[1_000_000]
+    nodes = orjson.loads(written[7][0])["node"]
+    assert "matched_distributed" in nodes["Distributed.broadcast.0.forward"] and len(nodes) > 7

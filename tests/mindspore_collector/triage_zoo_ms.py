@@ -1,10 +1,12 @@
-"""A small MindSpore (PyNative, CPU) training script for `msprobe triage`'s zoo (tests/mindspore_collector/
-test_triage_ms.py, benchmarks/bench_triage.py): no msprobe in it, a plain training loop. Three models (a CNN, a
-transformer block, an LSTM) and one planted bug per --bug, as examples/triage/train.py for PyTorch: cast (one dense
-in float16), eps (a layer norm's epsilon), bias (a dense's bias dropped), softmax (the wrong axis), scale (an
-activation scaled), bf16acc (attention scores accumulated in float16: CPU has no bfloat16 matmul), nondet (a
-dropout whose seed changes from run to run), nan (a log of a negative number). Only ops with CPU kernels in
-MindSpore 2.10."""
+"""A small MindSpore (CPU) training script for `msprobe triage`'s zoo (tests/mindspore_collector/test_triage_ms.py,
+benchmarks/bench_triage.py): no msprobe in it, a plain training loop. Three models (a CNN, a transformer block, an
+LSTM) and one planted bug per --bug, as examples/triage/train.py for PyTorch: cast (one dense in float16), eps (a
+layer norm's epsilon), bias (a dense's bias dropped), softmax (the wrong axis), scale (an activation scaled),
+bf16acc (attention scores accumulated in float16: CPU has no bfloat16 matmul), nondet (a dropout whose seed changes
+from run to run; PyNative only), nan (a log of a negative number). --train grad (the default) is a
+`value_and_grad` loop, --train onestep the standard `nn.TrainOneStepCell(nn.WithLossCell(model, loss), nn.SGD)`;
+--mode graph runs it in GRAPH_MODE (with onestep the whole step compiled; with grad the forward and backward,
+the optimizer called from Python). Only ops with CPU kernels in MindSpore 2.10."""
 
 import argparse
 import time
@@ -102,17 +104,28 @@ def main():
     parser.add_argument("--model", choices=sorted(MODELS), default="transformer")
     parser.add_argument("--bug", choices=BUGS, default="none")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--train", choices=("grad", "onestep"), default="grad")
+    parser.add_argument("--mode", choices=("pynative", "graph"), default="pynative")
     args = parser.parse_args()
-    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
     ms.set_seed(0)
     model = MODELS[args.model](args.bug)
     optimizer = nn.SGD(model.trainable_params(), learning_rate=0.05)
+    rng = np.random.default_rng(1)
+    if args.train == "onestep":
+        train = nn.TrainOneStepCell(nn.WithLossCell(model, nn.SoftmaxCrossEntropyWithLogits(sparse=True,
+                                                                                           reduction="mean")),
+                                    optimizer)
+        train.set_train()
+        for step in range(args.steps):
+            loss = train(*batch(args.model, rng))
+            print(f"step {step}: loss {float(loss.asnumpy()):.6f}")
+        return
 
     def forward(inputs, labels):
         return ops.cross_entropy(model(inputs), labels)
 
     grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
-    rng = np.random.default_rng(1)
     for step in range(args.steps):
         inputs, labels = batch(args.model, rng)
         loss, grads = grad_fn(inputs, labels)

@@ -617,3 +617,23 @@ def test_torchscript_submodules_are_left_out(tmp_path, out, caplog):
     assert "fc1.output" in records.name and not any(n.startswith("fc2.") for n, g in
                                                        zip(records.name, records.group) if g == "actv")
     assert "fc2.weight" in records.name          # its parameters are recorded
+
+
+def test_a_gradient_left_as_it_is_is_reduced_once(tmp_path, out, monkeypatch):
+    """grad_unreduced and grad_reduced of one process are the same tensor, unchanged: taken once."""
+    import msprobe.pytorch.monitor as adapter
+
+    taken: list = []
+    original = adapter.stat_vectors
+
+    def counting(tensors, ops, eps=1e-8):
+        taken.extend(tensors)
+        return original(tensors, ops, eps)
+
+    monkeypatch.setattr(adapter, "stat_vectors", counting)
+    model, optimizer, monitor = monitored(tmp_path, {"wg_distribution": True, "ops": ["norm"]})
+    train_steps(model, optimizer, 1)
+    monitor.close()
+    assert len(taken) == 4          # four parameters' gradients (the global norm takes its own)
+    rows = rows_of(next(iter(read_run(str(out))[0])))
+    assert rows[("grad_unreduced", "fc1.weight", 0)]["norm"] == rows[("grad_reduced", "fc1.weight", 0)]["norm"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,7 @@ from conftest import run_cli  # noqa: E402
 pytestmark = pytest.mark.slow
 
 # (model, bug) -> the category the evidence must give
+TINY = Path(__file__).with_name("tiny_train.py")       # --crash, --hang, --own, --steps N: its docstring
 CASES = {("transformer", "eps"): cl.ARGUMENT, ("cnn", "cast"): cl.DTYPE,
          ("cnn", "nondet"): cl.NONDETERMINISM, ("transformer", "none"): None}
 
@@ -58,13 +59,17 @@ def test_the_planted_op_is_named(case, zoo_runs):
     runs = [run for found in findings.rounds for run in found.get("runs", [])]
     assert sorted(run["side"] for run in runs) == ["golden", "golden", "target", "target"]
     assert all(run["stopped_after_step"] and run["exit_status"] == 0 for run in runs)
-    # everything under -o, nothing beside the script; the dumps removed unless kept; the report written
+    # everything in a folder of its own under -o, nothing beside the script; round 2's tensor dumps removed unless
+    # kept (round 1's statistics dumps stay: its compare command reads them); the report written, and copied to -o
     assert sorted(os.listdir(folder)) == ["out", "train.py"]
     out = Path(folder) / "out"
-    assert (out / "triage.html").is_file() and json.loads((out / "triage.json").read_text())["culprit"] == \
-        findings.culprit
-    dumps = list(out.glob("round*/*/dump"))
-    assert bool(dumps) == (case == ("transformer", "eps"))
+    own = Path(findings.output_dir)
+    assert own.parent == out and own.name.startswith("triage_")
+    for page in (out, own):
+        assert (page / "triage.html").is_file() and json.loads((page / "triage.json").read_text())["culprit"] == \
+            findings.culprit
+    assert len(list(own.glob("round1_statistics/*/dump"))) == 2
+    assert bool(list(own.glob("round2_tensors/*/dump"))) == (case == ("transformer", "eps"))
     # round 2 compared the culprit's real tensors; round 3 replayed it
     assert any(findings.culprit.rpartition(".")[0] in line for line in findings.rounds[1]["evidence"])
     assert findings.rounds[2]["evidence"] and not findings.rounds[2]["evidence"][0].startswith("skipped")
@@ -87,8 +92,8 @@ def test_the_same_command_twice_finds_the_nondeterministic_op(zoo_runs):
 
 def test_start_from_existing_statistics_dumps(zoo_runs, tmp_path, capsys):
     """-tp/-gp: round 1 on the given dumps; without commands there is nothing to rerun."""
-    _findings, _seconds, folder = zoo_runs[("transformer", "eps")]
-    round1 = Path(folder) / "out" / "round1_statistics"
+    findings, _seconds, _folder = zoo_runs[("transformer", "eps")]
+    round1 = Path(findings.output_dir) / "round1_statistics"
     (target,) = (round1 / "target" / "dump" / "step0").iterdir()
     (golden,) = (round1 / "golden" / "dump" / "step0").iterdir()
     out = tmp_path / "again"
@@ -100,46 +105,10 @@ def test_start_from_existing_statistics_dumps(zoo_runs, tmp_path, capsys):
     assert found["rounds"][1]["evidence"][0].startswith("skipped: no training commands")
 
 
-TINY = textwrap.dedent('''
-    """A tiny training loop; --crash raises in the first step's backward, --hang sleeps in it, --own makes its own
-    PrecisionDebugger (dumping its own way), --steps N."""
-    import sys
-    import time
-
-    import torch
-    from torch import nn
-
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 3
-    debugger = None
-    if "--own" in sys.argv:
-        from msprobe.pytorch import PrecisionDebugger
-        debugger = PrecisionDebugger(dump_path="./own_dump", task="tensor", level="L1")
-    for step in range(steps):
-        x = torch.linspace(-1, 1, 24).reshape(4, 6) * (step + 1)
-        if debugger is not None:
-            debugger.start(model)
-        loss = model(x).pow(2).mean()
-        if "--crash" in sys.argv:
-            raise RuntimeError("planted crash")
-        if "--hang" in sys.argv:
-            time.sleep(600)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        if debugger is not None:
-            debugger.stop()
-            debugger.step()
-        print(repr(loss.item()), flush=True)
-''')
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny")
-    (folder / "train.py").write_text(TINY)
+    shutil.copy(TINY, folder / "train.py")
     return folder
 
 
@@ -203,16 +172,17 @@ def test_ctrl_c_stops_the_runs_and_leaves_what_finished(tiny):
     command = f"{sys.executable} train.py --hang"
     triage = subprocess.Popen([sys.executable, "-m", "msprobe", "triage", "--target", command, "--golden", command,
                                "-o", str(out)], cwd=tiny, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    folders = [out / "round1_statistics" / side for side in ("target", "golden")]
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not all(
-            any(s.get("recorded") for s in read_statuses(str(folder))) for folder in folders):
+    folders = []
+    while time.monotonic() < deadline and not (len(folders) == 2 and all(
+            any(s.get("recorded") for s in read_statuses(str(folder))) for folder in folders)):
         time.sleep(0.5)
+        folders = [status.parent for status in out.glob("triage_*/round1_statistics/*/status")]
     triage.send_signal(signal.SIGINT)
     _stdout, stderr = triage.communicate(timeout=120)
     assert triage.returncode == 130 and "interrupted" in stderr
     for folder in folders:
-        (status,) = read_statuses(str(folder))
+        (status,) = [s for s in read_statuses(str(folder)) if s.get("recorded")]
         assert not process_alive(status["pid"])
         (dump,) = (folder / "dump" / "step0").iterdir()
         assert json.loads((dump / "dump.json").read_text())["data"]
