@@ -183,6 +183,10 @@ class _Hooks:
         self._always: list = []                 # the step boundary's hooks, on while the monitor is attached
         self._patched: list = []                # (module, attribute, original)
         self._wrapped_step = None
+        self.attached = False
+        self.graph_mode = False                 # GRAPH_MODE at set_monitor: no hook at all
+        self._compiling = 0                     # jit compilations under way (our hooks are off meanwhile)
+        self._jit_holders: dict = {}            # id(jit cell) -> whether it holds tapped cells
         self._stack: dict = {}                  # id(cell) -> [_Call] of its calls not returned
         self._calls: dict = {}                  # (name, vpp, micro_step) -> calls so far: repeated calls
         self._grads: dict = {}                  # id(param) -> its gradient of this step (summed over micro-steps)
@@ -251,9 +255,12 @@ class _Hooks:
     def apply(self, config) -> None:
         """Install the cell and parameter hooks `config` asks for (None: remove them)."""
         self._remove_config_hooks()
+        self._stack = {}
         self.config = config
-        if config is None:
-            return
+        if config is not None and not self.graph_mode:
+            self._install(config)
+
+    def _install(self, config) -> None:
         rank_ok = not config.module_ranks or self.engine.rank in config.module_ranks
         forward = config.activations and not config.backward_only and rank_ok
         backward = config.activations and not config.forward_only and rank_ok
@@ -276,23 +283,101 @@ class _Hooks:
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        self._stack = {}
 
     def attach(self) -> None:
         """The hooks of the step boundary (on while the monitor is attached): the model's forward, the optimizer,
-        the gradient functions' forward and backward."""
+        the gradient functions' forward and backward; the compiler of @ms.jit functions made blind to every hook.
+        In GRAPH_MODE nothing (the compiler would parse the hooks into the graph, and none of them could run)."""
+        if ms.get_context("mode") == ms.GRAPH_MODE:
+            self.graph_mode = True
+            self.engine.warn_once("graph mode", "MindSpore runs in GRAPH_MODE, where the model and the optimizer run "
+                                  "as compiled graphs and no hook can: the monitor records nothing (it needs "
+                                  "ms.set_context(mode=ms.PYNATIVE_MODE) before set_monitor)")
+            return
+        self.attached = True
+        self._boundary_hooks()
+        if not isinstance(self.optimizer, nn.Cell):
+            self._wrap_step()
+        self._patch_grad_functions()
+        self._patch_jit_compile()
+
+    def _boundary_hooks(self) -> None:
         if self.root is not None:
             self._always.append(self.root.register_forward_pre_hook(self._root_pre))
             self._always.append(self.root.register_forward_hook(self._root_post))
         if isinstance(self.optimizer, nn.Cell):
             self._always.append(self.optimizer.register_forward_pre_hook(self._optimizer_pre, with_kwargs=True))
             self._always.append(self.optimizer.register_forward_hook(self._optimizer_post))
-        else:
-            self._wrap_step()
-        self._patch_grad_functions()
+
+    def _patch_jit_compile(self) -> None:
+        """An @ms.jit function (or a jit cell holding tapped cells) compiles the Python of every cell it calls, their
+        hooks included, and cannot (a hook's try statement is no graph syntax): while it compiles no hook of ours
+        is in place. Its graph then runs without them: nothing inside it is recorded (one warning)."""
+        try:
+            from mindspore.graph.api import _JitExecutor as executor
+        except ImportError:
+            try:
+                from mindspore.common.api import _JitExecutor as executor
+            except ImportError:
+                return
+        original = executor.compile
+        hooks = self
+
+        def compile(executor_self, *args, **kwargs):  # noqa: A001 - the patched method's name
+            if not hooks.attached or not hooks._blinds(executor_self):
+                return original(executor_self, *args, **kwargs)
+            hooks._compiling += 1
+            if hooks._compiling == 1:
+                hooks._suspend()
+            try:
+                return original(executor_self, *args, **kwargs)
+            finally:
+                hooks._compiling -= 1
+                if hooks._compiling == 0 and hooks.attached:
+                    hooks._resume()
+        compile._msprobe_monitor = self
+        self._patched.append((executor, "compile", original))
+        executor.compile = compile
+
+    def _blinds(self, executor) -> bool:
+        """Whether this jit graph would see hooks of ours: a jit function (it may call the model), or a jit cell
+        holding tapped cells (not a jit cell of the model, whose insides are not tapped, nor the optimizer's
+        construct)."""
+        obj = getattr(executor, "obj", None)
+        if obj is None:
+            name = getattr(getattr(executor, "fn", None), "__name__", "a function")
+            self.engine.warn_once(("jit", name), "@ms.jit function %s: what it runs is one compiled graph, where no "
+                                  "hook of the monitor can run; a step taken inside it is not recorded (run the "
+                                  "training step without @ms.jit to monitor it)", name)
+            return True
+        found = self._jit_holders.get(id(obj))
+        if found is None:
+            found = isinstance(obj, nn.Cell) and any(id(c) in self._names for _, c in obj.cells_and_names()
+                                                    if c is not obj)
+            self._jit_holders[id(obj)] = found
+        return found
+
+    def _suspend(self) -> None:
+        """No hook of ours on any cell or parameter (while a graph compiles); the calls under way are kept."""
+        try:
+            for handle in self._handles + self._always:
+                handle.remove()
+        finally:
+            self._handles, self._always = [], []
+
+    def _resume(self) -> None:
+        try:
+            self._boundary_hooks()
+            if self.config is not None:
+                self._install(self.config)
+        except Exception as exc:  # noqa: BLE001 - the user's training must go on
+            self.engine.fail("installing the hooks", exc, "the monitor records nothing more")
+            self._suspend()
 
     def detach(self) -> None:
+        self.attached = False
         self._remove_config_hooks()
+        self._stack = {}
         for handle in self._always:
             handle.remove()
         self._always = []

@@ -596,3 +596,138 @@ def test_memory_stays_flat(tmp_path, out):
                 if "msprobe" in stat.traceback[0].filename)
     assert grown < 64 * 1024
     assert hooks.bindings == [] and hooks._grads == {} and hooks._stack == {}
+
+
+# ------------------------------------------------------------------------------------------------ jit, GRAPH_MODE
+def _mse(net):
+    def forward(x, y):
+        return ops.mean(ops.square(net(x) - y))
+    return forward
+
+
+def _jit_run(config: str | None, steps: int = 3) -> tuple:
+    """A training step compiled whole by @ms.jit (PyNative mode): losses and weights."""
+    net = mlp()
+    opt = nn.Adam(net.trainable_params(), learning_rate=0.01)
+    monitor = None
+    if config is not None:
+        monitor = TrainerMon(config, params_have_main_grad=False)
+        monitor.set_monitor(net, optimizer=opt)
+    grad_fn = ms.value_and_grad(_mse(net), None, opt.parameters)
+
+    @ms.jit
+    def train_step(x, y):
+        loss, grads = grad_fn(x, y)
+        opt(grads)
+        return loss
+    losses = [train_step(*(Tensor(v) for v in batch(s))).asnumpy().tobytes() for s in range(steps)]
+    if monitor is not None:
+        monitor.close()
+    return losses, [p.asnumpy().tobytes() for p in net.get_parameters()]
+
+
+def test_a_jit_training_step_trains_unchanged_and_says_it_is_not_recorded(tmp_path, out, caplog, monkeypatch):
+    """The jit compiler parses the cells it calls, hooks included (a hook's try statement failed the compile): the
+    hooks are off while it compiles, so the graph is the one without the monitor; what runs in it is not recorded,
+    which one warning says."""
+    monkeypatch.chdir(tmp_path)                    # a failed compile writes rank_0/om/analyze_fail.ir here
+    plain = _jit_run(None)
+    with caplog.at_level(logging.WARNING, logger="msprobe"):
+        assert _jit_run(config_file(tmp_path, EVERYTHING)) == plain
+    said = [r.getMessage() for r in caplog.records if "@ms.jit function train_step" in r.getMessage()]
+    assert len(said) == 1 and "not recorded" in said[0]
+    assert not out.exists() or not any(out.rglob("actv_*.csv"))
+
+
+class JitHelper(nn.Cell):
+    """A PyNative model whose construct calls an @ms.jit function between two tapped cells."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Dense(3, 4), nn.Dense(4, 2)
+
+    def construct(self, x):
+        return self.fc2(_jit_gelu(self.fc1(x)))
+
+
+@ms.jit
+def _jit_gelu(x):
+    return ops.gelu(x) * 1.5
+
+
+def test_a_jit_function_inside_the_forward_leaves_the_cells_around_it_recorded(tmp_path, out, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def run(config):
+        net = JitHelper()
+        rng = np.random.default_rng(4)
+        for _, param in sorted(net.parameters_and_names()):
+            param.set_data(Tensor(rng.standard_normal(param.shape).astype(np.float32)))
+        opt = nn.AdamWeightDecay(net.trainable_params(), learning_rate=0.01)
+        monitor = None
+        if config:
+            monitor = TrainerMon(config, params_have_main_grad=False)
+            monitor.set_monitor(net, optimizer=opt)
+        step = mse_step(net, opt)
+        losses = [step(*batch(s))[0].asnumpy().tobytes() for s in range(3)]
+        if monitor is not None:
+            monitor.close()
+        return losses, [p.asnumpy().tobytes() for p in net.get_parameters()]
+    assert run(config_file(tmp_path, EVERYTHING)) == run(None)
+    steps = steps_of(out)
+    assert len(steps) == 3
+    for rows in steps:
+        for key in (("actv", "fc1.output", 0), ("actv", "fc2.input", 0), ("actv_grad", "fc2.input", 0),
+                    ("actv_grad", "fc1.output", 0), ("grad_reduced", "fc1.weight", 0)):
+            assert rows[key]["present"], key
+        # fc2's input is the jit function's output: 1.5 gelu(fc1's output), so its max follows
+        assert rows[("actv", "fc2.input", 0)]["max"] > rows[("actv", "fc1.output", 0)]["max"]
+
+
+def test_graph_mode_trains_unchanged_and_says_nothing_is_recorded(tmp_path, out, caplog, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def run(config):
+        net = mlp()
+        opt = nn.Adam(net.trainable_params(), learning_rate=0.01)
+        monitor = None
+        if config:
+            monitor = TrainerMon(config, params_have_main_grad=False)
+            monitor.set_monitor(net, optimizer=opt)
+        train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
+        losses = [train(*(Tensor(v) for v in batch(s))).asnumpy().tobytes() for s in range(2)]
+        if monitor is not None:
+            monitor.close()
+        return losses, [p.asnumpy().tobytes() for p in net.get_parameters()]
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        plain = run(None)
+        with caplog.at_level(logging.WARNING, logger="msprobe"):
+            assert run(config_file(tmp_path, EVERYTHING)) == plain
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert any("GRAPH_MODE" in r.getMessage() and "records nothing" in r.getMessage() for r in caplog.records)
+    assert not out.exists() or not any(out.rglob("*.csv"))
+
+
+def test_model_train_in_pynative_is_recorded_step_by_step(tmp_path, out):
+    """mindspore.train.Model(net, loss, optimizer).train(...): its TrainOneStepCell runs the network and the
+    optimizer; each batch is one step."""
+    import mindspore.dataset as ds
+    from mindspore.train import Model
+
+    net = mlp()
+    opt = nn.Adam(net.trainable_params(), learning_rate=0.01)
+    monitor = TrainerMon(config_file(tmp_path, EVERYTHING), params_have_main_grad=False)
+    monitor.set_monitor(net, optimizer=opt)
+    xs, ys = (np.stack(v) for v in zip(*(batch(s) for s in range(3))))
+    Model(net, nn.MSELoss(), opt).train(2, ds.NumpySlicesDataset({"x": xs, "y": ys}, shuffle=False),
+                                        dataset_sink_mode=False)
+    monitor.close()
+    steps = steps_of(out)
+    assert len(steps) == 6
+    for step, rows in enumerate(steps):
+        x, y = batch(step % 3)
+        assert_row(rows[("actv", "fc1.input", 0)], x, step)
+        assert rows[("loss", "loss", 0)]["present"] and rows[("exp_avg", "fc2.weight", 0)]["present"]
+        assert rows[("actv_grad", "fc1.output", 0)]["present"]
