@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, run_cli
 
 pytest.importorskip("mindspore", reason="mindspore is not installed (it needs numpy<2: the MindSpore monitor tests "
                                         "run in the separate environment of .ci/run)")
@@ -731,3 +731,59 @@ def test_model_train_in_pynative_is_recorded_step_by_step(tmp_path, out):
         assert_row(rows[("actv", "fc1.input", 0)], x, step)
         assert rows[("loss", "loss", 0)]["present"] and rows[("exp_avg", "fc2.weight", 0)]["present"]
         assert rows[("actv_grad", "fc1.output", 0)]["present"]
+
+
+# ------------------------------------------------------------------------------------------------ dynamic, ranks
+def test_dynamic_on_is_picked_up_at_a_step_boundary(tmp_path, out, monkeypatch):
+    """DYNAMIC_MONITOR: the config file switched on mid-run is read at the end of a step; the cell hooks go on
+    then, for collect_times steps."""
+    monkeypatch.setenv("DYNAMIC_MONITOR", "True")
+    path = config_file(tmp_path, dict(EVERYTHING, dynamic_on=False))
+    net = mlp()
+    opt = nn.Adam(net.trainable_params(), learning_rate=0.01)
+    monitor = TrainerMon(path, params_have_main_grad=False)
+    monitor.set_monitor(net, optimizer=opt)
+    step = mse_step(net, opt)
+    for i in range(6):
+        if i == 2:
+            with open(path, "w") as handle:
+                json.dump(dict(EVERYTHING, dynamic_on=True, collect_times=2), handle)
+            stamp = os.stat(path).st_mtime_ns + 10**9
+            os.utime(path, ns=(stamp, stamp))
+        step(*batch(i))
+    monitor.close()
+    steps = list(read_run(str(out))[0])
+    assert [r.step for r in steps] == [3, 4]            # seen at the end of step 2, collected from step 3 on
+    rows = rows_of(steps[0])
+    assert_row(rows[("actv", "fc1.input", 0)], batch(3)[0], "fc1.input")
+    assert rows[("actv_grad", "fc1.output", 0)]["present"] and rows[("exp_avg", "fc1.weight", 0)]["present"]
+
+
+def test_analyse_across_the_rank_folders_of_a_mindspore_run(tmp_path, out, monkeypatch, capsys):
+    """Two ranks (their folders in one MONITOR_OUTPUT_DIR; the rank as get_rank() gives it): rank 1's fc1 output
+    turns NaN at step 3, rank 0 stays clean; analyse names rank 1, step 3, fc1, forward, nan."""
+    config = config_file(tmp_path, dict(EVERYTHING, alert={"rules": [
+        {"rule_name": "AnomalyNan", "args": {"threshold": 1e10}},
+        {"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}}], "dump": False}))
+    for rank in (0, 1):
+        monkeypatch.setattr(ms_monitor, "_rank", lambda rank=rank: rank)
+        net = mlp()
+        opt = nn.AdamWeightDecay(net.trainable_params(), learning_rate=0.01)
+        current = [0]
+        if rank == 1:
+            net.fc1.register_forward_hook(
+                lambda cell, inputs, output: output * Tensor(np.float32("nan")) if current[0] == 3 else None)
+        monitor = TrainerMon(config, params_have_main_grad=False)
+        monitor.set_monitor(net, optimizer=opt)
+        step = mse_step(net, opt)
+        for current[0] in range(5):
+            step(*batch(current[0]))
+        monitor.close()
+    assert sorted(p.name.split("-")[-2] for p in out.iterdir() if "-rank" in p.name) == ["rank0", "rank1"]
+    capsys.readouterr()
+    assert run_cli(["monitor", "analyse", "-d", out, "--json", "-o", tmp_path / "an"]) == 0
+    first = json.loads(capsys.readouterr().out)["first"]
+    assert {k: first[k] for k in ("step", "rank", "module", "stage", "kind")} == \
+        {"step": 3, "rank": 1, "module": "fc1", "stage": "forward", "kind": "nan"}
+    dump = json.loads((tmp_path / "an" / "dump_config.json").read_text())
+    assert (dump["step"], dump["rank"], dump["tensor"]["list"]) == ([3], [1], ["Cell.fc1."])
