@@ -787,3 +787,18 @@ def test_analyse_across_the_rank_folders_of_a_mindspore_run(tmp_path, out, monke
         {"step": 3, "rank": 1, "module": "fc1", "stage": "forward", "kind": "nan"}
     dump = json.loads((tmp_path / "an" / "dump_config.json").read_text())
     assert (dump["step"], dump["rank"], dump["tensor"]["list"]) == ([3], [1], ["Cell.fc1."])
+
+
+def test_the_docs_mindspore_example_runs_and_writes_its_files(tmp_path, monkeypatch):
+    from docs_text import code_blocks
+
+    doc = Path(REPO) / "docs" / "monitor.md"
+    (example,) = [b for b in code_blocks(doc, "python") if "from msprobe.mindspore import TrainerMon" in b]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DYNAMIC_MONITOR", raising=False)
+    exec(compile(example, "docs/monitor.md", "exec"), {"__name__": "__main__"})    # as a script (MindSpore
+                                                                                # needs a module name)
+    (folder,) = (tmp_path / "ms_monitor_output").iterdir()
+    assert sorted({f.rsplit("_", 1)[0] for f in os.listdir(folder)}) == sorted(
+        {"actv", "actv_grad", "grad_unreduced", "grad_reduced", "exp_avg", "exp_avg_sq", "loss", "grad_norm"})
+    assert len(list(read_run(str(tmp_path / "ms_monitor_output"))[0])) == 5
