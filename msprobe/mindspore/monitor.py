@@ -22,7 +22,7 @@ step; on the CPU by numpy on the tensor's memory)."""
 from __future__ import annotations
 
 import mindspore as ms
-from mindspore import Parameter, Tensor, mint, nn
+from mindspore import Tensor, mint, nn
 
 from msprobe.log import get_logger
 from msprobe.mindspore import monitor_stats as stats

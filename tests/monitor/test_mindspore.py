@@ -3,10 +3,10 @@ the reference's own output on the same script, training bit-identical with the m
 a CNN with BatchNorm and ReLU, an LSTM, a TrainOneStepCell step, a value_and_grad step, and the collector's model
 zoo), absent gradients, gradient accumulation, evaluation forwards, the optimizers' moments, the statistics on the
 device against those on the host, failures that never reach training, action stop, print_struct, format api,
-memory.
+memory; jit, GRAPH_MODE, Model.train, dynamic_on, analyse across ranks, the docs' example.
 
 These tests need mindspore, which needs numpy<2 and lives in its own environment (see .ci/run); elsewhere they are
-skipped with the reason below."""
+skipped with the reason below. The CI runs them all there (-m ""); the slow marks are for a quick local run."""
 
 from __future__ import annotations
 
@@ -32,8 +32,7 @@ import mindspore as ms  # noqa: E402
 from mindspore import Tensor, mint, nn, ops  # noqa: E402
 
 import msprobe.mindspore.monitor as ms_monitor  # noqa: E402
-from msprobe.mindspore import TrainerMon  # noqa: E402
-from msprobe.mindspore import monitor_stats  # noqa: E402
+from msprobe.mindspore import TrainerMon, monitor_stats  # noqa: E402
 from msprobe.monitor.config import MonitorConfigError  # noqa: E402
 from msprobe.monitor.engine import MonitorStop  # noqa: E402
 from msprobe.monitor.layout import read_anomalies, read_run  # noqa: E402
@@ -183,6 +182,7 @@ def test_every_metric_against_hand_computation(tmp_path, out):
     assert rows[("actv", "act.output", 0)]["zeros"] == pytest.approx(np.mean(a == 0))
 
 
+@pytest.mark.slow
 def test_files_columns_and_the_references_values_on_the_same_script(tmp_path, out):
     """tests/fixtures/monitor/ms_reference_run is the reference's MindSpore output for ms_reference_run_script.py;
     ours, on the same script: the same files, the reference's columns first, and every row both write equal."""
@@ -239,6 +239,7 @@ def _train_zoo(name: str, steps: int, config: str | None):
     return losses, {p.name: p.asnumpy().tobytes() for p in model.get_parameters()}, states
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ms_zoo.MODELS))
 def test_training_is_bit_identical_on_the_collectors_zoo(tmp_path, out, name):
     """ms_zoo: a CNN with BatchNorm and ReLU, an LSTM, a Transformer encoder layer with masks, an @ms.jit cell, a
@@ -277,6 +278,7 @@ def _gpt_step(kind: str, steps: int, config: str | None):
     return losses, [p.asnumpy().tobytes() for p in model.get_parameters()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["value_and_grad", "train_one_step"])
 def test_a_transformer_trains_bit_identically_with_value_and_grad_and_train_one_step_cell(tmp_path, out, kind):
     plain = _gpt_step(kind, 3, None)
@@ -569,6 +571,7 @@ def test_bad_calls_are_one_clear_error(tmp_path, out):
         monitor.set_monitor(mlp(), optimizer=nn.Adam(mlp().trainable_params()), grad_acc_steps=0)
 
 
+@pytest.mark.slow
 def test_memory_stays_flat(tmp_path, out):
     net = mlp()
     opt = nn.AdamWeightDecay(net.trainable_params(), learning_rate=0.01)
@@ -684,6 +687,7 @@ def test_a_jit_function_inside_the_forward_leaves_the_cells_around_it_recorded(t
         assert rows[("actv", "fc2.input", 0)]["max"] > rows[("actv", "fc1.output", 0)]["max"]
 
 
+@pytest.mark.slow
 def test_graph_mode_trains_unchanged_and_says_nothing_is_recorded(tmp_path, out, caplog, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
@@ -772,7 +776,7 @@ def test_analyse_across_the_rank_folders_of_a_mindspore_run(tmp_path, out, monke
         current = [0]
         if rank == 1:
             net.fc1.register_forward_hook(
-                lambda cell, inputs, output: output * Tensor(np.float32("nan")) if current[0] == 3 else None)
+                lambda cell, inputs, output, at=current: output * Tensor(np.float32("nan")) if at[0] == 3 else None)
         monitor = TrainerMon(config, params_have_main_grad=False)
         monitor.set_monitor(net, optimizer=opt)
         step = mse_step(net, opt)
