@@ -20,6 +20,13 @@ interleaved (A, B, A, B...) and repeated --repeats times.
     python benchmarks/bench_monitor.py --ref-python none --repeats 5     # ours only
     python benchmarks/bench_monitor.py --profile +actv                   # cProfile of ours, top functions
     python benchmarks/bench_monitor.py --judgements                      # the rules and the golden watch alone
+    python benchmarks/bench_monitor.py --framework mindspore             # MindSpore: ours in /work/msenv, the
+                                                                         # reference at /work/venvs/ref-ms
+
+--framework mindspore trains the MindSpore twin of the tiny GPT (bench_monitor_ms_child.py: nn.AdamWeightDecay, a
+value_and_grad step, PyNative on the CPU with synchronous kernels) under msprobe.mindspore's TrainerMon, in
+--python (ours) and --ref-python (the reference); what the reference's MindSpore monitor needs to run (MS_JIT=0,
+param.grad set by the script, a numpy mint.norm) is done in every child alike, see that file.
 
 --judgements records two runs (+actv+param, two data seeds) and times, in this process, the alert rules
 (AnomalyDetector.observe) and the golden watch (GoldenWatch.check, the golden's CSVs read as it goes) over the first
@@ -64,6 +71,9 @@ CONFIGS = {
                     "all_xy": True, "param_distribution": True, "format": "csv", "ops": OPS},
 }
 MAIN = ("grads+mv", "+actv")
+MS_CHILD = os.path.join(ROOT, "benchmarks", "bench_monitor_ms_child.py")
+MS_PYTHON = "/work/msenv/bin/python"             # ours with MindSpore (mindspore 2.10 needs numpy<2)
+REF_PYTHON = {"pytorch": "/work/venvs/ref-pt/bin/python", "mindspore": "/work/venvs/ref-ms/bin/python"}
 
 CHILD = r'''
 import json, os, sys, time
@@ -110,11 +120,11 @@ print(json.dumps({{"cpu_per_step": cpu / args["steps"], "loss": loss.item()}}))
 _GOLDENS: dict = {}       # data seed -> the MONITOR_OUTPUT_DIR of a golden run made with it (kept while the run lasts)
 
 
-def golden_run(seed: int, base: dict, env: dict) -> str:
+def golden_run(seed: int, base: dict, env: dict, python: str = sys.executable) -> str:
     """A golden run for the golden-watch configs: +actv+param on the data of `seed`, recorded once."""
     if seed not in _GOLDENS:
         keep = tempfile.mkdtemp(prefix="bench_monitor_golden_")
-        run_child(sys.executable, dict(base, config=CONFIGS["+actv+param"], data_seed=seed), env,
+        run_child(python, dict(base, config=CONFIGS["+actv+param"], data_seed=seed), env,
                   out=os.path.join(keep, "out"))
         _GOLDENS[seed] = os.path.join(keep, "out")
     return _GOLDENS[seed]
@@ -128,9 +138,12 @@ def run_child(python: str, args: dict, env: dict, out: str | None = None) -> dic
             with open(path, "w") as handle:
                 json.dump(args["config"], handle)
             args["config"] = path
-        code = CHILD.format(model_dir=MODEL_DIR)
-        done = subprocess.run([python, "-c", code, json.dumps(args)], capture_output=True, text=True, env=env,
-                              cwd=tmp, check=False)
+        if args.get("framework") == "mindspore":
+            command = [python, MS_CHILD, json.dumps(args)]
+            env = dict(env, MS_JIT="0", GLOG_v="3", PYTHONWARNINGS="ignore")
+        else:
+            command = [python, "-c", CHILD.format(model_dir=MODEL_DIR), json.dumps(args)]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp, check=False)
     if done.returncode != 0:
         raise SystemExit(f"child failed ({python}):\n{done.stderr[-3000:]}")
     if args["profile"]:
@@ -140,8 +153,11 @@ def run_child(python: str, args: dict, env: dict, out: str | None = None) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ref-python", default="/work/venvs/ref-pt/bin/python",
-                        help="the reference's interpreter (mindstudio-probe installed), 'none' to skip it")
+    parser.add_argument("--framework", choices=("pytorch", "mindspore"), default="pytorch")
+    parser.add_argument("--python", help="our interpreter (default: this one; for MindSpore /work/msenv/bin/python)")
+    parser.add_argument("--ref-python", help="the reference's interpreter (mindstudio-probe installed; default "
+                        "/work/venvs/ref-pt/bin/python, for MindSpore /work/venvs/ref-ms/bin/python), 'none' to "
+                        "skip it")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
@@ -155,19 +171,23 @@ def main() -> None:
     parser.add_argument("--sort", default="tottime", help="the profile's order (tottime, cumulative)")
     parser.add_argument("--judgements", action="store_true", help="time the rules and the golden watch alone")
     options = parser.parse_args()
+    mindspore = options.framework == "mindspore"
+    ours_python = options.python or (MS_PYTHON if mindspore and os.path.exists(MS_PYTHON) else sys.executable)
+    options.ref_python = options.ref_python or REF_PYTHON[options.framework]
     base = {"d_model": options.d_model, "n_layer": options.n_layer, "seq": options.seq, "batch": options.batch,
-            "vocab": options.vocab, "steps": options.steps, "warmup": options.warmup, "profile": False}
+            "vocab": options.vocab, "steps": options.steps, "warmup": options.warmup, "profile": False,
+            "framework": options.framework}
     ours_env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                     OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     ref_env = {k: v for k, v in ours_env.items() if k != "PYTHONPATH"}
     if options.profile:
-        run_child(sys.executable, dict(base, config=CONFIGS[options.profile], profile=True, sort=options.sort),
+        run_child(ours_python, dict(base, config=CONFIGS[options.profile], profile=True, sort=options.sort),
                   ours_env)
         return
     if options.judgements:
         judgements(base, ours_env, options.repeats)
         return
-    tools = [("ours", sys.executable, ours_env)]
+    tools = [("ours", ours_python, ours_env)]
     if options.ref_python != "none":
         tools.append(("reference", options.ref_python, ref_env))
     variants = [(tool, python, env, name) for tool, python, env in tools for name in [None, *options.configs]
@@ -178,14 +198,15 @@ def main() -> None:
         for tool, python, env, name in variants:
             config = CONFIGS[name] if name else None
             if config and "golden" in config:
-                config = dict(config, golden=golden_run(config["golden"], base, env))
-            result = run_child(python, dict(base, config=config), env)
+                config = dict(config, golden=golden_run(config["golden"], base, env, python))
+            result = run_child(python, dict(base, config=config, reference=tool == "reference"), env)
             times.setdefault((tool, name), []).append(result["cpu_per_step"])
             losses[(tool, name)] = result["loss"]
             print(f"repeat {repeat} {tool:9s} {name or 'plain':9s} {result['cpu_per_step'] * 1000:8.1f} ms/step",
                   file=sys.stderr)
-    print(f"\ntiny GPT: {options.n_layer} layers, d_model {options.d_model}, seq {options.seq}, batch "
-          f"{options.batch}, vocab {options.vocab}, AdamW, {options.steps} steps, 1 thread; median of "
+    print(f"\ntiny GPT ({options.framework}): {options.n_layer} layers, d_model {options.d_model}, seq {options.seq}, "
+          f"batch {options.batch}, vocab {options.vocab}, {'AdamWeightDecay' if mindspore else 'AdamW'}, "
+          f"{options.steps} steps, 1 thread; median of "
           f"{options.repeats} (CPU time per step)\n")
     print("| tool | config | ms/step | overhead |")
     print("|---|---|---:|---:|")

@@ -87,3 +87,47 @@ def value_record(value):
         parts = [value.start, value.stop, value.step]
         return {"type": "slice", "value": [p if isinstance(p, int) else None for p in parts]}
     return None
+
+
+def array_stat_vector(array, ops: tuple, eps: float = 1e-8, wide_limit: int = 8192) -> np.ndarray:
+    """The training monitor's statistics of a tensor's values on the host: one float64 vector in the order of `ops`
+    (a subset of msprobe.monitor.records.OPS). `min` and `max` exact; `mean` and `norm` reduced in float64 up to
+    `wide_limit` elements (the PyTorch monitor's limit, msprobe.pytorch.stats.MONITOR_WIDE_LIMIT), in float32 with
+    numpy's pairwise sums beyond (a few units of float32 rounding), and rounded once to the array's dtype
+    (written_statistics' convention; integers and booleans as numbers, complex as magnitudes, a 0-d array: its
+    value, `norm` its magnitude); `zeros` the count of elements whose magnitude is below `eps` (the monitor turns it
+    into a fraction), `nans` and `infs` the counts of NaN and infinite elements. An empty array gives NaN
+    everywhere."""
+    a = np.asarray(array)
+    if a.size == 0:
+        return np.full(len(ops), np.nan)
+    if np.iscomplexobj(a):
+        a = np.abs(a)
+    kind = a.dtype.kind
+    back = a.dtype if (kind == "f" or a.dtype.name == "bfloat16") and a.dtype.itemsize <= 4 else None
+    if kind == "b" or kind in "iu":
+        data = a.astype(np.float64)
+    elif a.dtype.itemsize < 4 or kind != "f":          # float16, ml_dtypes' bfloat16: their float32 values
+        data = a.astype(np.float32)
+    else:
+        data = a
+    data = data.reshape(-1)
+    low, high = data.min(), data.max()                  # exact: NaN propagates
+    parts = {"min": float(low), "max": float(high)}
+    if "mean" in ops or "norm" in ops:
+        wide = data.astype(np.float64) if data.size <= wide_limit else np.array(data)
+        total = float(np.add.reduce(wide))
+        np.multiply(wide, wide, out=wide)
+        mean_norm = np.array([total / data.size, np.sqrt(float(np.add.reduce(wide)))])
+        if back is not None:
+            mean_norm = mean_norm.astype(back).astype(np.float64)
+        parts["mean"], parts["norm"] = float(mean_norm[0]), float(mean_norm[1])
+    if "zeros" in ops:
+        parts["zeros"] = float(np.count_nonzero((data < eps) & (data > -eps)))
+    if "nans" in ops or "infs" in ops:
+        if np.isfinite(low) and np.isfinite(high):
+            parts["nans"] = parts["infs"] = 0.0
+        else:
+            parts["nans"] = float(np.count_nonzero(np.isnan(data)))
+            parts["infs"] = float(np.count_nonzero(np.isinf(data)))
+    return np.array([parts[op] for op in ops], dtype=np.float64)

@@ -97,13 +97,14 @@ class BackwardBinding:
         `on_start`, where the call's backward begins), then with those of the arguments (then `on_grads`); a
         result without hooked tensors makes the first call the arguments' gradients."""
         kernel_grads = []
+        cell_id = self.kernel.cell_id       # not self.kernel's at the call: a finished binding may drop its kernel
 
         def hook(grad):
             if not kernel_grads:
                 kernel_grads.append(grad)
                 if on_start is not None and self.outputs_hooked:
                     on_start(grad, None)
-                return self.kernel.cell_id
+                return cell_id
             grad_outputs = kernel_grads.pop()
             if self.outputs_hooked:
                 on_grads(grad_outputs, grad)

@@ -18,7 +18,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "monitor.md"
 
 def test_quick_start_runs_and_writes_the_files_it_names(tmp_path, monkeypatch):
     pytest.importorskip("torch")
-    (quick_start,) = [b for b in code_blocks(DOC, "python") if "TrainerMon" in b]
+    (quick_start,) = [b for b in code_blocks(DOC, "python") if "from msprobe.pytorch import TrainerMon" in b]
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DYNAMIC_MONITOR", raising=False)
     monkeypatch.delenv("MONITOR_OUTPUT_DIR", raising=False)

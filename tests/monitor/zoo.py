@@ -202,8 +202,15 @@ def train_pytorch(model: str, out: str, steps: int, fault: str = "none", config:
     return losses
 
 
+def train_mindspore(*args, **kwargs) -> list:
+    """The MindSpore runner (tests/monitor/zoo_mindspore.py)."""
+    from tests.monitor.zoo_mindspore import train
+
+    return train(*args, **kwargs)
+
+
 # framework -> its runner: train(model, out, steps, fault="none", config=None, autocast=False, long_from=None,
-# bug=False, seed=0) -> the losses. A MindSpore runner (PyNative, msprobe.mindspore's TrainerMon) builds the same
+# bug=False, seed=0) -> the losses. The MindSpore runner (PyNative, msprobe.mindspore's TrainerMon) builds the same
 # models with the same module names and plants the same faults at the same steps; tests/monitor/test_zoo.py runs
 # every case with every runner listed here.
-RUNNERS = {"pytorch": train_pytorch}
+RUNNERS = {"pytorch": train_pytorch, "mindspore": train_mindspore}

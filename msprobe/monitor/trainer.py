@@ -1,0 +1,193 @@
+"""The part of `TrainerMon` that is the same for every framework: the reference's constructor and methods
+(set_monitor's checks, record_loss, reload_xy, ops, generate_xy_metrics / generate_wgrad_metrics, close), one line
+instead of a traceback for a bad config, and the monitors closed at exit. A framework's TrainerMon
+(msprobe.pytorch.monitor, msprobe.mindspore.monitor) subclasses it and supplies its hooks object, which is the
+engine's adapter (msprobe.monitor.engine) and provides, besides:
+
+    engine                  the MonitorEngine, set by set_monitor()
+    attach() / detach()     put on / take off every hook
+    record_loss(loss)       the loss a script names (monitor.record_loss): then only that call records it
+    settle()                complete the rows of the step under way whose statistics are still pending
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import weakref
+from dataclasses import replace
+
+from msprobe.log import get_logger
+from msprobe.monitor.config import MonitorConfigError, load_config
+from msprobe.monitor.engine import MonitorEngine, check_format, check_output
+from msprobe.monitor.layout import has_micro_step
+
+
+class TrainerMonBase:
+    """The training monitor. A bad config raises MonitorConfigError here, before training (one line: uncaught, it
+    ends the script with that line and no traceback); afterwards nothing the monitor does raises into training, but
+    the MonitorStop of `action: stop` or `print_struct` at a step boundary."""
+
+    framework = ""
+    model_kind = "a model"              # what set_monitor(model) takes, for its error line
+
+    def __init__(self, config_file_path, process_group=None, params_have_main_grad=True, opt_ty=None):
+        try:
+            config = load_config(config_file_path)
+            check_format(config)
+            check_output(config)
+        except MonitorConfigError:
+            one_line_on_exit()
+            raise
+        self.config_file_path = str(config_file_path)
+        self.process_group = process_group
+        self.params_have_main_grad = bool(params_have_main_grad)
+        self._config = config
+        self._engine: MonitorEngine | None = None
+        self._hooks = None
+        if opt_ty is not None:
+            get_logger().info("msprobe monitor: opt_ty is not needed: the optimizer's type is read from it")
+
+    # ------------------------------------------------------------------ what a framework supplies
+    def _is_model(self, model) -> bool:
+        raise NotImplementedError
+
+    def _is_optimizer(self, optimizer) -> bool:
+        return optimizer is not None and callable(getattr(optimizer, "step", None))
+
+    def _make_hooks(self, chunks: list, optimizer, grad_acc_steps: int):
+        raise NotImplementedError
+
+    def _rank(self) -> int:
+        return 0
+
+    # ------------------------------------------------------------------ the reference's API
+    def set_monitor(self, model, optimizer, grad_acc_steps=1, tp_group=None, dp_group=None, start_iteration=0):
+        """Attach to `model` (a model or a list of model chunks: each chunk's index is its vpp_stage) and
+        `optimizer`. Recording starts with the next forward."""
+        if self._hooks is not None:
+            get_logger().warning("msprobe monitor: set_monitor() was called again; the first model stays monitored")
+            return
+        chunks = list(model) if isinstance(model, (list, tuple)) else [model]
+        if not chunks or not all(self._is_model(m) for m in chunks):
+            raise MonitorConfigError(f"set_monitor(model): model must be {self.model_kind} or a list of them")
+        if not self._is_optimizer(optimizer):
+            raise MonitorConfigError("set_monitor(optimizer=...): the optimizer (with a step() method) is needed")
+        if isinstance(grad_acc_steps, bool) or not isinstance(grad_acc_steps, int) or grad_acc_steps < 1:
+            raise MonitorConfigError(f"set_monitor(grad_acc_steps=...): a positive integer, got {grad_acc_steps!r}")
+        if isinstance(start_iteration, bool) or not isinstance(start_iteration, int) or start_iteration < 0:
+            raise MonitorConfigError(f"set_monitor(start_iteration=...): a non-negative integer, got "
+                                     f"{start_iteration!r}")
+        self._hooks = self._make_hooks(chunks, optimizer, grad_acc_steps)
+        self._engine = MonitorEngine(self._config, self._rank(), self._hooks, config_path=self.config_file_path,
+                                     start_iteration=start_iteration)
+        self._hooks.engine = self._engine
+        self._hooks.attach()
+        self._engine.start()
+        _live.add(self)
+
+    def monitor_gnorm_with_ad(self, model, optimizer=None, grad_acc_steps=1, tp_group=None, dp_group=None,
+                              start_iteration=0):
+        """The reference's former name of set_monitor."""
+        optimizer = optimizer if optimizer is not None else getattr(self, "_wrapped_optimizer", None)
+        self.set_monitor(model, optimizer, grad_acc_steps, tp_group, dp_group, start_iteration)
+
+    def set_wrapped_optimizer(self, optimizer) -> None:
+        """The reference's former way to pass the optimizer (then monitor_gnorm_with_ad)."""
+        self._wrapped_optimizer = optimizer
+
+    def record_loss(self, loss) -> None:
+        """Record this micro-step's loss explicitly (then only this call records it)."""
+        if self._hooks is not None and self._hooks.engine is not None:
+            self._hooks.record_loss(loss)
+
+    def reload_xy(self, xy_distribution=False) -> None:
+        """Switch activation monitoring on or off (the reference's former way; dynamic_on is the new one)."""
+        self._reconfigure(xy_distribution=bool(xy_distribution))
+
+    @property
+    def ops(self) -> tuple:
+        return self._config.ops
+
+    @ops.setter
+    def ops(self, ops) -> None:
+        from msprobe.monitor.config import _ops
+
+        warnings: list = []
+        self._reconfigure(ops=_ops(list(ops), warnings))
+        for line in warnings:
+            get_logger().warning("msprobe monitor: %s", line)
+
+    def generate_xy_metrics(self) -> tuple:
+        """({tag: {op: value}} of the activations, the same of their gradients) of the step under way (or the last
+        one), tags as the reference's ("0:fc1.output:0/rank0/actv")."""
+        return self._metrics("actv"), self._metrics("actv_grad")
+
+    def generate_wgrad_metrics(self, post_grad_dict=None) -> tuple:
+        """({tag: {op: value}} of the gradients after reduction, the same before)."""
+        return self._metrics("grad_reduced"), self._metrics("grad_unreduced")
+
+    def close(self) -> None:
+        """Write what is pending and remove every hook (also done at exit)."""
+        if self._engine is not None:
+            self._engine.close()
+        if self._hooks is not None:
+            self._hooks.detach()
+        _live.discard(self)
+
+    @property
+    def output_directory(self) -> str | None:
+        """This rank's folder of CSV files (None until a step was written)."""
+        return self._engine.directory if self._engine is not None else None
+
+    # ------------------------------------------------------------------ internals
+    def _reconfigure(self, **changes) -> None:
+        self._config = replace(self._config, **changes)
+        if self._engine is not None:
+            self._engine._set_up(self._config)
+
+    def _metrics(self, group: str) -> dict:
+        engine = self._engine
+        if engine is None:
+            return {}
+        records = engine.last_records
+        self._hooks.settle()
+        if len(engine.buffer):
+            records = engine.buffer.records(engine.rank, engine.step, engine.config.record_ops, self._hooks.to_host)
+        if records is None:
+            return {}
+        found = {}
+        for i, row_group in enumerate(records.group):
+            if row_group != group:
+                continue
+            micro = f":{records.micro_step[i]}" if has_micro_step(group) else ""
+            tag = f"{records.vpp_stage[i]}:{records.name[i]}{micro}/rank{records.rank}/{group}"
+            found[tag] = {op: float(records.values[i, j]) for j, op in enumerate(records.ops)}
+        return found
+
+
+_live: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for monitor in list(_live):
+        try:
+            monitor.close()
+        except Exception:  # noqa: BLE001 - the interpreter is shutting down
+            pass
+
+
+def one_line_on_exit() -> None:
+    """An uncaught MonitorConfigError ends the script with its one line, not a traceback."""
+    previous = sys.excepthook
+    if getattr(previous, "_msprobe_monitor", False):
+        return
+
+    def hook(kind, value, traceback):
+        if isinstance(value, MonitorConfigError):
+            print(f"msprobe monitor: {value}", file=sys.stderr)
+            return
+        previous(kind, value, traceback)
+    hook._msprobe_monitor = True
+    sys.excepthook = hook
