@@ -24,13 +24,12 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import Tensor, mint, nn
 
-from msprobe.log import get_logger
 from msprobe.mindspore import monitor_stats as stats
 from msprobe.mindspore.cells import walk_cells
 from msprobe.mindspore.collector import BackwardBinding, differentiable
 from msprobe.monitor.engine import MonitorStop
 from msprobe.monitor.slots import slots
-from msprobe.monitor.trainer import TrainerMonBase
+from msprobe.monitor.trainer import HooksBase, TrainerMonBase
 
 try:                              # MindSpore 2.9+
     from mindspore.graph.api import _pynative_executor
@@ -162,7 +161,7 @@ def _result_labels(output) -> list:
     return []
 
 
-class _Hooks:
+class _Hooks(HooksBase):
     """The MindSpore side of one TrainerMon: the engine's adapter (to_host, apply, any_rank, structure) and every
     hook. Each hook body is guarded: a failure switches its part off (engine.fail) and training goes on."""
 
@@ -493,10 +492,6 @@ class _Hooks:
                 self.engine.micro_step + 1 >= self.grad_acc_steps:
             self._guard("gradients", self._take_unreduced)
 
-    def record_loss(self, loss) -> None:
-        self.explicit_loss = True
-        self._guard("loss", self.take_loss, loss)
-
     def take_loss(self, loss) -> None:
         engine = self.engine
         if engine is None or not engine.collecting or not engine.ok("loss") or not stats.is_float(loss) or \
@@ -748,21 +743,6 @@ class _Hooks:
         else:
             self._old_params = [(e, e.param.copy()) for e in self._params if e.target]
 
-    def _post_step(self) -> None:
-        engine = self.engine
-        if engine is None:
-            return
-        if self.active():
-            config = self.config
-            if config.param_distribution and engine.ok("parameters"):
-                self._guard("parameters", self._params_rows, "param_updated")
-            if config.mv_distribution and engine.ok("optimizer states"):
-                self._guard("optimizer states", self._moments)
-            if config.ur_distribution and engine.ok("update ratio"):
-                self._guard("update ratio", self._update_ratio)
-        self._old_params = []
-        self._end_step()
-
     def _moments(self) -> None:
         optimizer = self.inner
         if optimizer is None:
@@ -796,7 +776,6 @@ class _Hooks:
                           stats.device_update_ratio(old, entry.param), 0)
 
     def _end_step(self) -> None:
-        engine = self.engine
         if self._grads and not self._grads_taken and self.active():
             self._guard("gradients", self._take_unreduced)
         self._generation += 1
@@ -807,11 +786,7 @@ class _Hooks:
         self._grads = {}
         self._grads_taken = False
         self._loss_taken = -1
-        message = engine.end_step()
-        if message:
-            get_logger().warning("%s", message)
-            self.detach()
-            raise MonitorStop(message)
+        self._close_step()
 
 
 def _moment_attributes(optimizer) -> tuple:

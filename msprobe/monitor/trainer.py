@@ -8,6 +8,8 @@ engine's adapter (msprobe.monitor.engine) and provides, besides:
     attach() / detach()     put on / take off every hook
     record_loss(loss)       the loss a script names (monitor.record_loss): then only that call records it
     settle()                complete the rows of the step under way whose statistics are still pending
+
+HooksBase holds what those hooks objects do the same way: the explicit loss and the end of a step.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from __future__ import annotations
 import atexit
 import sys
 import weakref
+from contextlib import nullcontext
 from dataclasses import replace
 
 from msprobe.log import get_logger
 from msprobe.monitor.config import MonitorConfigError, load_config
-from msprobe.monitor.engine import MonitorEngine, check_format, check_output
+from msprobe.monitor.engine import MonitorEngine, MonitorStop, check_format, check_output
 from msprobe.monitor.layout import has_micro_step
 
 
@@ -61,6 +64,11 @@ class TrainerMonBase:
     def _rank(self) -> int:
         return 0
 
+    def _quiet(self):
+        """A context in which the monitor's own ops are not recorded by a PrecisionDebugger running at the same
+        time (its collector's "not recording" guard); nothing by default."""
+        return nullcontext()
+
     # ------------------------------------------------------------------ the reference's API
     def set_monitor(self, model, optimizer, grad_acc_steps=1, tp_group=None, dp_group=None, start_iteration=0):
         """Attach to `model` (a model or a list of model chunks: each chunk's index is its vpp_stage) and
@@ -99,7 +107,8 @@ class TrainerMonBase:
     def record_loss(self, loss) -> None:
         """Record this micro-step's loss explicitly (then only this call records it)."""
         if self._hooks is not None and self._hooks.engine is not None:
-            self._hooks.record_loss(loss)
+            with self._quiet():
+                self._hooks.record_loss(loss)
 
     def reload_xy(self, xy_distribution=False) -> None:
         """Switch activation monitoring on or off (the reference's former way; dynamic_on is the new one)."""
@@ -129,10 +138,11 @@ class TrainerMonBase:
 
     def close(self) -> None:
         """Write what is pending and remove every hook (also done at exit)."""
-        if self._engine is not None:
-            self._engine.close()
-        if self._hooks is not None:
-            self._hooks.detach()
+        with self._quiet():
+            if self._engine is not None:
+                self._engine.close()
+            if self._hooks is not None:
+                self._hooks.detach()
         _live.discard(self)
 
     @property
@@ -151,9 +161,11 @@ class TrainerMonBase:
         if engine is None:
             return {}
         records = engine.last_records
-        self._hooks.settle()
-        if len(engine.buffer):
-            records = engine.buffer.records(engine.rank, engine.step, engine.config.record_ops, self._hooks.to_host)
+        with self._quiet():
+            self._hooks.settle()
+            if len(engine.buffer):
+                records = engine.buffer.records(engine.rank, engine.step, engine.config.record_ops,
+                                                self._hooks.to_host)
         if records is None:
             return {}
         found = {}
@@ -164,6 +176,45 @@ class TrainerMonBase:
             tag = f"{records.vpp_stage[i]}:{records.name[i]}{micro}/rank{records.rank}/{group}"
             found[tag] = {op: float(records.values[i, j]) for j, op in enumerate(records.ops)}
         return found
+
+
+class HooksBase:
+    """What a framework's hooks object does the same way. It provides engine, config, detach(), take_loss(loss),
+    _guard(part, func, *args), _params_rows(group), _moments(), _update_ratio() and _end_step(), which ends with
+    _close_step()."""
+
+    engine = None
+    config = None
+    explicit_loss = False
+
+    def record_loss(self, loss) -> None:
+        self.explicit_loss = True
+        self._guard("loss", self.take_loss, loss)
+
+    def _post_step(self) -> None:
+        """After the optimizer's step: the parameters, the moments and the update ratio of the step; its end."""
+        engine = self.engine
+        if engine is None:
+            return
+        config = self.config
+        if engine.collecting and config is not None:
+            if config.param_distribution and engine.ok("parameters"):
+                self._guard("parameters", self._params_rows, "param_updated")
+            if config.mv_distribution and engine.ok("optimizer states"):
+                self._guard("optimizer states", self._moments)
+            if config.ur_distribution and engine.ok("update ratio"):
+                self._guard("update ratio", self._update_ratio)
+        self._old_params = []
+        self._end_step()
+
+    def _close_step(self) -> None:
+        """The engine ends the step; `action: stop` or print_struct: every hook comes off and MonitorStop ends the
+        training."""
+        message = self.engine.end_step()
+        if message:
+            get_logger().warning("%s", message)
+            self.detach()
+            raise MonitorStop(message)
 
 
 _live: weakref.WeakSet = weakref.WeakSet()

@@ -28,9 +28,7 @@ import torch
 from torch.autograd.graph import get_gradient_edge
 
 from msprobe.collect.debugger import active_debugger
-
-MAX_SLOTS = 64          # tensors taken per side of a call (inputs, outputs)
-_MAX_DEPTH = 4
+from msprobe.monitor.slots import slots
 
 
 def quiet():
@@ -46,40 +44,8 @@ def in_backward() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
-def slots(values: list, kind: str, kwargs: dict | None = None) -> list:
-    """[(label, tensor or None)] of a call's side: one value -> `kind`; several -> `kind_0`, `kind_1`, ... (the
-    reference's names); a container's tensors get their index path (`output_1_y`), a value that is no tensor a
-    slot of its own with None (positional values only); tensor keyword arguments follow as `kind_<key>`."""
-    found: list = []
-    single = len(values) == 1
-    for i, value in enumerate(values):
-        label = kind if single else f"{kind}_{i}"
-        if isinstance(value, torch.Tensor):
-            found.append((label, value))
-        elif isinstance(value, (tuple, list, dict)):
-            before = len(found)
-            _leaves(value, label, found, 1)
-            if len(found) == before:
-                found.append((label, None))
-        else:
-            found.append((label, None))
-        if len(found) >= MAX_SLOTS:
-            return found[:MAX_SLOTS]
-    for key, value in (kwargs or {}).items():
-        if isinstance(value, (torch.Tensor, tuple, list, dict)):
-            _leaves(value, f"{kind}_{key}", found, 1)
-    return found[:MAX_SLOTS]
-
-
-def _leaves(value, label: str, found: list, depth: int) -> None:
-    if isinstance(value, torch.Tensor):
-        found.append((label, value))
-    elif depth <= _MAX_DEPTH and isinstance(value, (tuple, list)):
-        for i, item in enumerate(value):
-            _leaves(item, f"{label}_{i}", found, depth + 1)
-    elif depth <= _MAX_DEPTH and isinstance(value, dict):
-        for key, item in value.items():
-            _leaves(item, f"{label}_{key}", found, depth + 1)
+def _is_tensor(value) -> bool:
+    return isinstance(value, torch.Tensor)
 
 
 def _key(edge) -> tuple:
@@ -157,7 +123,7 @@ class ModuleTaps:
 
         def before(mod, args, kwargs):
             recompute = in_backward()
-            in_slots = slots(list(args), "input", kwargs) if (forward or backward) else []
+            in_slots = slots(list(args), "input", _is_tensor, kwargs) if (forward or backward) else []
             call = Call(tap, mod, in_slots, recompute)
             if forward and not recompute:
                 sub.inputs(call)
@@ -180,7 +146,7 @@ class ModuleTaps:
             if out is None:
                 return          # nothing returned, or the forward raised (always_call)
             out_values = list(out) if isinstance(out, (tuple, list)) else [out]
-            call.out_slots = slots(out_values, "output")
+            call.out_slots = slots(out_values, "output", _is_tensor)
             if forward and not call.recompute:
                 sub.outputs(call)
             if backward and call.marker is not None and torch.is_grad_enabled():
