@@ -168,20 +168,12 @@ class _Hooks(HooksBase):
     framework = "mindspore"
 
     def __init__(self, monitor: TrainerMon, chunks: list, optimizer, grad_acc_steps: int):
-        self.monitor = monitor
-        self.chunks = chunks
-        self.optimizer = optimizer
-        self.inner = _inner_optimizer(optimizer)
-        self.grad_acc_steps = grad_acc_steps
-        self.engine = None
-        self.config = None                      # the config the hooks are installed for (None: none installed)
-        self.explicit_loss = False
+        super().__init__(monitor, chunks, optimizer, _inner_optimizer(optimizer), grad_acc_steps)
         self.host = stats.on_host() if HOST_STATISTICS is None else HOST_STATISTICS
         self.bindings: list = []                # the step's backward hooks (BackwardBinding keeps itself here)
         self._handles: list = []                # the config's cell and parameter hooks
         self._always: list = []                 # the step boundary's hooks, on while the monitor is attached
         self._patched: list = []                # (module, attribute, original)
-        self._wrapped_step = None
         self.attached = False
         self.graph_mode = False                 # GRAPH_MODE at set_monitor: no hook at all
         self._compiling = 0                     # jit compilations under way (our hooks are off meanwhile)
@@ -393,17 +385,6 @@ class _Hooks(HooksBase):
         _release(self.bindings)
         self.bindings = []
 
-    def _wrap_step(self) -> None:
-        original = self.optimizer.step
-
-        def step(*args, **kwargs):
-            self._pre_step(None)
-            result = original(*args, **kwargs)
-            self._post_step()
-            return result
-        self._wrapped_step = step
-        self.optimizer.step = step
-
     def _patch_grad_functions(self) -> None:
         """value_and_grad, grad and GradOperation (TrainOneStepCell) run their forward and backward in PyNative
         through two functions of mindspore.ops.composite.base: their forward's output holds the loss, the end of
@@ -461,18 +442,7 @@ class _Hooks(HooksBase):
                                                                                    config.eps),
                                tuple(array.shape), dtype, int(array.size), key)
 
-    def _guard(self, part: str, func, *args):
-        try:
-            return func(*args)
-        except MonitorStop:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the user's training must go on
-            self.engine.fail(part, exc)
-            if part == "activations":
-                self._remove_taps()
-            return None
-
-    def _remove_taps(self) -> None:
+    def _activations_failed(self) -> None:
         """Activations failed: their cell hooks come off (the parameter hooks stay)."""
         for calls in self._stack.values():
             for call in calls:

@@ -179,13 +179,44 @@ class TrainerMonBase:
 
 
 class HooksBase:
-    """What a framework's hooks object does the same way. It provides engine, config, detach(), take_loss(loss),
-    _guard(part, func, *args), _params_rows(group), _moments(), _update_ratio() and _end_step(), which ends with
-    _close_step()."""
+    """What a framework's hooks object does the same way. It provides detach(), take_loss(loss),
+    _activations_failed(), _pre_step(grads), _params_rows(group), _moments(), _update_ratio() and _end_step(),
+    which ends with _close_step()."""
 
-    engine = None
-    config = None
-    explicit_loss = False
+    def __init__(self, monitor: TrainerMonBase, chunks: list, optimizer, inner, grad_acc_steps: int):
+        self.monitor = monitor
+        self.chunks = chunks
+        self.optimizer = optimizer
+        self.inner = inner                      # the optimizer holding the parameters and states (None: unknown)
+        self.grad_acc_steps = grad_acc_steps
+        self.engine: MonitorEngine | None = None
+        self.config = None                      # the config the hooks are installed for (None: none installed)
+        self.explicit_loss = False
+        self._wrapped_step = None
+
+    def _guard(self, part: str, func, *args):
+        """func(*args); a failure switches `part` off (engine.fail) and training goes on."""
+        try:
+            return func(*args)
+        except MonitorStop:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's training must go on
+            self.engine.fail(part, exc)
+            if part == "activations":
+                self._activations_failed()
+            return None
+
+    def _wrap_step(self) -> None:
+        """An optimizer without step hooks: its step() wrapped (the gradients it is given are not known)."""
+        original = self.optimizer.step
+
+        def step(*args, **kwargs):
+            self._pre_step(None)
+            result = original(*args, **kwargs)
+            self._post_step()
+            return result
+        self._wrapped_step = step
+        self.optimizer.step = step
 
     def record_loss(self, loss) -> None:
         self.explicit_loss = True

@@ -12,7 +12,7 @@ import weakref
 
 import torch
 
-from msprobe.monitor.engine import MonitorEngine, MonitorStop
+from msprobe.monitor.engine import MonitorStop
 from msprobe.monitor.trainer import HooksBase, TrainerMonBase
 from msprobe.pytorch.stats import host_values, local_part, stat_vector, stat_vectors
 from msprobe.pytorch.taps import ModuleTaps, in_backward, quiet
@@ -88,14 +88,7 @@ class _Hooks(HooksBase):
     framework = "pytorch"
 
     def __init__(self, monitor: TrainerMon, chunks: list, optimizer, grad_acc_steps: int):
-        self.monitor = monitor
-        self.chunks = chunks
-        self.optimizer = optimizer
-        self.inner = _inner_optimizer(optimizer)
-        self.grad_acc_steps = grad_acc_steps
-        self.engine: MonitorEngine | None = None
-        self.config = None                     # the config the hooks are installed for (None: none installed)
-        self.explicit_loss = False
+        super().__init__(monitor, chunks, optimizer, _inner_optimizer(optimizer), grad_acc_steps)
         self.taps = ModuleTaps(self)
         self._handles: list = []               # module and parameter hooks of the config
         self._always: list = []                # the step boundary's hooks, on while the monitor is attached
@@ -208,17 +201,6 @@ class _Hooks(HooksBase):
             torch.Tensor.backward = self._patched_backward.__wrapped__
         self._patched_backward = None
 
-    def _wrap_step(self) -> None:
-        original = self.optimizer.step
-
-        def step(*args, **kwargs):
-            self._pre_step()
-            result = original(*args, **kwargs)
-            self._post_step()
-            return result
-        self._wrapped_step = step
-        self.optimizer.step = step
-
     def _patch_backward(self) -> None:
         original = torch.Tensor.backward
         hooks = self
@@ -269,16 +251,9 @@ class _Hooks(HooksBase):
         engine.buffer.add(group, name, module, max(engine.micro_step, 0) if micro is None else micro, vpp,
                           self._vector(tensor), tuple(tensor.shape), str(tensor.dtype), tensor.numel(), key)
 
-    def _guard(self, part: str, func, *args):
-        try:
-            return func(*args)
-        except MonitorStop:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the user's training must go on
-            self.engine.fail(part, exc)
-            if part == "activations":
-                self._remove_config_hooks()
-            return None
+    def _activations_failed(self) -> None:
+        """Activations failed: the config's hooks come off."""
+        self._remove_config_hooks()
 
     # ------------------------------------------------------------------ taps subscriber (activations)
     def tap_failed(self, exc: BaseException) -> None:
@@ -511,7 +486,7 @@ class _Hooks(HooksBase):
         self._rows(group, [(entry, entry.param) for entry in self._params if entry.target])
 
     @_unrecorded
-    def _pre_step(self) -> None:
+    def _pre_step(self, grads=None) -> None:
         engine = self.engine
         if engine is None or not engine.collecting:
             return
