@@ -24,12 +24,12 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import Tensor, mint, nn
 
+from msprobe.collect.debugger import not_recording
 from msprobe.mindspore import monitor_stats as stats
 from msprobe.mindspore.cells import walk_cells
 from msprobe.mindspore.collector import BackwardBinding, differentiable
-from msprobe.monitor.engine import MonitorStop
 from msprobe.monitor.slots import slots
-from msprobe.monitor.trainer import HooksBase, TrainerMonBase
+from msprobe.monitor.trainer import HooksBase, TrainerMonBase, unrecorded
 
 try:                              # MindSpore 2.9+
     from mindspore.graph.api import _pynative_executor
@@ -166,6 +166,8 @@ class _Hooks(HooksBase):
     hook. Each hook body is guarded: a failure switches its part off (engine.fail) and training goes on."""
 
     framework = "mindspore"
+    step_call = "an optimizer call"
+    skipped_example = "a loss scale overflow"
 
     def __init__(self, monitor: TrainerMon, chunks: list, optimizer, grad_acc_steps: int):
         super().__init__(monitor, chunks, optimizer, _inner_optimizer(optimizer), grad_acc_steps)
@@ -400,7 +402,8 @@ class _Hooks(HooksBase):
                 out = forward(*args, **kwargs)
                 if self.engine is not None and self.engine.collecting and not self.explicit_loss and \
                         self._loss_taken != self.engine.micro_step:
-                    self._guard("loss", self.take_loss, _loss_of(out))
+                    with not_recording():
+                        self._guard("loss", self.take_loss, _loss_of(out))
                 return out
             grad_forward._msprobe_monitor = self
             self._patched.append((base, "_pynative_func_grad_forward", forward))
@@ -409,7 +412,8 @@ class _Hooks(HooksBase):
             def grad_backward(*args, **kwargs):
                 out = backward(*args, **kwargs)
                 if self.engine is not None and self.engine.collecting and self.config is not None:
-                    self._guard("gradients", self._backward_done)
+                    with not_recording():
+                        self._guard("gradients", self._backward_done)
                 return out
             grad_backward._msprobe_monitor = self
             self._patched.append((base, "_pynative_func_grad_backward", backward))
@@ -476,6 +480,7 @@ class _Hooks(HooksBase):
     def _tap(self, cell, name: str, vpp: int, forward: bool, backward: bool) -> None:
         hooks = self
 
+        @unrecorded
         def pre(cell, args, kwargs):
             if not hooks.active() or not requires_grad() or not hooks.engine.ok("activations"):
                 return None
@@ -485,6 +490,7 @@ class _Hooks(HooksBase):
                 hooks._guard("activations", _raise, exc)
                 return None
 
+        @unrecorded
         def post(cell, args, kwargs, output):
             calls = hooks._stack.get(id(cell))
             if not calls:
@@ -555,6 +561,7 @@ class _Hooks(HooksBase):
 
     def _grads_of(self, call: _Call):
         """The backward hook's callback of a call: the gradients of its outputs and of its tensor arguments."""
+        @unrecorded
         def on_grads(grad_outputs, grad_inputs):
             if call.generation != self._generation or not self.active() or not self.engine.ok("activations"):
                 return
@@ -584,28 +591,15 @@ class _Hooks(HooksBase):
         entry[side] = described
 
     # ------------------------------------------------------------------ the model's forward: micro-steps, loss
+    @unrecorded
     def _root_pre(self, cell, args):
         engine = self.engine
         if engine is None or not requires_grad():
             return None                 # an evaluation: not a micro-step
-        try:
-            if engine.micro_step + 1 >= self.grad_acc_steps:
-                # every micro-step of this step ran and no optimizer call came (a skipped step, e.g. a loss scale
-                # overflow): the step ends here
-                engine.warn_once("skipped", "step %d ended without an optimizer call (a skipped step, e.g. a loss "
-                                 "scale overflow, or more micro-batches per step than grad_acc_steps=%d); the step "
-                                 "count follows the forwards", engine.step, self.grad_acc_steps)
-                self._end_step()
-            engine.begin_micro_step()
-            if engine.micro_step == 0 and self.active() and self.config.param_distribution and \
-                    engine.ok("parameters"):
-                self._guard("parameters", self._params_rows, "param_origin")
-        except MonitorStop:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            engine.fail("the step boundary", exc)
+        self._begin_micro_step(engine.micro_step + 1 >= self.grad_acc_steps)
         return None
 
+    @unrecorded
     def _root_post(self, cell, args, output):
         if self.engine is not None and self.engine.collecting and not self.explicit_loss and requires_grad() and \
                 self._loss_taken != self.engine.micro_step:
@@ -616,6 +610,7 @@ class _Hooks(HooksBase):
     def _grad_hook(self, entry: _Param):
         key = id(entry.param)
 
+        @unrecorded
         def hook(grad):
             if self.config is not None and self.engine.collecting:
                 try:
@@ -672,6 +667,7 @@ class _Hooks(HooksBase):
         self._post_step()
         return None
 
+    @unrecorded
     def _pre_step(self, grads) -> None:
         engine = self.engine
         if engine is None or not self.active():

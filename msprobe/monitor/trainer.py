@@ -15,11 +15,12 @@ HooksBase holds what those hooks objects do the same way: the explicit loss and 
 from __future__ import annotations
 
 import atexit
+import functools
 import sys
 import weakref
-from contextlib import nullcontext
 from dataclasses import replace
 
+from msprobe.collect.debugger import not_recording
 from msprobe.log import get_logger
 from msprobe.monitor.config import MonitorConfigError, load_config
 from msprobe.monitor.engine import MonitorEngine, MonitorStop, check_format, check_output
@@ -64,11 +65,6 @@ class TrainerMonBase:
     def _rank(self) -> int:
         return 0
 
-    def _quiet(self):
-        """A context in which the monitor's own ops are not recorded by a PrecisionDebugger running at the same
-        time (its collector's "not recording" guard); nothing by default."""
-        return nullcontext()
-
     # ------------------------------------------------------------------ the reference's API
     def set_monitor(self, model, optimizer, grad_acc_steps=1, tp_group=None, dp_group=None, start_iteration=0):
         """Attach to `model` (a model or a list of model chunks: each chunk's index is its vpp_stage) and
@@ -107,7 +103,7 @@ class TrainerMonBase:
     def record_loss(self, loss) -> None:
         """Record this micro-step's loss explicitly (then only this call records it)."""
         if self._hooks is not None and self._hooks.engine is not None:
-            with self._quiet():
+            with not_recording():
                 self._hooks.record_loss(loss)
 
     def reload_xy(self, xy_distribution=False) -> None:
@@ -138,7 +134,7 @@ class TrainerMonBase:
 
     def close(self) -> None:
         """Write what is pending and remove every hook (also done at exit)."""
-        with self._quiet():
+        with not_recording():
             if self._engine is not None:
                 self._engine.close()
             if self._hooks is not None:
@@ -161,7 +157,7 @@ class TrainerMonBase:
         if engine is None:
             return {}
         records = engine.last_records
-        with self._quiet():
+        with not_recording():
             self._hooks.settle()
             if len(engine.buffer):
                 records = engine.buffer.records(engine.rank, engine.step, engine.config.record_ops,
@@ -176,6 +172,16 @@ class TrainerMonBase:
             tag = f"{records.vpp_stage[i]}:{records.name[i]}{micro}/rank{records.rank}/{group}"
             found[tag] = {op: float(records.values[i, j]) for j, op in enumerate(records.ops)}
         return found
+
+
+def unrecorded(method):
+    """A hook body of the monitor's: a PrecisionDebugger running at the same time records none of its ops (a dump
+    is the same with the monitor on)."""
+    @functools.wraps(method)
+    def body(*args, **kwargs):
+        with not_recording():
+            return method(*args, **kwargs)
+    return body
 
 
 class HooksBase:
@@ -222,6 +228,30 @@ class HooksBase:
         self.explicit_loss = True
         self._guard("loss", self.take_loss, loss)
 
+    step_call = "the optimizer's step"          # the call that ends a step, and what skips it, for a warning
+    skipped_example = "inf/NaN gradients"
+
+    def _begin_micro_step(self, step_ended: bool) -> None:
+        """A forward of the model starts a micro-step. `step_ended`: every micro-step of this step ran its backward
+        and no optimizer step came (a skipped step): the step ends here. The parameters as the step starts."""
+        engine = self.engine
+        try:
+            if step_ended:
+                engine.warn_once("skipped", "step %d ended without %s (a skipped step, e.g. %s, or more "
+                                 "micro-batches per step than grad_acc_steps=%d); the step count follows the "
+                                 "forwards", engine.step, self.step_call, self.skipped_example, self.grad_acc_steps)
+                self._end_step()
+            engine.begin_micro_step()
+            config = self.config
+            if engine.micro_step == 0 and engine.collecting and config is not None and config.param_distribution \
+                    and engine.ok("parameters"):
+                self._guard("parameters", self._params_rows, "param_origin")
+        except MonitorStop:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's training must go on
+            engine.fail("the step boundary", exc)
+
+    @unrecorded
     def _post_step(self) -> None:
         """After the optimizer's step: the parameters, the moments and the update ratio of the step; its end."""
         engine = self.engine

@@ -7,29 +7,19 @@ returns) and Tensor.backward (the loss a script computes outside the model). Sta
 
 from __future__ import annotations
 
-import functools
 import weakref
 
 import torch
 
-from msprobe.monitor.engine import MonitorStop
-from msprobe.monitor.trainer import HooksBase, TrainerMonBase
+from msprobe.collect.debugger import not_recording
+from msprobe.monitor.trainer import HooksBase, TrainerMonBase, unrecorded
 from msprobe.pytorch.stats import host_values, local_part, stat_vector, stat_vectors
-from msprobe.pytorch.taps import ModuleTaps, in_backward, quiet
+from msprobe.pytorch.taps import ModuleTaps, in_backward
 
 # optimizer state -> the reference's group: first moments (Adam family, SGD/RMSprop momentum) as exp_avg, second
 # moments (Adam family, RMSprop/Adadelta square averages, Adagrad's sum, Adamax's infinity norm) as exp_avg_sq
 FIRST_MOMENTS = ("exp_avg", "momentum_buffer")
 SECOND_MOMENTS = ("exp_avg_sq", "square_avg", "sum", "exp_inf")
-
-
-def _unrecorded(method):
-    """A hook body of the monitor's: a PrecisionDebugger running at the same time records none of its ops."""
-    @functools.wraps(method)
-    def body(*args, **kwargs):
-        with quiet():
-            return method(*args, **kwargs)
-    return body
 
 
 class TrainerMon(TrainerMonBase):
@@ -53,9 +43,6 @@ class TrainerMon(TrainerMonBase):
 
     def _rank(self) -> int:
         return _rank()
-
-    def _quiet(self):
-        return quiet()
 
 
 def _rank() -> int:
@@ -86,6 +73,8 @@ class _Hooks(HooksBase):
     hook. Each hook body is guarded: a failure switches its part off (engine.fail) and training goes on."""
 
     framework = "pytorch"
+    step_call = "optimizer.step()"
+    skipped_example = "GradScaler found inf/NaN gradients"
 
     def __init__(self, monitor: TrainerMon, chunks: list, optimizer, grad_acc_steps: int):
         super().__init__(monitor, chunks, optimizer, _inner_optimizer(optimizer), grad_acc_steps)
@@ -210,11 +199,11 @@ class _Hooks(HooksBase):
             engine = hooks.engine
             if gradient is None and engine is not None and engine.collecting and not hooks.explicit_loss and \
                     hooks._loss_taken != engine.micro_step and self.dim() == 0:
-                with quiet():
+                with not_recording():
                     hooks._guard("loss", hooks.take_loss, self)
             result = original(self, gradient, *args, **kwargs)
             if engine is not None and engine.collecting and hooks.config is not None:
-                with quiet():
+                with not_recording():
                     hooks._backward_done()
             return result
         backward.__wrapped__ = original
@@ -343,7 +332,7 @@ class _Hooks(HooksBase):
         entry[side] = described
 
     # ------------------------------------------------------------------ the model's forward: micro-steps, loss
-    @_unrecorded
+    @unrecorded
     def _root_pre(self, module, args, kwargs):
         engine = self.engine
         if engine is None or torch.compiler.is_compiling() or in_backward():
@@ -351,26 +340,10 @@ class _Hooks(HooksBase):
         if not torch.is_grad_enabled():
             self._eval += 1           # an evaluation pass: not recorded, not a micro-step
             return None
-        try:
-            if engine.micro_step + 1 >= self.grad_acc_steps and self._backward_seen:
-                # every micro-step of this step ran its backward and no optimizer step came (a skipped step, e.g.
-                # GradScaler found inf/NaN): the step ends here
-                engine.warn_once("skipped", "step %d ended without optimizer.step() (a skipped step, e.g. "
-                                 "GradScaler found inf/NaN gradients, or more micro-batches per step than "
-                                 "grad_acc_steps=%d); the step count follows the forwards", engine.step,
-                                 self.grad_acc_steps)
-                self._end_step()
-            engine.begin_micro_step()
-            if engine.micro_step == 0 and engine.collecting and self.config is not None and \
-                    self.config.param_distribution and engine.ok("parameters"):
-                self._guard("parameters", self._params_rows, "param_origin")
-        except MonitorStop:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            engine.fail("the step boundary", exc)
+        self._begin_micro_step(engine.micro_step + 1 >= self.grad_acc_steps and self._backward_seen)
         return None
 
-    @_unrecorded
+    @unrecorded
     def _root_post(self, module, args, kwargs, out):
         if self._eval:
             if not torch.is_grad_enabled():
@@ -405,7 +378,7 @@ class _Hooks(HooksBase):
         def hook(param):
             engine = self.engine
             if engine.collecting and engine.micro_step + 1 >= self.grad_acc_steps and engine.ok("gradients"):
-                with quiet():
+                with not_recording():
                     self._guard("gradients", self._unreduced, entry)
         return hook
 
@@ -485,7 +458,7 @@ class _Hooks(HooksBase):
     def _params_rows(self, group: str) -> None:
         self._rows(group, [(entry, entry.param) for entry in self._params if entry.target])
 
-    @_unrecorded
+    @unrecorded
     def _pre_step(self, grads=None) -> None:
         engine = self.engine
         if engine is None or not engine.collecting:
@@ -529,7 +502,6 @@ class _Hooks(HooksBase):
     def _keep_params(self) -> None:
         self._old_params = [(e, local_part(e.param.detach()).clone()) for e in self._params if e.target]
 
-    _post_step = _unrecorded(HooksBase._post_step)
 
     def _moments(self) -> None:
         optimizer = self.inner

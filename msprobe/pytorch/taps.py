@@ -22,21 +22,12 @@ get a gradient gets no `input_grads`; one left incomplete at flush() gets what a
 from __future__ import annotations
 
 import threading
-from contextlib import nullcontext
 
 import torch
 from torch.autograd.graph import get_gradient_edge
 
-from msprobe.collect.debugger import active_debugger
+from msprobe.collect.debugger import not_recording
 from msprobe.monitor.slots import slots
-
-
-def quiet():
-    """The running PrecisionDebugger's "not recording" guard (its collector's `working()`), or nothing when none
-    runs: the ops of a tap or of the monitor's statistics inside it are never recorded as the training's API calls,
-    so that a dump is the same with the monitor on."""
-    working = getattr(getattr(active_debugger(), "collector", None), "working", None)
-    return working() if working is not None else nullcontext()
 
 
 def in_backward() -> bool:
@@ -115,7 +106,7 @@ class ModuleTaps:
             if not sub.active() or torch.compiler.is_compiling():
                 return None
             try:
-                with quiet():
+                with not_recording():
                     before(mod, args, kwargs)
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
                 sub.tap_failed(exc)
@@ -136,7 +127,7 @@ class ModuleTaps:
             if not calls:
                 return None
             try:
-                with quiet():
+                with not_recording():
                     after(calls.pop(), out)
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
                 sub.tap_failed(exc)
@@ -220,7 +211,7 @@ class ModuleTaps:
         def hook(*args):
             if not call.done and self.sub.active():
                 try:
-                    with quiet():
+                    with not_recording():
                         work(*args)
                 except Exception as exc:  # noqa: BLE001 - the user's training must go on
                     self.sub.tap_failed(exc)

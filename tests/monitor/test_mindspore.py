@@ -470,6 +470,66 @@ def test_statistics_by_ops_on_the_device_equal_those_on_the_host(tmp_path, monke
                     assert other[op] == pytest.approx(row[op], rel=2e-5, abs=1e-6), (key, op)
 
 
+def _dumped(root, level: str, config: str | None) -> dict:
+    """Two steps of two micro-batches of the MLP dumped (statistics) at `level`, monitored or not: {file: JSON} of
+    every dump.json and construct.json."""
+    from msprobe.mindspore import PrecisionDebugger
+
+    net = mlp()
+    opt = nn.Adam(net.trainable_params(), learning_rate=0.01)
+    grad_fn = ms.value_and_grad(lambda x, y: mint.mean(mint.square(mint.sub(net(x), y))), None, opt.parameters)
+    monitor = None
+    if config is not None:
+        monitor = TrainerMon(config, params_have_main_grad=False)
+        monitor.set_monitor(net, optimizer=opt, grad_acc_steps=2)
+    debugger = PrecisionDebugger(task="statistics", level=level, dump_path=str(root))
+    try:
+        for step in range(2):
+            debugger.start(net)
+            for micro in range(2):
+                x, y = batch(2 * step + micro)
+                _, grads = grad_fn(Tensor(x), Tensor(y))
+            opt(grads)
+            debugger.stop()
+            debugger.step()
+    finally:
+        if monitor is not None:
+            monitor.close()
+    found = {}
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if name.endswith(".json"):
+                with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                    found[os.path.relpath(os.path.join(folder, name), root)] = json.load(handle)
+    return found
+
+
+@pytest.mark.parametrize(("level", "host"), [("L1", False), ("mix", True)])
+def test_a_dump_is_the_same_with_the_monitor_on(tmp_path, monkeypatch, level, host):
+    """A PrecisionDebugger dumping while the monitor watches: the monitor's own ops (its statistics on the device,
+    the sum of the micro-batches' gradients, the backward hook of each tapped call) run inside the collector's "not
+    recording" guard, so the dump is the one made without the monitor, entry for entry and value for value."""
+    monkeypatch.setattr(ms_monitor, "HOST_STATISTICS", host)
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "monitor"))
+    monkeypatch.delenv("DYNAMIC_MONITOR", raising=False)
+    plain = _dumped(tmp_path / "plain", level, None)
+    watched = _dumped(tmp_path / "watched", level, config_file(tmp_path, EVERYTHING))
+    assert any(name.endswith("dump.json") for name in plain)
+    assert plain.keys() == watched.keys()
+    for name, content in plain.items():
+        if name.endswith("dump.json"):
+            entries, got = content["data"], watched[name]["data"]
+            assert list(got) == list(entries), f"{name}: other entries with the monitor on"
+            assert got == entries, f"{name}: other values with the monitor on"
+        elif name.endswith("construct.json"):
+            assert watched[name] == content, name
+    # the monitor recorded while the debugger dumped
+    steps = list(read_run(str(tmp_path / "monitor"))[0])
+    assert [r.step for r in steps] == [0, 1]
+    assert {"actv", "actv_grad", "grad_unreduced", "grad_reduced", "exp_avg_sq", "update_ratio"} <= \
+        set(steps[-1].group)
+
+
 def test_device_vector_of_special_values():
     ops_ = tuple(ALL_OPS)
     values = Tensor(np.array([1.0, -2.0, 0.0, np.nan, np.inf, 0.0], np.float32))
