@@ -37,17 +37,14 @@ from msprobe.monitor.config import MonitorConfigError  # noqa: E402
 from msprobe.monitor.engine import MonitorStop  # noqa: E402
 from msprobe.monitor.layout import read_anomalies, read_run  # noqa: E402
 
+from .helpers import ALL_OPS, EVERYTHING, assert_same_dump, config_file, json_files, rows_of  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).parents[1] / "mindspore_collector"))
 import ms_zoo  # noqa: E402
 
 REPO = str(Path(__file__).parents[2])
 sys.path.insert(0, str(FIXTURES / "mindspore_model"))
 from tiny_gpt_ms import TinyGPT, initialise  # noqa: E402
-
-ALL_OPS = ["min", "max", "mean", "norm", "zeros", "nans", "infs"]
-EVERYTHING = {"targets": {}, "xy_distribution": True, "all_xy": True, "wg_distribution": True,
-              "mv_distribution": True, "ur_distribution": True, "param_distribution": True, "ops": ALL_OPS,
-              "ndigits": 12}
 
 ms.set_context(mode=ms.PYNATIVE_MODE)
 ms.set_device("CPU")
@@ -58,23 +55,6 @@ def out(tmp_path, monkeypatch):
     path = tmp_path / "out"
     monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(path))
     return path
-
-
-def config_file(tmp_path, data: dict) -> str:
-    path = tmp_path / "monitor.json"
-    path.write_text(json.dumps(data))
-    return str(path)
-
-
-def rows_of(records) -> dict:
-    """(group, name, micro_step) -> {op: value, 'present', 'shape', 'dtype', 'module'}."""
-    found = {}
-    for i, key in enumerate(zip(records.group, records.name, records.micro_step)):
-        row = {op: float(records.values[i, j]) for j, op in enumerate(records.ops)}
-        row.update(present=bool(records.present[i]), shape=records.shape[i], dtype=records.dtype[i],
-                   module=records.module[i])
-        found[key] = row
-    return found
 
 
 def steps_of(out) -> list:
@@ -495,13 +475,7 @@ def _dumped(root, level: str, config: str | None) -> dict:
     finally:
         if monitor is not None:
             monitor.close()
-    found = {}
-    for folder, _, files in os.walk(root):
-        for name in files:
-            if name.endswith(".json"):
-                with open(os.path.join(folder, name), encoding="utf-8") as handle:
-                    found[os.path.relpath(os.path.join(folder, name), root)] = json.load(handle)
-    return found
+    return json_files(root)
 
 
 @pytest.mark.parametrize(("level", "host"), [("L1", False), ("mix", True)])
@@ -514,15 +488,7 @@ def test_a_dump_is_the_same_with_the_monitor_on(tmp_path, monkeypatch, level, ho
     monkeypatch.delenv("DYNAMIC_MONITOR", raising=False)
     plain = _dumped(tmp_path / "plain", level, None)
     watched = _dumped(tmp_path / "watched", level, config_file(tmp_path, EVERYTHING))
-    assert any(name.endswith("dump.json") for name in plain)
-    assert plain.keys() == watched.keys()
-    for name, content in plain.items():
-        if name.endswith("dump.json"):
-            entries, got = content["data"], watched[name]["data"]
-            assert list(got) == list(entries), f"{name}: other entries with the monitor on"
-            assert got == entries, f"{name}: other values with the monitor on"
-        elif name.endswith("construct.json"):
-            assert watched[name] == content, name
+    assert_same_dump(plain, watched)
     # the monitor recorded while the debugger dumped
     steps = list(read_run(str(tmp_path / "monitor"))[0])
     assert [r.step for r in steps] == [0, 1]

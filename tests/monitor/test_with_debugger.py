@@ -5,13 +5,13 @@ one made without the monitor, entry for entry and value for value."""
 from __future__ import annotations
 
 import json
-import os
 
 import torch
 
 from msprobe.monitor.layout import read_run
 from msprobe.pytorch import PrecisionDebugger, TrainerMon
 
+from .helpers import assert_same_dump, json_files
 from .models import case, forward
 
 EVERYTHING = {"targets": {}, "xy_distribution": True, "all_xy": True, "wg_distribution": True,
@@ -41,13 +41,7 @@ def _dump(root, level: str, monitor_config: str | None) -> dict:
     finally:
         if monitor is not None:
             monitor.close()
-    found = {}
-    for folder, _, files in os.walk(root):
-        for name in files:
-            if name.endswith(".json"):
-                with open(os.path.join(folder, name), encoding="utf-8") as handle:
-                    found[os.path.relpath(os.path.join(folder, name), root)] = json.load(handle)
-    return found
+    return json_files(root)
 
 
 def test_a_dump_is_the_same_with_the_monitor_on(tmp_path, monkeypatch):
@@ -60,15 +54,7 @@ def test_a_dump_is_the_same_with_the_monitor_on(tmp_path, monkeypatch):
     config.write_text(json.dumps(EVERYTHING))
     plain = _dump(tmp_path / "plain", level, None)
     watched = _dump(tmp_path / "watched", level, str(config))
-    assert any(name.endswith("dump.json") for name in plain)
-    assert plain.keys() == watched.keys()
-    for name, content in plain.items():
-        if name.endswith("dump.json"):
-            entries, got = content["data"], watched[name]["data"]
-            assert list(got) == list(entries), f"{name}: other entries with the monitor on"
-            assert got == entries, f"{name}: other values with the monitor on"
-        elif name.endswith("construct.json"):
-            assert watched[name] == content, name
+    assert_same_dump(plain, watched)
     # the monitor recorded while the debugger dumped
     steps = list(read_run(str(tmp_path / "monitor"))[0])
     assert [r.step for r in steps] == [0, 1] and {"actv", "grad_reduced", "exp_avg_sq"} <= set(steps[-1].group)
