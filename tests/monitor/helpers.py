@@ -41,6 +41,18 @@ def json_files(root) -> dict:
     return found
 
 
+def dumped(debugger_class, root, level: str, model, train_step, steps: int = 2) -> dict:
+    """`steps` steps of `train_step(step)` dumped (statistics) at `level` by the framework's PrecisionDebugger:
+    json_files of the dump."""
+    debugger = debugger_class(task="statistics", level=level, dump_path=str(root))
+    for step in range(steps):
+        debugger.start(model)
+        train_step(step)
+        debugger.stop()
+        debugger.step()
+    return json_files(root)
+
+
 def assert_same_dump(plain: dict, watched: dict) -> None:
     """Two dumps (json_files) entry for entry and value for value."""
     assert any(name.endswith("dump.json") for name in plain)
@@ -55,7 +67,7 @@ def assert_same_dump(plain: dict, watched: dict) -> None:
 
 
 @contextlib.contextmanager
-def monitoring(trainer_mon, config: str | None, out, model, optimizer):
+def monitoring(trainer_mon, config: str | None, out, model, optimizer, grad_acc_steps: int = 1):
     """`trainer_mon(config)` on model and optimizer writing to `out` (MONITOR_OUTPUT_DIR, as it was afterwards), or
     nothing without a config; closed at the end."""
     if config is None:
@@ -66,7 +78,7 @@ def monitoring(trainer_mon, config: str | None, out, model, optimizer):
     monitor = None
     try:
         monitor = trainer_mon(config, params_have_main_grad=False)
-        monitor.set_monitor(model, optimizer=optimizer, grad_acc_steps=1)
+        monitor.set_monitor(model, optimizer=optimizer, grad_acc_steps=grad_acc_steps)
         yield monitor
     finally:
         if monitor is not None:

@@ -37,7 +37,7 @@ from msprobe.monitor.config import MonitorConfigError  # noqa: E402
 from msprobe.monitor.engine import MonitorStop  # noqa: E402
 from msprobe.monitor.layout import read_anomalies, read_run  # noqa: E402
 
-from .helpers import ALL_OPS, EVERYTHING, assert_same_dump, config_file, json_files, rows_of  # noqa: E402
+from .helpers import ALL_OPS, EVERYTHING, assert_same_dump, config_file, dumped, monitoring, rows_of  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "mindspore_collector"))
 import ms_zoo  # noqa: E402
@@ -450,32 +450,21 @@ def test_statistics_by_ops_on_the_device_equal_those_on_the_host(tmp_path, monke
                     assert other[op] == pytest.approx(row[op], rel=2e-5, abs=1e-6), (key, op)
 
 
-def _dumped(root, level: str, config: str | None) -> dict:
-    """Two steps of two micro-batches of the MLP dumped (statistics) at `level`, monitored or not: {file: JSON} of
-    every dump.json and construct.json."""
+def _dumped(root, level: str, config: str | None, out) -> dict:
+    """Two steps of two micro-batches of the MLP dumped (statistics) at `level`, monitored or not."""
     from msprobe.mindspore import PrecisionDebugger
 
     net = mlp()
     opt = nn.Adam(net.trainable_params(), learning_rate=0.01)
     grad_fn = ms.value_and_grad(lambda x, y: mint.mean(mint.square(mint.sub(net(x), y))), None, opt.parameters)
-    monitor = None
-    if config is not None:
-        monitor = TrainerMon(config, params_have_main_grad=False)
-        monitor.set_monitor(net, optimizer=opt, grad_acc_steps=2)
-    debugger = PrecisionDebugger(task="statistics", level=level, dump_path=str(root))
-    try:
-        for step in range(2):
-            debugger.start(net)
-            for micro in range(2):
-                x, y = batch(2 * step + micro)
-                _, grads = grad_fn(Tensor(x), Tensor(y))
-            opt(grads)
-            debugger.stop()
-            debugger.step()
-    finally:
-        if monitor is not None:
-            monitor.close()
-    return json_files(root)
+
+    def train_step(step: int) -> None:
+        for micro in range(2):
+            x, y = batch(2 * step + micro)
+            _, grads = grad_fn(Tensor(x), Tensor(y))
+        opt(grads)
+    with monitoring(TrainerMon, config, out, net, opt, grad_acc_steps=2):
+        return dumped(PrecisionDebugger, root, level, net, train_step)
 
 
 @pytest.mark.parametrize(("level", "host"), [("L1", False), ("mix", True)])
@@ -484,10 +473,9 @@ def test_a_dump_is_the_same_with_the_monitor_on(tmp_path, monkeypatch, level, ho
     the sum of the micro-batches' gradients, the backward hook of each tapped call) run inside the collector's "not
     recording" guard, so the dump is the one made without the monitor, entry for entry and value for value."""
     monkeypatch.setattr(ms_monitor, "HOST_STATISTICS", host)
-    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "monitor"))
     monkeypatch.delenv("DYNAMIC_MONITOR", raising=False)
-    plain = _dumped(tmp_path / "plain", level, None)
-    watched = _dumped(tmp_path / "watched", level, config_file(tmp_path, EVERYTHING))
+    plain = _dumped(tmp_path / "plain", level, None, None)
+    watched = _dumped(tmp_path / "watched", level, config_file(tmp_path, EVERYTHING), tmp_path / "monitor")
     assert_same_dump(plain, watched)
     # the monitor recorded while the debugger dumped
     steps = list(read_run(str(tmp_path / "monitor"))[0])

@@ -11,7 +11,7 @@ import torch
 from msprobe.monitor.layout import read_run
 from msprobe.pytorch import PrecisionDebugger, TrainerMon
 
-from .helpers import assert_same_dump, json_files
+from .helpers import assert_same_dump, dumped, monitoring
 from .models import case, forward
 
 EVERYTHING = {"targets": {}, "xy_distribution": True, "all_xy": True, "wg_distribution": True,
@@ -20,40 +20,28 @@ EVERYTHING = {"targets": {}, "xy_distribution": True, "all_xy": True, "wg_distri
               "alert": {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}}]}}
 
 
-def _dump(root, level: str, monitor_config: str | None) -> dict:
-    """Two steps of the transformer case dumped (statistics) at `level`, monitored or not: {step: {file: JSON}}."""
+def _dump(root, level: str, monitor_config: str | None, out=None) -> dict:
+    """Two steps of the transformer case dumped (statistics) at `level`, monitored or not."""
     model, optimizer, batch, loss_of, _ = case("transformer", 0)
-    monitor = None
-    if monitor_config is not None:
-        monitor = TrainerMon(monitor_config, params_have_main_grad=False)
-        monitor.set_monitor(model, optimizer=optimizer, grad_acc_steps=1)
-    debugger = PrecisionDebugger(task="statistics", level=level, dump_path=str(root))
-    try:
-        for step in range(2):
-            debugger.start(model)
-            inputs = batch(step)
-            loss = loss_of(forward("transformer", model, inputs), inputs)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            debugger.stop()
-            debugger.step()
-    finally:
-        if monitor is not None:
-            monitor.close()
-    return json_files(root)
+
+    def train_step(step: int) -> None:
+        inputs = batch(step)
+        loss_of(forward("transformer", model, inputs), inputs).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    with monitoring(TrainerMon, monitor_config, out, model, optimizer):
+        return dumped(PrecisionDebugger, root, level, model, train_step)
 
 
 def test_a_dump_is_the_same_with_the_monitor_on(tmp_path, monkeypatch):
     """Level mix: the APIs (the monitor's ops would be recorded among them) and the modules."""
     level = "mix"
-    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "monitor"))
     monkeypatch.delenv("DYNAMIC_MONITOR", raising=False)
     torch.set_num_threads(1)
     config = tmp_path / "monitor.json"
     config.write_text(json.dumps(EVERYTHING))
     plain = _dump(tmp_path / "plain", level, None)
-    watched = _dump(tmp_path / "watched", level, str(config))
+    watched = _dump(tmp_path / "watched", level, str(config), tmp_path / "monitor")
     assert_same_dump(plain, watched)
     # the monitor recorded while the debugger dumped
     steps = list(read_run(str(tmp_path / "monitor"))[0])
