@@ -54,6 +54,14 @@ def active_debugger():
     return _ACTIVE[0] if _ACTIVE else None
 
 
+def not_recording():
+    """The running debugger's "not recording" guard (its collector's `working()`), or nothing when none runs: the
+    ops of a tool running beside it (the training monitor's statistics) inside it are never recorded as the
+    training's API calls, so that a dump is the same with that tool on."""
+    working = getattr(getattr(active_debugger(), "collector", None), "working", None)
+    return working() if working is not None else contextlib.nullcontext()
+
+
 class Patches:
     """Attributes one debugger replaced (functions of a framework): restore() puts back only those that still hold
     the debugger's replacement; one replaced again by someone else since is left to them (our replacement inside

@@ -21,6 +21,7 @@ import inspect
 import os
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 
 from mindspore import Tensor
 from mindspore._c_expression import HookType
@@ -185,6 +186,15 @@ class Collector(Recording):
 
     def leave(self) -> None:
         self._tls.depth -= 1
+
+    @contextmanager
+    def working(self):
+        """enter() ... leave() around a block, however it ends (a tool beside the debugger: not_recording)."""
+        self.enter()
+        try:
+            yield
+        finally:
+            self.leave()
 
     def reset_counters(self) -> None:
         self.api_counts: dict = {}

@@ -24,13 +24,12 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import Tensor, mint, nn
 
-from msprobe.log import get_logger
+from msprobe.collect.debugger import not_recording
 from msprobe.mindspore import monitor_stats as stats
 from msprobe.mindspore.cells import walk_cells
 from msprobe.mindspore.collector import BackwardBinding, differentiable
-from msprobe.monitor.engine import MonitorStop
 from msprobe.monitor.slots import slots
-from msprobe.monitor.trainer import TrainerMonBase
+from msprobe.monitor.trainer import HooksBase, TrainerMonBase, unrecorded
 
 try:                              # MindSpore 2.9+
     from mindspore.graph.api import _pynative_executor
@@ -162,27 +161,21 @@ def _result_labels(output) -> list:
     return []
 
 
-class _Hooks:
+class _Hooks(HooksBase):
     """The MindSpore side of one TrainerMon: the engine's adapter (to_host, apply, any_rank, structure) and every
     hook. Each hook body is guarded: a failure switches its part off (engine.fail) and training goes on."""
 
     framework = "mindspore"
+    step_call = "an optimizer call"
+    skipped_example = "a loss scale overflow"
 
     def __init__(self, monitor: TrainerMon, chunks: list, optimizer, grad_acc_steps: int):
-        self.monitor = monitor
-        self.chunks = chunks
-        self.optimizer = optimizer
-        self.inner = _inner_optimizer(optimizer)
-        self.grad_acc_steps = grad_acc_steps
-        self.engine = None
-        self.config = None                      # the config the hooks are installed for (None: none installed)
-        self.explicit_loss = False
+        super().__init__(monitor, chunks, optimizer, _inner_optimizer(optimizer), grad_acc_steps)
         self.host = stats.on_host() if HOST_STATISTICS is None else HOST_STATISTICS
         self.bindings: list = []                # the step's backward hooks (BackwardBinding keeps itself here)
         self._handles: list = []                # the config's cell and parameter hooks
         self._always: list = []                 # the step boundary's hooks, on while the monitor is attached
         self._patched: list = []                # (module, attribute, original)
-        self._wrapped_step = None
         self.attached = False
         self.graph_mode = False                 # GRAPH_MODE at set_monitor: no hook at all
         self._compiling = 0                     # jit compilations under way (our hooks are off meanwhile)
@@ -394,17 +387,6 @@ class _Hooks:
         _release(self.bindings)
         self.bindings = []
 
-    def _wrap_step(self) -> None:
-        original = self.optimizer.step
-
-        def step(*args, **kwargs):
-            self._pre_step(None)
-            result = original(*args, **kwargs)
-            self._post_step()
-            return result
-        self._wrapped_step = step
-        self.optimizer.step = step
-
     def _patch_grad_functions(self) -> None:
         """value_and_grad, grad and GradOperation (TrainOneStepCell) run their forward and backward in PyNative
         through two functions of mindspore.ops.composite.base: their forward's output holds the loss, the end of
@@ -420,7 +402,8 @@ class _Hooks:
                 out = forward(*args, **kwargs)
                 if self.engine is not None and self.engine.collecting and not self.explicit_loss and \
                         self._loss_taken != self.engine.micro_step:
-                    self._guard("loss", self.take_loss, _loss_of(out))
+                    with not_recording():
+                        self._guard("loss", self.take_loss, _loss_of(out))
                 return out
             grad_forward._msprobe_monitor = self
             self._patched.append((base, "_pynative_func_grad_forward", forward))
@@ -429,7 +412,8 @@ class _Hooks:
             def grad_backward(*args, **kwargs):
                 out = backward(*args, **kwargs)
                 if self.engine is not None and self.engine.collecting and self.config is not None:
-                    self._guard("gradients", self._backward_done)
+                    with not_recording():
+                        self._guard("gradients", self._backward_done)
                 return out
             grad_backward._msprobe_monitor = self
             self._patched.append((base, "_pynative_func_grad_backward", backward))
@@ -462,18 +446,7 @@ class _Hooks:
                                                                                    config.eps),
                                tuple(array.shape), dtype, int(array.size), key)
 
-    def _guard(self, part: str, func, *args):
-        try:
-            return func(*args)
-        except MonitorStop:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the user's training must go on
-            self.engine.fail(part, exc)
-            if part == "activations":
-                self._remove_taps()
-            return None
-
-    def _remove_taps(self) -> None:
+    def _activations_failed(self) -> None:
         """Activations failed: their cell hooks come off (the parameter hooks stay)."""
         for calls in self._stack.values():
             for call in calls:
@@ -493,10 +466,6 @@ class _Hooks:
                 self.engine.micro_step + 1 >= self.grad_acc_steps:
             self._guard("gradients", self._take_unreduced)
 
-    def record_loss(self, loss) -> None:
-        self.explicit_loss = True
-        self._guard("loss", self.take_loss, loss)
-
     def take_loss(self, loss) -> None:
         engine = self.engine
         if engine is None or not engine.collecting or not engine.ok("loss") or not stats.is_float(loss) or \
@@ -511,6 +480,7 @@ class _Hooks:
     def _tap(self, cell, name: str, vpp: int, forward: bool, backward: bool) -> None:
         hooks = self
 
+        @unrecorded
         def pre(cell, args, kwargs):
             if not hooks.active() or not requires_grad() or not hooks.engine.ok("activations"):
                 return None
@@ -520,6 +490,7 @@ class _Hooks:
                 hooks._guard("activations", _raise, exc)
                 return None
 
+        @unrecorded
         def post(cell, args, kwargs, output):
             calls = hooks._stack.get(id(cell))
             if not calls:
@@ -590,6 +561,7 @@ class _Hooks:
 
     def _grads_of(self, call: _Call):
         """The backward hook's callback of a call: the gradients of its outputs and of its tensor arguments."""
+        @unrecorded
         def on_grads(grad_outputs, grad_inputs):
             if call.generation != self._generation or not self.active() or not self.engine.ok("activations"):
                 return
@@ -619,28 +591,15 @@ class _Hooks:
         entry[side] = described
 
     # ------------------------------------------------------------------ the model's forward: micro-steps, loss
+    @unrecorded
     def _root_pre(self, cell, args):
         engine = self.engine
         if engine is None or not requires_grad():
             return None                 # an evaluation: not a micro-step
-        try:
-            if engine.micro_step + 1 >= self.grad_acc_steps:
-                # every micro-step of this step ran and no optimizer call came (a skipped step, e.g. a loss scale
-                # overflow): the step ends here
-                engine.warn_once("skipped", "step %d ended without an optimizer call (a skipped step, e.g. a loss "
-                                 "scale overflow, or more micro-batches per step than grad_acc_steps=%d); the step "
-                                 "count follows the forwards", engine.step, self.grad_acc_steps)
-                self._end_step()
-            engine.begin_micro_step()
-            if engine.micro_step == 0 and self.active() and self.config.param_distribution and \
-                    engine.ok("parameters"):
-                self._guard("parameters", self._params_rows, "param_origin")
-        except MonitorStop:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            engine.fail("the step boundary", exc)
+        self._begin_micro_step(engine.micro_step + 1 >= self.grad_acc_steps)
         return None
 
+    @unrecorded
     def _root_post(self, cell, args, output):
         if self.engine is not None and self.engine.collecting and not self.explicit_loss and requires_grad() and \
                 self._loss_taken != self.engine.micro_step:
@@ -651,6 +610,7 @@ class _Hooks:
     def _grad_hook(self, entry: _Param):
         key = id(entry.param)
 
+        @unrecorded
         def hook(grad):
             if self.config is not None and self.engine.collecting:
                 try:
@@ -707,6 +667,7 @@ class _Hooks:
         self._post_step()
         return None
 
+    @unrecorded
     def _pre_step(self, grads) -> None:
         engine = self.engine
         if engine is None or not self.active():
@@ -748,21 +709,6 @@ class _Hooks:
         else:
             self._old_params = [(e, e.param.copy()) for e in self._params if e.target]
 
-    def _post_step(self) -> None:
-        engine = self.engine
-        if engine is None:
-            return
-        if self.active():
-            config = self.config
-            if config.param_distribution and engine.ok("parameters"):
-                self._guard("parameters", self._params_rows, "param_updated")
-            if config.mv_distribution and engine.ok("optimizer states"):
-                self._guard("optimizer states", self._moments)
-            if config.ur_distribution and engine.ok("update ratio"):
-                self._guard("update ratio", self._update_ratio)
-        self._old_params = []
-        self._end_step()
-
     def _moments(self) -> None:
         optimizer = self.inner
         if optimizer is None:
@@ -796,7 +742,6 @@ class _Hooks:
                           stats.device_update_ratio(old, entry.param), 0)
 
     def _end_step(self) -> None:
-        engine = self.engine
         if self._grads and not self._grads_taken and self.active():
             self._guard("gradients", self._take_unreduced)
         self._generation += 1
@@ -807,11 +752,7 @@ class _Hooks:
         self._grads = {}
         self._grads_taken = False
         self._loss_taken = -1
-        message = engine.end_step()
-        if message:
-            get_logger().warning("%s", message)
-            self.detach()
-            raise MonitorStop(message)
+        self._close_step()
 
 
 def _moment_attributes(optimizer) -> tuple:

@@ -8,18 +8,22 @@ engine's adapter (msprobe.monitor.engine) and provides, besides:
     attach() / detach()     put on / take off every hook
     record_loss(loss)       the loss a script names (monitor.record_loss): then only that call records it
     settle()                complete the rows of the step under way whose statistics are still pending
+
+HooksBase holds what those hooks objects do the same way: the explicit loss and the end of a step.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import sys
 import weakref
 from dataclasses import replace
 
+from msprobe.collect.debugger import not_recording
 from msprobe.log import get_logger
 from msprobe.monitor.config import MonitorConfigError, load_config
-from msprobe.monitor.engine import MonitorEngine, check_format, check_output
+from msprobe.monitor.engine import MonitorEngine, MonitorStop, check_format, check_output
 from msprobe.monitor.layout import has_micro_step
 
 
@@ -99,7 +103,8 @@ class TrainerMonBase:
     def record_loss(self, loss) -> None:
         """Record this micro-step's loss explicitly (then only this call records it)."""
         if self._hooks is not None and self._hooks.engine is not None:
-            self._hooks.record_loss(loss)
+            with not_recording():
+                self._hooks.record_loss(loss)
 
     def reload_xy(self, xy_distribution=False) -> None:
         """Switch activation monitoring on or off (the reference's former way; dynamic_on is the new one)."""
@@ -129,10 +134,11 @@ class TrainerMonBase:
 
     def close(self) -> None:
         """Write what is pending and remove every hook (also done at exit)."""
-        if self._engine is not None:
-            self._engine.close()
-        if self._hooks is not None:
-            self._hooks.detach()
+        with not_recording():
+            if self._engine is not None:
+                self._engine.close()
+            if self._hooks is not None:
+                self._hooks.detach()
         _live.discard(self)
 
     @property
@@ -151,9 +157,11 @@ class TrainerMonBase:
         if engine is None:
             return {}
         records = engine.last_records
-        self._hooks.settle()
-        if len(engine.buffer):
-            records = engine.buffer.records(engine.rank, engine.step, engine.config.record_ops, self._hooks.to_host)
+        with not_recording():
+            self._hooks.settle()
+            if len(engine.buffer):
+                records = engine.buffer.records(engine.rank, engine.step, engine.config.record_ops,
+                                                self._hooks.to_host)
         if records is None:
             return {}
         found = {}
@@ -164,6 +172,110 @@ class TrainerMonBase:
             tag = f"{records.vpp_stage[i]}:{records.name[i]}{micro}/rank{records.rank}/{group}"
             found[tag] = {op: float(records.values[i, j]) for j, op in enumerate(records.ops)}
         return found
+
+
+def unrecorded(method):
+    """A hook body of the monitor's: a PrecisionDebugger running at the same time records none of its ops (a dump
+    is the same with the monitor on)."""
+    @functools.wraps(method)
+    def body(*args, **kwargs):
+        with not_recording():
+            return method(*args, **kwargs)
+    return body
+
+
+class HooksBase:
+    """What a framework's hooks object does the same way. It provides detach(), take_loss(loss),
+    _activations_failed(), _pre_step(grads), _params_rows(group), _moments(), _update_ratio() and _end_step(),
+    which ends with _close_step()."""
+
+    def __init__(self, monitor: TrainerMonBase, chunks: list, optimizer, inner, grad_acc_steps: int):
+        self.monitor = monitor
+        self.chunks = chunks
+        self.optimizer = optimizer
+        self.inner = inner                      # the optimizer holding the parameters and states (None: unknown)
+        self.grad_acc_steps = grad_acc_steps
+        self.engine: MonitorEngine | None = None
+        self.config = None                      # the config the hooks are installed for (None: none installed)
+        self.explicit_loss = False
+        self._wrapped_step = None
+
+    def _guard(self, part: str, func, *args):
+        """func(*args); a failure switches `part` off (engine.fail) and training goes on."""
+        try:
+            return func(*args)
+        except MonitorStop:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's training must go on
+            self.engine.fail(part, exc)
+            if part == "activations":
+                self._activations_failed()
+            return None
+
+    def _wrap_step(self) -> None:
+        """An optimizer without step hooks: its step() wrapped (the gradients it is given are not known)."""
+        original = self.optimizer.step
+
+        def step(*args, **kwargs):
+            self._pre_step(None)
+            result = original(*args, **kwargs)
+            self._post_step()
+            return result
+        self._wrapped_step = step
+        self.optimizer.step = step
+
+    def record_loss(self, loss) -> None:
+        self.explicit_loss = True
+        self._guard("loss", self.take_loss, loss)
+
+    step_call = "the optimizer's step"          # the call that ends a step, and what skips it, for a warning
+    skipped_example = "inf/NaN gradients"
+
+    def _begin_micro_step(self, step_ended: bool) -> None:
+        """A forward of the model starts a micro-step. `step_ended`: every micro-step of this step ran its backward
+        and no optimizer step came (a skipped step): the step ends here. The parameters as the step starts."""
+        engine = self.engine
+        try:
+            if step_ended:
+                engine.warn_once("skipped", "step %d ended without %s (a skipped step, e.g. %s, or more "
+                                 "micro-batches per step than grad_acc_steps=%d); the step count follows the "
+                                 "forwards", engine.step, self.step_call, self.skipped_example, self.grad_acc_steps)
+                self._end_step()
+            engine.begin_micro_step()
+            config = self.config
+            if engine.micro_step == 0 and engine.collecting and config is not None and config.param_distribution \
+                    and engine.ok("parameters"):
+                self._guard("parameters", self._params_rows, "param_origin")
+        except MonitorStop:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's training must go on
+            engine.fail("the step boundary", exc)
+
+    @unrecorded
+    def _post_step(self) -> None:
+        """After the optimizer's step: the parameters, the moments and the update ratio of the step; its end."""
+        engine = self.engine
+        if engine is None:
+            return
+        config = self.config
+        if engine.collecting and config is not None:
+            if config.param_distribution and engine.ok("parameters"):
+                self._guard("parameters", self._params_rows, "param_updated")
+            if config.mv_distribution and engine.ok("optimizer states"):
+                self._guard("optimizer states", self._moments)
+            if config.ur_distribution and engine.ok("update ratio"):
+                self._guard("update ratio", self._update_ratio)
+        self._old_params = []
+        self._end_step()
+
+    def _close_step(self) -> None:
+        """The engine ends the step; `action: stop` or print_struct: every hook comes off and MonitorStop ends the
+        training."""
+        message = self.engine.end_step()
+        if message:
+            get_logger().warning("%s", message)
+            self.detach()
+            raise MonitorStop(message)
 
 
 _live: weakref.WeakSet = weakref.WeakSet()

@@ -7,20 +7,14 @@ returns) and Tensor.backward (the loss a script computes outside the model). Sta
 
 from __future__ import annotations
 
-import atexit
-import functools
-import sys
 import weakref
-from dataclasses import replace
 
 import torch
 
-from msprobe.log import get_logger
-from msprobe.monitor.config import MonitorConfigError, load_config
-from msprobe.monitor.engine import MonitorEngine, MonitorStop, check_format, check_output
-from msprobe.monitor.layout import has_micro_step
+from msprobe.collect.debugger import not_recording
+from msprobe.monitor.trainer import HooksBase, TrainerMonBase, unrecorded
 from msprobe.pytorch.stats import host_values, local_part, stat_vector, stat_vectors
-from msprobe.pytorch.taps import ModuleTaps, in_backward, quiet
+from msprobe.pytorch.taps import ModuleTaps, in_backward
 
 # optimizer state -> the reference's group: first moments (Adam family, SGD/RMSprop momentum) as exp_avg, second
 # moments (Adam family, RMSprop/Adadelta square averages, Adagrad's sum, Adamax's infinity norm) as exp_avg_sq
@@ -28,177 +22,27 @@ FIRST_MOMENTS = ("exp_avg", "momentum_buffer")
 SECOND_MOMENTS = ("exp_avg_sq", "square_avg", "sum", "exp_inf")
 
 
-def _unrecorded(method):
-    """A hook body of the monitor's: a PrecisionDebugger running at the same time records none of its ops."""
-    @functools.wraps(method)
-    def body(*args, **kwargs):
-        with quiet():
-            return method(*args, **kwargs)
-    return body
-
-
-class TrainerMon:
-    """The training monitor. A bad config raises MonitorConfigError here, before training (one line: uncaught, it
-    ends the script with that line and no traceback); afterwards nothing the monitor does raises into training, but
-    the MonitorStop of `action: stop` or `print_struct` at a step boundary.
+class TrainerMon(TrainerMonBase):
+    """The training monitor for PyTorch.
 
         monitor = TrainerMon("monitor_config.json", params_have_main_grad=False)
         monitor.set_monitor(model, optimizer=optimizer, grad_acc_steps=1)
-    """
 
-    def __init__(self, config_file_path, process_group=None, params_have_main_grad=True, opt_ty=None):
-        try:
-            config = load_config(config_file_path)
-            check_format(config)
-            check_output(config)
-        except MonitorConfigError:
-            _one_line_on_exit()
-            raise
-        self.config_file_path = str(config_file_path)
-        self.process_group = process_group
-        self.params_have_main_grad = bool(params_have_main_grad)
-        self._config = config
-        self._engine: MonitorEngine | None = None
-        self._hooks: _Hooks | None = None
-        if opt_ty is not None:
-            get_logger().info("msprobe monitor: opt_ty is not needed: the optimizer's type is read from it")
+    set_monitor takes a Module or a list of model chunks, and a torch optimizer or a wrapper with .step() and an
+    inner .optimizer (Megatron's, DeepSpeed's). Without record_loss the loss is the 0-d tensor the model returns (or
+    its 'loss' entry), else the 0-d tensor `.backward()` is called on."""
 
-    # ------------------------------------------------------------------ the reference's API
-    def set_monitor(self, model, optimizer, grad_acc_steps=1, tp_group=None, dp_group=None, start_iteration=0):
-        """Attach to `model` (a Module or a list of model chunks) and `optimizer` (a torch optimizer or a wrapper
-        with .step() and an inner .optimizer, as Megatron's and DeepSpeed's). Recording starts with the next forward."""
-        if self._hooks is not None:
-            get_logger().warning("msprobe monitor: set_monitor() was called again; the first model stays monitored")
-            return
-        chunks = list(model) if isinstance(model, (list, tuple)) else [model]
-        if not chunks or not all(isinstance(m, torch.nn.Module) for m in chunks):
-            raise MonitorConfigError("set_monitor(model): model must be a torch.nn.Module or a list of them")
-        if optimizer is None or not callable(getattr(optimizer, "step", None)):
-            raise MonitorConfigError("set_monitor(optimizer=...): the optimizer (with a step() method) is needed")
-        if isinstance(grad_acc_steps, bool) or not isinstance(grad_acc_steps, int) or grad_acc_steps < 1:
-            raise MonitorConfigError(f"set_monitor(grad_acc_steps=...): a positive integer, got {grad_acc_steps!r}")
-        if isinstance(start_iteration, bool) or not isinstance(start_iteration, int) or start_iteration < 0:
-            raise MonitorConfigError(f"set_monitor(start_iteration=...): a non-negative integer, got "
-                                     f"{start_iteration!r}")
-        self._hooks = _Hooks(self, chunks, optimizer, grad_acc_steps)
-        self._engine = MonitorEngine(self._config, _rank(), self._hooks, config_path=self.config_file_path,
-                                     start_iteration=start_iteration)
-        self._hooks.engine = self._engine
-        self._hooks.attach()
-        self._engine.start()
-        _live.add(self)
+    framework = "pytorch"
+    model_kind = "a torch.nn.Module"
 
-    def monitor_gnorm_with_ad(self, model, optimizer=None, grad_acc_steps=1, tp_group=None, dp_group=None,
-                              start_iteration=0):
-        """The reference's former name of set_monitor."""
-        optimizer = optimizer if optimizer is not None else getattr(self, "_wrapped_optimizer", None)
-        self.set_monitor(model, optimizer, grad_acc_steps, tp_group, dp_group, start_iteration)
+    def _is_model(self, model) -> bool:
+        return isinstance(model, torch.nn.Module)
 
-    def set_wrapped_optimizer(self, optimizer) -> None:
-        """The reference's former way to pass the optimizer (then monitor_gnorm_with_ad)."""
-        self._wrapped_optimizer = optimizer
+    def _make_hooks(self, chunks: list, optimizer, grad_acc_steps: int):
+        return _Hooks(self, chunks, optimizer, grad_acc_steps)
 
-    @_unrecorded
-    def record_loss(self, loss) -> None:
-        """Record this micro-step's loss explicitly (then only this call records it). Without it the loss is the
-        0-d tensor the model returns (or its 'loss' entry), else the 0-d tensor `.backward()` is called on."""
-        if self._hooks is not None and self._hooks.engine is not None:
-            self._hooks.explicit_loss = True
-            self._hooks._guard("loss", self._hooks.take_loss, loss)
-
-    def reload_xy(self, xy_distribution=False) -> None:
-        """Switch activation monitoring on or off (the reference's former way; dynamic_on is the new one)."""
-        self._reconfigure(xy_distribution=bool(xy_distribution))
-
-    @property
-    def ops(self) -> tuple:
-        return self._config.ops
-
-    @ops.setter
-    def ops(self, ops) -> None:
-        from msprobe.monitor.config import _ops
-
-        warnings: list = []
-        self._reconfigure(ops=_ops(list(ops), warnings))
-        for line in warnings:
-            get_logger().warning("msprobe monitor: %s", line)
-
-    def generate_xy_metrics(self) -> tuple:
-        """({tag: {op: value}} of the activations, the same of their gradients) of the step under way (or the last
-        one), tags as the reference's ("0:fc1.output:0/rank0/actv")."""
-        return self._metrics("actv"), self._metrics("actv_grad")
-
-    def generate_wgrad_metrics(self, post_grad_dict=None) -> tuple:
-        """({tag: {op: value}} of the gradients after reduction, the same before)."""
-        return self._metrics("grad_reduced"), self._metrics("grad_unreduced")
-
-    @_unrecorded
-    def close(self) -> None:
-        """Write what is pending and remove every hook (also done at exit)."""
-        if self._engine is not None:
-            self._engine.close()
-        if self._hooks is not None:
-            self._hooks.detach()
-        _live.discard(self)
-
-    @property
-    def output_directory(self) -> str | None:
-        """This rank's folder of CSV files (None until a step was written)."""
-        return self._engine.directory if self._engine is not None else None
-
-    # ------------------------------------------------------------------ internals
-    def _reconfigure(self, **changes) -> None:
-        self._config = replace(self._config, **changes)
-        if self._engine is not None:
-            self._engine._set_up(self._config)
-
-    @_unrecorded
-    def _metrics(self, group: str) -> dict:
-        engine = self._engine
-        if engine is None:
-            return {}
-        records = engine.last_records
-        if self._hooks._deferred:
-            self._hooks._guard("gradients", self._hooks._fill_deferred)
-        if len(engine.buffer):
-            records = engine.buffer.records(engine.rank, engine.step, engine.config.record_ops, self._hooks.to_host)
-        if records is None:
-            return {}
-        found = {}
-        for i, row_group in enumerate(records.group):
-            if row_group != group:
-                continue
-            micro = f":{records.micro_step[i]}" if has_micro_step(group) else ""
-            tag = f"{records.vpp_stage[i]}:{records.name[i]}{micro}/rank{records.rank}/{group}"
-            found[tag] = {op: float(records.values[i, j]) for j, op in enumerate(records.ops)}
-        return found
-
-
-_live: weakref.WeakSet = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all() -> None:
-    for monitor in list(_live):
-        try:
-            monitor.close()
-        except Exception:  # noqa: BLE001 - the interpreter is shutting down
-            pass
-
-
-def _one_line_on_exit() -> None:
-    """An uncaught MonitorConfigError (or MonitorStop) ends the script with its one line, not a traceback."""
-    previous = sys.excepthook
-    if getattr(previous, "_msprobe_monitor", False):
-        return
-
-    def hook(kind, value, traceback):
-        if isinstance(value, MonitorConfigError):
-            print(f"msprobe monitor: {value}", file=sys.stderr)
-            return
-        previous(kind, value, traceback)
-    hook._msprobe_monitor = True
-    sys.excepthook = hook
+    def _rank(self) -> int:
+        return _rank()
 
 
 def _rank() -> int:
@@ -224,21 +68,16 @@ class _Param:
         self.hook = None
 
 
-class _Hooks:
+class _Hooks(HooksBase):
     """The PyTorch side of one TrainerMon: the engine's adapter (to_host, apply, any_rank, structure) and every
     hook. Each hook body is guarded: a failure switches its part off (engine.fail) and training goes on."""
 
     framework = "pytorch"
+    step_call = "optimizer.step()"
+    skipped_example = "GradScaler found inf/NaN gradients"
 
     def __init__(self, monitor: TrainerMon, chunks: list, optimizer, grad_acc_steps: int):
-        self.monitor = monitor
-        self.chunks = chunks
-        self.optimizer = optimizer
-        self.inner = _inner_optimizer(optimizer)
-        self.grad_acc_steps = grad_acc_steps
-        self.engine: MonitorEngine | None = None
-        self.config = None                     # the config the hooks are installed for (None: none installed)
-        self.explicit_loss = False
+        super().__init__(monitor, chunks, optimizer, _inner_optimizer(optimizer), grad_acc_steps)
         self.taps = ModuleTaps(self)
         self._handles: list = []               # module and parameter hooks of the config
         self._always: list = []                # the step boundary's hooks, on while the monitor is attached
@@ -351,17 +190,6 @@ class _Hooks:
             torch.Tensor.backward = self._patched_backward.__wrapped__
         self._patched_backward = None
 
-    def _wrap_step(self) -> None:
-        original = self.optimizer.step
-
-        def step(*args, **kwargs):
-            self._pre_step()
-            result = original(*args, **kwargs)
-            self._post_step()
-            return result
-        self._wrapped_step = step
-        self.optimizer.step = step
-
     def _patch_backward(self) -> None:
         original = torch.Tensor.backward
         hooks = self
@@ -371,11 +199,11 @@ class _Hooks:
             engine = hooks.engine
             if gradient is None and engine is not None and engine.collecting and not hooks.explicit_loss and \
                     hooks._loss_taken != engine.micro_step and self.dim() == 0:
-                with quiet():
+                with not_recording():
                     hooks._guard("loss", hooks.take_loss, self)
             result = original(self, gradient, *args, **kwargs)
             if engine is not None and engine.collecting and hooks.config is not None:
-                with quiet():
+                with not_recording():
                     hooks._backward_done()
             return result
         backward.__wrapped__ = original
@@ -412,16 +240,9 @@ class _Hooks:
         engine.buffer.add(group, name, module, max(engine.micro_step, 0) if micro is None else micro, vpp,
                           self._vector(tensor), tuple(tensor.shape), str(tensor.dtype), tensor.numel(), key)
 
-    def _guard(self, part: str, func, *args):
-        try:
-            return func(*args)
-        except MonitorStop:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the user's training must go on
-            self.engine.fail(part, exc)
-            if part == "activations":
-                self._remove_config_hooks()
-            return None
+    def _activations_failed(self) -> None:
+        """Activations failed: the config's hooks come off."""
+        self._remove_config_hooks()
 
     # ------------------------------------------------------------------ taps subscriber (activations)
     def tap_failed(self, exc: BaseException) -> None:
@@ -511,7 +332,7 @@ class _Hooks:
         entry[side] = described
 
     # ------------------------------------------------------------------ the model's forward: micro-steps, loss
-    @_unrecorded
+    @unrecorded
     def _root_pre(self, module, args, kwargs):
         engine = self.engine
         if engine is None or torch.compiler.is_compiling() or in_backward():
@@ -519,26 +340,10 @@ class _Hooks:
         if not torch.is_grad_enabled():
             self._eval += 1           # an evaluation pass: not recorded, not a micro-step
             return None
-        try:
-            if engine.micro_step + 1 >= self.grad_acc_steps and self._backward_seen:
-                # every micro-step of this step ran its backward and no optimizer step came (a skipped step, e.g.
-                # GradScaler found inf/NaN): the step ends here
-                engine.warn_once("skipped", "step %d ended without optimizer.step() (a skipped step, e.g. "
-                                 "GradScaler found inf/NaN gradients, or more micro-batches per step than "
-                                 "grad_acc_steps=%d); the step count follows the forwards", engine.step,
-                                 self.grad_acc_steps)
-                self._end_step()
-            engine.begin_micro_step()
-            if engine.micro_step == 0 and engine.collecting and self.config is not None and \
-                    self.config.param_distribution and engine.ok("parameters"):
-                self._guard("parameters", self._params_rows, "param_origin")
-        except MonitorStop:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            engine.fail("the step boundary", exc)
+        self._begin_micro_step(engine.micro_step + 1 >= self.grad_acc_steps and self._backward_seen)
         return None
 
-    @_unrecorded
+    @unrecorded
     def _root_post(self, module, args, kwargs, out):
         if self._eval:
             if not torch.is_grad_enabled():
@@ -551,6 +356,11 @@ class _Hooks:
             return None
         self._guard("loss", lambda: self.take_loss(_loss_of(out)))
         return None
+
+    def settle(self) -> None:
+        """Rows still pending (monitor.generate_*_metrics mid-step): the deferred gradients before reduction."""
+        if self._deferred:
+            self._guard("gradients", self._fill_deferred)
 
     def take_loss(self, loss) -> None:
         engine = self.engine
@@ -568,7 +378,7 @@ class _Hooks:
         def hook(param):
             engine = self.engine
             if engine.collecting and engine.micro_step + 1 >= self.grad_acc_steps and engine.ok("gradients"):
-                with quiet():
+                with not_recording():
                     self._guard("gradients", self._unreduced, entry)
         return hook
 
@@ -648,8 +458,8 @@ class _Hooks:
     def _params_rows(self, group: str) -> None:
         self._rows(group, [(entry, entry.param) for entry in self._params if entry.target])
 
-    @_unrecorded
-    def _pre_step(self) -> None:
+    @unrecorded
+    def _pre_step(self, grads=None) -> None:
         engine = self.engine
         if engine is None or not engine.collecting:
             return
@@ -692,21 +502,6 @@ class _Hooks:
     def _keep_params(self) -> None:
         self._old_params = [(e, local_part(e.param.detach()).clone()) for e in self._params if e.target]
 
-    @_unrecorded
-    def _post_step(self) -> None:
-        engine = self.engine
-        if engine is None:
-            return
-        if engine.collecting and self.config is not None:
-            config = self.config
-            if config.param_distribution and engine.ok("parameters"):
-                self._guard("parameters", self._params_rows, "param_updated")
-            if config.mv_distribution and engine.ok("optimizer states"):
-                self._guard("optimizer states", self._moments)
-            if config.ur_distribution and engine.ok("update ratio"):
-                self._guard("update ratio", self._update_ratio)
-        self._old_params = []
-        self._end_step()
 
     def _moments(self) -> None:
         optimizer = self.inner
@@ -741,7 +536,6 @@ class _Hooks:
         self._rows("update_ratio", items)
 
     def _end_step(self) -> None:
-        engine = self.engine
         self._guard("activations", self.taps.flush)
         if self._deferred:
             self._guard("gradients", self._fill_deferred)
@@ -751,11 +545,7 @@ class _Hooks:
         self._norm_taken = False
         self._loss_taken = -1
         self._backward_seen = False
-        message = engine.end_step()
-        if message:
-            get_logger().warning("%s", message)
-            self.detach()
-            raise MonitorStop(message)
+        self._close_step()
 
 
 def _loss_of(out):

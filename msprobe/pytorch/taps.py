@@ -22,23 +22,12 @@ get a gradient gets no `input_grads`; one left incomplete at flush() gets what a
 from __future__ import annotations
 
 import threading
-from contextlib import nullcontext
 
 import torch
 from torch.autograd.graph import get_gradient_edge
 
-from msprobe.collect.debugger import active_debugger
-
-MAX_SLOTS = 64          # tensors taken per side of a call (inputs, outputs)
-_MAX_DEPTH = 4
-
-
-def quiet():
-    """The running PrecisionDebugger's "not recording" guard (its collector's `working()`), or nothing when none
-    runs: the ops of a tap or of the monitor's statistics inside it are never recorded as the training's API calls,
-    so that a dump is the same with the monitor on."""
-    working = getattr(getattr(active_debugger(), "collector", None), "working", None)
-    return working() if working is not None else nullcontext()
+from msprobe.collect.debugger import not_recording
+from msprobe.monitor.slots import slots
 
 
 def in_backward() -> bool:
@@ -46,40 +35,8 @@ def in_backward() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
-def slots(values: list, kind: str, kwargs: dict | None = None) -> list:
-    """[(label, tensor or None)] of a call's side: one value -> `kind`; several -> `kind_0`, `kind_1`, ... (the
-    reference's names); a container's tensors get their index path (`output_1_y`), a value that is no tensor a
-    slot of its own with None (positional values only); tensor keyword arguments follow as `kind_<key>`."""
-    found: list = []
-    single = len(values) == 1
-    for i, value in enumerate(values):
-        label = kind if single else f"{kind}_{i}"
-        if isinstance(value, torch.Tensor):
-            found.append((label, value))
-        elif isinstance(value, (tuple, list, dict)):
-            before = len(found)
-            _leaves(value, label, found, 1)
-            if len(found) == before:
-                found.append((label, None))
-        else:
-            found.append((label, None))
-        if len(found) >= MAX_SLOTS:
-            return found[:MAX_SLOTS]
-    for key, value in (kwargs or {}).items():
-        if isinstance(value, (torch.Tensor, tuple, list, dict)):
-            _leaves(value, f"{kind}_{key}", found, 1)
-    return found[:MAX_SLOTS]
-
-
-def _leaves(value, label: str, found: list, depth: int) -> None:
-    if isinstance(value, torch.Tensor):
-        found.append((label, value))
-    elif depth <= _MAX_DEPTH and isinstance(value, (tuple, list)):
-        for i, item in enumerate(value):
-            _leaves(item, f"{label}_{i}", found, depth + 1)
-    elif depth <= _MAX_DEPTH and isinstance(value, dict):
-        for key, item in value.items():
-            _leaves(item, f"{label}_{key}", found, depth + 1)
+def _is_tensor(value) -> bool:
+    return isinstance(value, torch.Tensor)
 
 
 def _key(edge) -> tuple:
@@ -149,7 +106,7 @@ class ModuleTaps:
             if not sub.active() or torch.compiler.is_compiling():
                 return None
             try:
-                with quiet():
+                with not_recording():
                     before(mod, args, kwargs)
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
                 sub.tap_failed(exc)
@@ -157,7 +114,7 @@ class ModuleTaps:
 
         def before(mod, args, kwargs):
             recompute = in_backward()
-            in_slots = slots(list(args), "input", kwargs) if (forward or backward) else []
+            in_slots = slots(list(args), "input", _is_tensor, kwargs) if (forward or backward) else []
             call = Call(tap, mod, in_slots, recompute)
             if forward and not recompute:
                 sub.inputs(call)
@@ -170,7 +127,7 @@ class ModuleTaps:
             if not calls:
                 return None
             try:
-                with quiet():
+                with not_recording():
                     after(calls.pop(), out)
             except Exception as exc:  # noqa: BLE001 - the user's training must go on
                 sub.tap_failed(exc)
@@ -180,7 +137,7 @@ class ModuleTaps:
             if out is None:
                 return          # nothing returned, or the forward raised (always_call)
             out_values = list(out) if isinstance(out, (tuple, list)) else [out]
-            call.out_slots = slots(out_values, "output")
+            call.out_slots = slots(out_values, "output", _is_tensor)
             if forward and not call.recompute:
                 sub.outputs(call)
             if backward and call.marker is not None and torch.is_grad_enabled():
@@ -254,7 +211,7 @@ class ModuleTaps:
         def hook(*args):
             if not call.done and self.sub.active():
                 try:
-                    with quiet():
+                    with not_recording():
                         work(*args)
                 except Exception as exc:  # noqa: BLE001 - the user's training must go on
                     self.sub.tap_failed(exc)

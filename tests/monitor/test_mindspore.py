@@ -37,17 +37,14 @@ from msprobe.monitor.config import MonitorConfigError  # noqa: E402
 from msprobe.monitor.engine import MonitorStop  # noqa: E402
 from msprobe.monitor.layout import read_anomalies, read_run  # noqa: E402
 
+from .helpers import ALL_OPS, EVERYTHING, assert_same_dump, config_file, dumped, monitoring, rows_of  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).parents[1] / "mindspore_collector"))
 import ms_zoo  # noqa: E402
 
 REPO = str(Path(__file__).parents[2])
 sys.path.insert(0, str(FIXTURES / "mindspore_model"))
 from tiny_gpt_ms import TinyGPT, initialise  # noqa: E402
-
-ALL_OPS = ["min", "max", "mean", "norm", "zeros", "nans", "infs"]
-EVERYTHING = {"targets": {}, "xy_distribution": True, "all_xy": True, "wg_distribution": True,
-              "mv_distribution": True, "ur_distribution": True, "param_distribution": True, "ops": ALL_OPS,
-              "ndigits": 12}
 
 ms.set_context(mode=ms.PYNATIVE_MODE)
 ms.set_device("CPU")
@@ -58,23 +55,6 @@ def out(tmp_path, monkeypatch):
     path = tmp_path / "out"
     monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(path))
     return path
-
-
-def config_file(tmp_path, data: dict) -> str:
-    path = tmp_path / "monitor.json"
-    path.write_text(json.dumps(data))
-    return str(path)
-
-
-def rows_of(records) -> dict:
-    """(group, name, micro_step) -> {op: value, 'present', 'shape', 'dtype', 'module'}."""
-    found = {}
-    for i, key in enumerate(zip(records.group, records.name, records.micro_step)):
-        row = {op: float(records.values[i, j]) for j, op in enumerate(records.ops)}
-        row.update(present=bool(records.present[i]), shape=records.shape[i], dtype=records.dtype[i],
-                   module=records.module[i])
-        found[key] = row
-    return found
 
 
 def steps_of(out) -> list:
@@ -468,6 +448,40 @@ def test_statistics_by_ops_on_the_device_equal_those_on_the_host(tmp_path, monke
             for op in ALL_OPS:
                 if row["present"]:
                     assert other[op] == pytest.approx(row[op], rel=2e-5, abs=1e-6), (key, op)
+
+
+def _dumped(root, level: str, config: str | None, out) -> dict:
+    """Two steps of two micro-batches of the MLP dumped (statistics) at `level`, monitored or not."""
+    from msprobe.mindspore import PrecisionDebugger
+
+    net = mlp()
+    opt = nn.Adam(net.trainable_params(), learning_rate=0.01)
+    grad_fn = ms.value_and_grad(lambda x, y: mint.mean(mint.square(mint.sub(net(x), y))), None, opt.parameters)
+
+    def train_step(step: int) -> None:
+        for micro in range(2):
+            x, y = batch(2 * step + micro)
+            _, grads = grad_fn(Tensor(x), Tensor(y))
+        opt(grads)
+    with monitoring(TrainerMon, config, out, net, opt, grad_acc_steps=2):
+        return dumped(PrecisionDebugger, root, level, net, train_step)
+
+
+@pytest.mark.parametrize(("level", "host"), [("L1", False), ("mix", True)])
+def test_a_dump_is_the_same_with_the_monitor_on(tmp_path, monkeypatch, level, host):
+    """A PrecisionDebugger dumping while the monitor watches: the monitor's own ops (its statistics on the device,
+    the sum of the micro-batches' gradients, the backward hook of each tapped call) run inside the collector's "not
+    recording" guard, so the dump is the one made without the monitor, entry for entry and value for value."""
+    monkeypatch.setattr(ms_monitor, "HOST_STATISTICS", host)
+    monkeypatch.delenv("DYNAMIC_MONITOR", raising=False)
+    plain = _dumped(tmp_path / "plain", level, None, None)
+    watched = _dumped(tmp_path / "watched", level, config_file(tmp_path, EVERYTHING), tmp_path / "monitor")
+    assert_same_dump(plain, watched)
+    # the monitor recorded while the debugger dumped
+    steps = list(read_run(str(tmp_path / "monitor"))[0])
+    assert [r.step for r in steps] == [0, 1]
+    assert {"actv", "actv_grad", "grad_unreduced", "grad_reduced", "exp_avg_sq", "update_ratio"} <= \
+        set(steps[-1].group)
 
 
 def test_device_vector_of_special_values():

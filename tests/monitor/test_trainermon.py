@@ -19,15 +19,10 @@ import torch.nn as nn
 from msprobe.monitor.layout import read_run
 from msprobe.pytorch import MonitorConfigError, MonitorStop, TrainerMon
 
+from .helpers import EVERYTHING, config_file, rows_of
 from conftest import FIXTURES
 
 REPO = str(FIXTURES.parents[1])
-
-ALL_OPS = ["min", "max", "mean", "norm", "zeros", "nans", "infs"]
-EVERYTHING = {"targets": {}, "xy_distribution": True, "all_xy": True, "wg_distribution": True,
-              "mv_distribution": True, "ur_distribution": True, "param_distribution": True, "ops": ALL_OPS,
-              "ndigits": 12}
-
 
 @pytest.fixture
 def out(tmp_path, monkeypatch):
@@ -35,21 +30,6 @@ def out(tmp_path, monkeypatch):
     monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(root))
     monkeypatch.delenv("DYNAMIC_MONITOR", raising=False)
     return root
-
-
-def config_file(tmp_path, data: dict) -> str:
-    path = tmp_path / "monitor.json"
-    path.write_text(json.dumps(data))
-    return str(path)
-
-
-def rows_of(records) -> dict:
-    """(group, name, micro_step) -> {op: value, 'present': bool, 'shape': shape}."""
-    found = {}
-    for i, (group, name, micro) in enumerate(zip(records.group, records.name, records.micro_step)):
-        found[(group, name, micro)] = dict(zip(records.ops, records.values[i].tolist()), present=records.present[i],
-                                           shape=records.shape[i], module=records.module[i])
-    return found
 
 
 def expected(tensor: torch.Tensor, eps: float = 1e-8) -> dict:

@@ -5,13 +5,13 @@ one made without the monitor, entry for entry and value for value."""
 from __future__ import annotations
 
 import json
-import os
 
 import torch
 
 from msprobe.monitor.layout import read_run
 from msprobe.pytorch import PrecisionDebugger, TrainerMon
 
+from .helpers import assert_same_dump, dumped, monitoring
 from .models import case, forward
 
 EVERYTHING = {"targets": {}, "xy_distribution": True, "all_xy": True, "wg_distribution": True,
@@ -20,55 +20,29 @@ EVERYTHING = {"targets": {}, "xy_distribution": True, "all_xy": True, "wg_distri
               "alert": {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}}]}}
 
 
-def _dump(root, level: str, monitor_config: str | None) -> dict:
-    """Two steps of the transformer case dumped (statistics) at `level`, monitored or not: {step: {file: JSON}}."""
+def _dump(root, level: str, monitor_config: str | None, out=None) -> dict:
+    """Two steps of the transformer case dumped (statistics) at `level`, monitored or not."""
     model, optimizer, batch, loss_of, _ = case("transformer", 0)
-    monitor = None
-    if monitor_config is not None:
-        monitor = TrainerMon(monitor_config, params_have_main_grad=False)
-        monitor.set_monitor(model, optimizer=optimizer, grad_acc_steps=1)
-    debugger = PrecisionDebugger(task="statistics", level=level, dump_path=str(root))
-    try:
-        for step in range(2):
-            debugger.start(model)
-            inputs = batch(step)
-            loss = loss_of(forward("transformer", model, inputs), inputs)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            debugger.stop()
-            debugger.step()
-    finally:
-        if monitor is not None:
-            monitor.close()
-    found = {}
-    for folder, _, files in os.walk(root):
-        for name in files:
-            if name.endswith(".json"):
-                with open(os.path.join(folder, name), encoding="utf-8") as handle:
-                    found[os.path.relpath(os.path.join(folder, name), root)] = json.load(handle)
-    return found
+
+    def train_step(step: int) -> None:
+        inputs = batch(step)
+        loss_of(forward("transformer", model, inputs), inputs).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    with monitoring(TrainerMon, monitor_config, out, model, optimizer):
+        return dumped(PrecisionDebugger, root, level, model, train_step)
 
 
 def test_a_dump_is_the_same_with_the_monitor_on(tmp_path, monkeypatch):
     """Level mix: the APIs (the monitor's ops would be recorded among them) and the modules."""
     level = "mix"
-    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "monitor"))
     monkeypatch.delenv("DYNAMIC_MONITOR", raising=False)
     torch.set_num_threads(1)
     config = tmp_path / "monitor.json"
     config.write_text(json.dumps(EVERYTHING))
     plain = _dump(tmp_path / "plain", level, None)
-    watched = _dump(tmp_path / "watched", level, str(config))
-    assert any(name.endswith("dump.json") for name in plain)
-    assert plain.keys() == watched.keys()
-    for name, content in plain.items():
-        if name.endswith("dump.json"):
-            entries, got = content["data"], watched[name]["data"]
-            assert list(got) == list(entries), f"{name}: other entries with the monitor on"
-            assert got == entries, f"{name}: other values with the monitor on"
-        elif name.endswith("construct.json"):
-            assert watched[name] == content, name
+    watched = _dump(tmp_path / "watched", level, str(config), tmp_path / "monitor")
+    assert_same_dump(plain, watched)
     # the monitor recorded while the debugger dumped
     steps = list(read_run(str(tmp_path / "monitor"))[0])
     assert [r.step for r in steps] == [0, 1] and {"actv", "grad_reduced", "exp_avg_sq"} <= set(steps[-1].group)

@@ -17,6 +17,8 @@ import json
 import math
 import os
 
+from tests.monitor.helpers import monitoring
+
 AT = 20
 MODELS = ("gpt", "cnn", "lstm")
 FAULTS = ("wscale", "nan", "lr", "batch", "explode", "gdrop")
@@ -163,16 +165,10 @@ def train_pytorch(model: str, out: str, steps: int, fault: str = "none", config:
                 return tuple(None if g is None else g * 1e4 for g in grad_input)
             return None
         fc1.register_full_backward_hook(explode)
-    monitor = None
-    previous = os.environ.get("MONITOR_OUTPUT_DIR")
-    if config is not None:
-        from msprobe.pytorch import TrainerMon
+    from msprobe.pytorch import TrainerMon
 
-        os.environ["MONITOR_OUTPUT_DIR"] = str(out)
-        monitor = TrainerMon(config, params_have_main_grad=False)
-        monitor.set_monitor(net, optimizer=opt, grad_acc_steps=1)
-    losses = []
-    try:
+    with monitoring(TrainerMon, config, out, net, opt):
+        losses = []
         for step in range(steps):
             current[0] = step
             if fault == "wscale" and step == AT:
@@ -192,13 +188,6 @@ def train_pytorch(model: str, out: str, steps: int, fault: str = "none", config:
             opt.zero_grad()
             opt.param_groups[0]["lr"] = lr
             losses.append(loss.item())
-    finally:
-        if monitor is not None:
-            monitor.close()
-            if previous is None:
-                os.environ.pop("MONITOR_OUTPUT_DIR", None)
-            else:
-                os.environ["MONITOR_OUTPUT_DIR"] = previous
     return losses
 
 

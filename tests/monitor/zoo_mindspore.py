@@ -7,10 +7,10 @@ MindSpore's amp level O2; the CPU has no bfloat16 matmul)."""
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
+from tests.monitor.helpers import monitoring
 from tests.monitor.zoo import AT, FC1
 
 
@@ -153,22 +153,15 @@ def train(model: str, out, steps: int, fault: str = "none", config: str | None =
                 return tuple(g * 1e4 for g in grad_input)
             return None
         fc1.register_backward_hook(explode)
-    monitor = None
-    previous = os.environ.get("MONITOR_OUTPUT_DIR")
-    if config is not None:
-        from msprobe.mindspore import TrainerMon
+    from msprobe.mindspore import TrainerMon
 
-        os.environ["MONITOR_OUTPUT_DIR"] = str(out)
-        monitor = TrainerMon(config, params_have_main_grad=False)
-        monitor.set_monitor(net, optimizer=opt, grad_acc_steps=1)
-
-    def step_loss(x, y):
-        logits = net(x)
-        return ops.cross_entropy(logits.astype(ms.float32).reshape(-1, logits.shape[-1]), y.reshape(-1))
-    grad_fn = ms.value_and_grad(step_loss, None, opt.parameters)
-    losses = []
-    lr = opt.learning_rate.asnumpy().copy()
-    try:
+    with monitoring(TrainerMon, config, out, net, opt):
+        def step_loss(x, y):
+            logits = net(x)
+            return ops.cross_entropy(logits.astype(ms.float32).reshape(-1, logits.shape[-1]), y.reshape(-1))
+        grad_fn = ms.value_and_grad(step_loss, None, opt.parameters)
+        losses = []
+        lr = opt.learning_rate.asnumpy().copy()
         for step in range(steps):
             current[0] = step
             if fault == "wscale" and step == AT:
@@ -182,11 +175,4 @@ def train(model: str, out, steps: int, fault: str = "none", config: str | None =
             opt(grads)
             ops.assign(opt.learning_rate, Tensor(np.float32(lr)))
             losses.append(float(loss.asnumpy()))
-    finally:
-        if monitor is not None:
-            monitor.close()
-            if previous is None:
-                os.environ.pop("MONITOR_OUTPUT_DIR", None)
-            else:
-                os.environ["MONITOR_OUTPUT_DIR"] = previous
     return losses
