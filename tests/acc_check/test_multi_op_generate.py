@@ -69,6 +69,7 @@ def test_multi_union_equals_single_run(single_and_multi, capsys):
     assert not list(multi.glob("*_split*"))        # the splits' files were joined into the devices' files
 
 
+@pytest.mark.serial
 def test_multi_interrupted_run_resumes_to_the_same_files(single_and_multi, tmp_path):
     _, multi = single_and_multi
     for attempt in range(3):

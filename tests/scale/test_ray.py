@@ -117,6 +117,7 @@ def test_bad_rank_is_reported_at_once_while_the_others_complete(cluster, dataset
     assert result_files(tmp_path / "out") == reference
 
 
+@pytest.mark.serial
 def test_interrupted_driver_resumes_without_redoing_finished_ranks(cluster, dataset, tmp_path, capsys):
     target, golden, local = dataset
     out = tmp_path / "out"

@@ -165,6 +165,7 @@ def run_cli_findings(folder, name, target, golden, *extra) -> dict:
     return found
 
 
+@pytest.mark.serial
 def test_ctrl_c_stops_the_runs_and_leaves_what_finished(tiny):
     """Ctrl-C while both runs hang inside their step: exit 130, both process groups ended (SIGTERM first, so each
     collector writes the step it was recording), the logs and partial dumps readable under -o."""
