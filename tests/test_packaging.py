@@ -119,6 +119,9 @@ def test_the_default_test_run_leaves_out_the_slow_tests_and_names_its_skips():
                            re.M)]
     assert len(marked) >= 5
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert "\npython -m pytest -q\n" in ci and "\npython -m pytest -q -m slow\n" in ci
+    # CI runs the slow part too: on every core but the wide matrices' `extended` cases, the `serial` ones alone
+    assert "\npython -m pytest -q\n" in ci and '\npython -m pytest -q -m "slow and not extended and not serial"\n' in ci
+    assert '\npython -m pytest -q -n 0 -m "slow and serial"\n' in ci
+    assert {marker.split(":")[0] for marker in options["markers"]} >= {"slow", "extended", "serial"}
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "`python -m pytest -m slow`" in readme and '`python -m pytest -m ""`' in readme
