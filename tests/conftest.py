@@ -47,6 +47,15 @@ def in_dump_order(single_rows: list, per_device: list) -> list:
     return sorted((row for rows in per_device for row in rows), key=lambda row: position[row[0]])
 
 
+def ctrl_c_reaches_the_child() -> None:
+    """preexec_fn of a child a test interrupts with SIGINT: Ctrl-C's default action, even when this test run was
+    started in the background of a shell without job control (which starts it with SIGINT ignored, an ignore a child
+    inherits and Python keeps)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt_after_markers(args: list, markers: Path, count: int) -> tuple:
     """Run `msprobe <args>` in its own process and interrupt it (SIGINT, as Ctrl-C) as soon as `markers` holds
     `count` completion markers of its tasks; (exit code, stdout, stderr)."""
@@ -56,7 +65,7 @@ def interrupt_after_markers(args: list, markers: Path, count: int) -> tuple:
     import time
 
     driver = subprocess.Popen([sys.executable, "-m", "msprobe", *[str(a) for a in args]], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+                              stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_reaches_the_child)
     try:
         deadline = time.monotonic() + 120
         while not (markers.is_dir() and len(list(markers.glob("*.json"))) >= count):

@@ -22,7 +22,7 @@ import triage_zoo as zoo  # noqa: E402
 from msprobe.triage import classify as cl  # noqa: E402
 from msprobe.triage.launch import execute, prepare  # noqa: E402
 
-from conftest import run_cli  # noqa: E402
+from conftest import ctrl_c_reaches_the_child, run_cli  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -179,7 +179,8 @@ def test_ctrl_c_stops_the_runs_and_leaves_what_finished(tiny):
     out = tiny / "interrupted"
     command = f"{sys.executable} train.py --hang"
     triage = subprocess.Popen([sys.executable, "-m", "msprobe", "triage", "--target", command, "--golden", command,
-                               "-o", str(out)], cwd=tiny, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               "-o", str(out)], cwd=tiny, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=ctrl_c_reaches_the_child)
     deadline = time.monotonic() + 180
     folders = []
     while time.monotonic() < deadline and not (len(folders) == 2 and all(
